@@ -1,0 +1,5 @@
+import sys
+
+from zyquo_tui.cli.main import main
+
+sys.exit(main())

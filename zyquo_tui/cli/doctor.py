@@ -1,0 +1,73 @@
+"""`zyquo-tui doctor`: is this machine ready to fine-tune? Versions, device, memory, store."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import sys
+
+from .. import __version__
+from ..core import machine
+from ..core.paths import zyquo_home
+from .output import fmt_bytes, print_json
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("doctor", help="check Python, MLX, memory and the store")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(handler=run)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def collect() -> dict:
+    home = zyquo_home()
+    memory = machine.memory_facts()
+    probe = machine.probe_mlx()
+    return {
+        "zyquo_tui": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "mlx": _version("mlx"),
+        "mlx_lm": _version("mlx-lm"),
+        "device": probe["device"] if probe else None,
+        "device_info": probe["device_info"] if probe else None,
+        "mlx_memory_limit_bytes": probe["memory_limit_bytes"] if probe else None,
+        "mlx_works": probe is not None,
+        "memory": {
+            "total_bytes": memory.total_bytes,
+            "available_bytes": memory.available_bytes,
+            "swap_used_bytes": memory.swap_used_bytes,
+            "wired_limit_bytes": memory.wired_limit_bytes,
+        },
+        "store": {"path": str(home), "exists": home.is_dir(),
+                  "writable": machine.writable(home)},
+    }
+
+
+def run(args) -> int:
+    facts = collect()
+    if args.json:
+        print_json(facts)
+    else:
+        mem = facts["memory"]
+        store = facts["store"]
+        print(f"zyquo-tui  {facts['zyquo_tui']}")
+        print(f"python     {facts['python']} ({sys.executable})")
+        print(f"mlx        {facts['mlx'] or 'not installed'}")
+        print(f"mlx-lm     {facts['mlx_lm'] or 'not installed'}")
+        print(f"device     {facts['device'] or 'unknown: MLX did not start (see above)'}")
+        print(f"memory     {fmt_bytes(mem['total_bytes'])} total, "
+              f"{fmt_bytes(mem['available_bytes'])} available, "
+              f"{fmt_bytes(mem['swap_used_bytes'])} swap in use")
+        if facts["mlx_memory_limit_bytes"]:
+            print(f"mlx limit  {fmt_bytes(facts['mlx_memory_limit_bytes'])}")
+        state = "writable" if store["writable"] else "NOT writable"
+        print(f"store      {store['path']} ({state}{'' if store['exists'] else ', not created yet'})")
+    ok = facts["mlx_works"] and facts["store"]["writable"]
+    return 0 if ok else 1

@@ -1,0 +1,156 @@
+"""Facts about this machine: memory, swap, load, and the macOS-only figures behind one interface.
+
+Every macOS-only source (sysctl iogpu.wired_limit_mb, vm_stat, memory_pressure, caffeinate) is
+a small function that runs one command and a parser tested against recorded output. Each fails
+soft: a missing tool or an unexpected output means a missing figure (None), never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+
+IS_MACOS = sys.platform == "darwin"
+
+
+def run_command(argv: list[str], timeout: float = 5.0) -> str | None:
+    """stdout of a short command, or None when it is missing, fails or hangs."""
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+# -- macOS: parsers of recorded outputs (tests/data/macos/) ------------------------------------
+
+def parse_sysctl_value(output: str | None) -> int | None:
+    """`sysctl -n iogpu.wired_limit_mb` prints a number (0 means the default limit)."""
+    if not output:
+        return None
+    try:
+        return int(output.strip())
+    except ValueError:
+        return None
+
+
+def parse_vm_stat(output: str | None) -> dict[str, int] | None:
+    """Pages from `vm_stat`, converted to bytes: free, active, inactive, wired, compressed..."""
+    if not output:
+        return None
+    size_match = re.search(r"page size of (\d+) bytes", output)
+    if not size_match:
+        return None
+    page = int(size_match.group(1))
+    figures = {}
+    for line in output.splitlines()[1:]:
+        match = re.match(r'^"?([^":]+)"?:\s+(\d+)\.?$', line.strip())
+        if match:
+            key = match.group(1).strip().lower().replace("pages ", "").replace(" ", "_")
+            figures[key] = int(match.group(2)) * page
+    return figures or None
+
+
+def parse_memory_pressure(output: str | None) -> int | None:
+    """Free memory percentage from `memory_pressure` ("System-wide memory free percentage: 63%")."""
+    if not output:
+        return None
+    match = re.search(r"System-wide memory free percentage:\s*(\d+)%", output)
+    return int(match.group(1)) if match else None
+
+
+def wired_limit_bytes() -> int | None:
+    """The GPU wired memory limit set by `sysctl iogpu.wired_limit_mb`, when one is set."""
+    if not IS_MACOS:
+        return None
+    mb = parse_sysctl_value(run_command(["sysctl", "-n", "iogpu.wired_limit_mb"]))
+    return mb * 1024 * 1024 if mb else None
+
+
+def memory_free_percent() -> int | None:
+    if not IS_MACOS:
+        return None
+    return parse_memory_pressure(run_command(["memory_pressure", "-Q"]))
+
+
+def caffeinate_prefix() -> list[str]:
+    """Keep a Mac awake while the trainer runs (`caffeinate -i`); nothing elsewhere."""
+    if IS_MACOS and shutil.which("caffeinate"):
+        return ["caffeinate", "-i"]
+    return []
+
+
+# -- every platform -----------------------------------------------------------------------------
+
+@dataclass
+class MemoryFacts:
+    """Memory figures in bytes; None where this machine cannot tell."""
+
+    total_bytes: int
+    available_bytes: int
+    used_by_others_bytes: int
+    swap_used_bytes: int
+    wired_limit_bytes: int | None = None
+    free_percent: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def memory_facts() -> MemoryFacts:
+    vm = psutil.virtual_memory()
+    swap = psutil.swap_memory()
+    return MemoryFacts(
+        total_bytes=int(vm.total),
+        available_bytes=int(vm.available),
+        used_by_others_bytes=int(vm.total - vm.available),
+        swap_used_bytes=int(swap.used),
+        wired_limit_bytes=wired_limit_bytes(),
+        free_percent=memory_free_percent(),
+    )
+
+
+def cpu_load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def probe_mlx(python: str | None = None, timeout: float = 60.0) -> dict | None:
+    """What MLX sees (versions, device, memory limit), from a subprocess; None if it fails."""
+    try:
+        done = subprocess.run(
+            [python or sys.executable, "-m", "zyquo_tui.trainer.probe"],
+            capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    try:
+        return json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return None
+
+
+def writable(folder: Path) -> bool:
+    """Whether files can be created in `folder` (or in its nearest existing parent)."""
+    probe = folder
+    while not probe.exists():
+        if probe.parent == probe:
+            return False
+        probe = probe.parent
+    return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)

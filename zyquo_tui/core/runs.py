@@ -1,0 +1,315 @@
+"""Runs: what a fine-tuning run is, the states it moves through, and its hyperparameters.
+
+Hyperparameters keep mlx-lm's names and defaults (mlx-lm 0.32), so a run maps one to one onto
+an mlx-lm YAML config (see `core/mlx_config.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+class RunState(str, enum.Enum):
+    """Where a run is in its life. Terminal states can only be left by a resume."""
+
+    CONFIGURED = "configured"
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"  # the trainer vanished without a terminal event
+
+    @property
+    def is_active(self) -> bool:
+        """A trainer process exists (or is about to) for this run."""
+        return self in (RunState.STARTING, RunState.RUNNING)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+    @property
+    def can_resume(self) -> bool:
+        return self in (RunState.CANCELLED, RunState.FAILED, RunState.INTERRUPTED)
+
+
+TERMINAL_STATES = frozenset(
+    {RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED, RunState.INTERRUPTED}
+)
+
+_RESUMABLE = {RunState.QUEUED, RunState.STARTING}
+ALLOWED_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
+    RunState.CONFIGURED: frozenset({RunState.QUEUED, RunState.STARTING}),
+    RunState.QUEUED: frozenset({RunState.CONFIGURED, RunState.STARTING}),
+    RunState.STARTING: frozenset(
+        {RunState.RUNNING, RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED,
+         RunState.INTERRUPTED}
+    ),
+    RunState.RUNNING: frozenset(
+        {RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED, RunState.INTERRUPTED}
+    ),
+    RunState.COMPLETED: frozenset(),
+    RunState.FAILED: frozenset(_RESUMABLE),
+    RunState.CANCELLED: frozenset(_RESUMABLE),
+    RunState.INTERRUPTED: frozenset(_RESUMABLE),
+}
+
+
+class InvalidTransition(ValueError):
+    """A state change that the run's lifecycle does not allow."""
+
+
+def check_transition(current: RunState, new: RunState) -> None:
+    if new not in ALLOWED_TRANSITIONS[current]:
+        raise InvalidTransition(f"a {current.value} run cannot become {new.value}")
+
+
+class Method(str, enum.Enum):
+    """How the model is fine-tuned. QLoRA is LoRA on a quantized base model."""
+
+    LORA = "lora"
+    DORA = "dora"
+    QLORA = "qlora"
+    FULL = "full"
+
+    @property
+    def fine_tune_type(self) -> str:
+        """mlx-lm's name for it (mlx-lm has no qlora: the quantized base makes it so)."""
+        return "lora" if self is Method.QLORA else self.value
+
+
+OPTIMIZERS = ("adam", "adamw", "muon", "sgd", "adafactor")
+LR_SCHEDULES = ("cosine_decay", "linear_schedule", "exponential_decay", "step_decay")
+
+
+def default_lora_parameters() -> dict[str, Any]:
+    return {"rank": 8, "dropout": 0.0, "scale": 20.0}
+
+
+@dataclass
+class Hyperparameters:
+    """The training settings of a run, with mlx-lm's names and defaults."""
+
+    optimizer: str = "adam"
+    optimizer_config: dict[str, dict[str, Any]] = field(default_factory=dict)
+    num_layers: int = 16
+    batch_size: int = 4
+    iters: int = 1000
+    val_batches: int = 25
+    learning_rate: float = 1e-5
+    steps_per_report: int = 10
+    steps_per_eval: int = 200
+    save_every: int = 100
+    max_seq_length: int = 2048
+    grad_checkpoint: bool = False
+    grad_accumulation_steps: int = 1
+    mask_prompt: bool = False
+    seed: int = 0
+    lora_parameters: dict[str, Any] = field(default_factory=default_lora_parameters)
+    lr_schedule: dict[str, Any] | None = None
+
+    @property
+    def rank(self) -> int:
+        return int(self.lora_parameters.get("rank", 8))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Hyperparameters":
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        hp = cls(**values)
+        lora = default_lora_parameters()
+        lora.update(hp.lora_parameters or {})
+        hp.lora_parameters = lora
+        return hp
+
+    def problems(self, method: "Method | None" = None) -> tuple[list[str], list[str]]:
+        """Check every value; return (errors, warnings), one sentence each."""
+        errors: list[str] = []
+        warnings: list[str] = []
+
+        def positive_int(name: str, value: Any, allow: tuple[int, ...] = ()) -> bool:
+            if isinstance(value, bool) or not isinstance(value, int):
+                errors.append(f"{name} must be a whole number, not {value!r}.")
+                return False
+            if value < 1 and value not in allow:
+                extra = f" (or {', '.join(map(str, allow))})" if allow else ""
+                errors.append(f"{name} must be at least 1{extra}, not {value}.")
+                return False
+            return True
+
+        for name in ("batch_size", "iters", "steps_per_report", "steps_per_eval",
+                     "save_every", "max_seq_length", "grad_accumulation_steps"):
+            positive_int(name, getattr(self, name))
+        positive_int("num_layers", self.num_layers, allow=(-1,))
+        positive_int("val_batches", self.val_batches, allow=(-1,))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            errors.append(f"seed must be a whole number of 0 or more, not {self.seed!r}.")
+
+        lr = self.learning_rate
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)):
+            errors.append(f"learning_rate must be a number, not {lr!r}.")
+        elif not lr > 0 or lr != lr or lr == float("inf"):
+            errors.append(f"learning_rate must be greater than 0, not {lr}.")
+        elif lr > 1:
+            warnings.append(f"learning_rate {lr} is very high; training will likely diverge.")
+
+        if self.optimizer not in OPTIMIZERS:
+            errors.append(
+                f"optimizer {self.optimizer!r} is unknown; choose one of {', '.join(OPTIMIZERS)}."
+            )
+        if not isinstance(self.optimizer_config, dict):
+            errors.append("optimizer_config must map optimizer names to their settings.")
+
+        lora = self.lora_parameters or {}
+        if method is None or method is not Method.FULL:
+            rank = lora.get("rank")
+            if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+                errors.append(f"rank (lora_parameters.rank) must be at least 1, not {rank!r}.")
+            scale = lora.get("scale")
+            if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+                errors.append(f"lora_parameters.scale must be a number, not {scale!r}.")
+            dropout = lora.get("dropout")
+            if (isinstance(dropout, bool) or not isinstance(dropout, (int, float))
+                    or not 0 <= dropout < 1):
+                errors.append(
+                    f"lora_parameters.dropout must be from 0 up to (not including) 1, "
+                    f"not {dropout!r}."
+                )
+
+        if self.lr_schedule is not None:
+            schedule = self.lr_schedule
+            if not isinstance(schedule, dict) or "name" not in schedule:
+                errors.append("lr_schedule needs a name and arguments, as in mlx-lm's config.")
+            elif schedule["name"] not in LR_SCHEDULES:
+                errors.append(
+                    f"lr_schedule {schedule['name']!r} is unknown; choose one of "
+                    f"{', '.join(LR_SCHEDULES)}."
+                )
+            elif not isinstance(schedule.get("arguments"), list) or not schedule["arguments"]:
+                errors.append("lr_schedule.arguments must be a list starting with the learning rate.")
+
+        if not errors:
+            if self.save_every > self.iters:
+                warnings.append(
+                    f"save_every ({self.save_every}) is larger than iters ({self.iters}): "
+                    "only the final checkpoint will be saved."
+                )
+            if self.steps_per_eval > self.iters:
+                warnings.append(
+                    f"steps_per_eval ({self.steps_per_eval}) is larger than iters "
+                    f"({self.iters}): validation runs only at the first and last step."
+                )
+        return errors, warnings
+
+
+def new_run_id(now: float | None = None) -> str:
+    """An id that sorts by creation time: UTC date, time to the millisecond, random suffix."""
+    now = time.time() if now is None else now
+    stamp = datetime.fromtimestamp(now, tz=timezone.utc)
+    return f"{stamp:%Y%m%d-%H%M%S}-{int(now * 1000) % 1000:03d}-{secrets.token_hex(2)}"
+
+
+def utc_now_iso() -> str:
+    return datetime.now(tz=timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class Run:
+    """The record of one run, stored as run.json in its run directory."""
+
+    id: str
+    name: str
+    method: Method
+    model: str
+    data: str
+    hyperparameters: Hyperparameters = field(default_factory=Hyperparameters)
+    state: RunState = RunState.CONFIGURED
+    created: str = field(default_factory=utc_now_iso)
+    # Where this run came from: {"parent": run id, "step": checkpoint step} for a fork.
+    lineage: dict[str, Any] | None = None
+    # The step to resume from on the next start (exact resume), or None to start fresh.
+    resume_from_step: int | None = None
+    # The trainer process: {"pid", "start_time", "host"} while one exists or last existed.
+    process: dict[str, Any] | None = None
+    # Figures rebuilt from events: last step, last losses, best validation, measured peak.
+    summary: dict[str, Any] = field(default_factory=dict)
+    # Why the run failed: {"cause", "message", "suggestion"}.
+    failure: dict[str, Any] | None = None
+    # mlx-lm config keys this version does not model: kept and passed through unchanged.
+    extra_config: dict[str, Any] = field(default_factory=dict)
+    # The memory verdict at start, and whether the user overrode a "won't fit".
+    memory: dict[str, Any] | None = None
+    # When the run entered the queue (queue order is kept in the store's queue file).
+    queued_at: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    @classmethod
+    def new(cls, *, model: str, data: str, method: Method | str = Method.LORA,
+            name: str | None = None, hyperparameters: Hyperparameters | None = None,
+            run_id: str | None = None) -> "Run":
+        run_id = run_id or new_run_id()
+        method = Method(method)
+        return cls(
+            id=run_id,
+            name=name or f"{os.path.basename(str(model).rstrip('/'))} {method.value}",
+            method=method,
+            model=str(model),
+            data=str(data),
+            hyperparameters=hyperparameters or Hyperparameters(),
+        )
+
+    def set_state(self, new: RunState) -> None:
+        check_transition(self.state, new)
+        self.state = new
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["method"] = self.method.value
+        data["state"] = self.state.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Run":
+        """Build a run from its record; raises ValueError with a reason when it is malformed."""
+        if not isinstance(data, dict):
+            raise ValueError("the record is not a JSON object")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(
+                f"schema_version {version!r} is not {SCHEMA_VERSION} (written by another "
+                "version of zyquo-tui)"
+            )
+        try:
+            known = {f.name for f in dataclasses.fields(cls)}
+            values = {k: v for k, v in data.items() if k in known}
+            values["method"] = Method(values["method"])
+            values["state"] = RunState(values["state"])
+            values["hyperparameters"] = Hyperparameters.from_dict(
+                values.get("hyperparameters") or {}
+            )
+            for key in ("id", "name", "model", "data"):
+                if not isinstance(values[key], str):
+                    raise ValueError(f"{key} is not text")
+            return cls(**values)
+        except KeyError as error:
+            raise ValueError(f"the field {error.args[0]} is missing") from None
+        except (TypeError, ValueError) as error:
+            raise ValueError(str(error)) from None
+
+    def problems(self) -> tuple[list[str], list[str]]:
+        """Errors and warnings of the run's settings, one sentence each."""
+        return self.hyperparameters.problems(self.method)

@@ -1,0 +1,59 @@
+"""User settings from $ZYQUO_HOME/config.toml: model folders, notifications, cancel grace."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tomli_w
+
+from .errors import UserError
+from .paths import settings_file
+
+
+@dataclass
+class Settings:
+    """What a user can set in config.toml. Missing keys take these defaults."""
+
+    model_folders: list[str] = field(default_factory=list)
+    webhook_url: str | None = None
+    cancel_grace_seconds: float = 30.0
+    one_active_run: bool = True
+
+    @classmethod
+    def load(cls, home: Path | None = None) -> "Settings":
+        path = settings_file(home)
+        if not path.exists():
+            return cls()
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as error:
+            raise UserError(
+                f"{path}:{getattr(error, 'lineno', '?')}: not valid TOML ({error}); "
+                "fix or remove the file."
+            ) from None
+        settings = cls()
+        folders = data.get("models", {}).get("folders", [])
+        if not isinstance(folders, list) or not all(isinstance(f, str) for f in folders):
+            raise UserError(f"{path}: models.folders must be a list of paths; fix the file.")
+        settings.model_folders = folders
+        settings.webhook_url = data.get("notifications", {}).get("webhook_url")
+        runs = data.get("runs", {})
+        settings.cancel_grace_seconds = float(runs.get("cancel_grace_seconds", 30.0))
+        settings.one_active_run = bool(runs.get("one_active_run", True))
+        return settings
+
+    def save(self, home: Path | None = None) -> None:
+        path = settings_file(home)
+        data = {
+            "models": {"folders": list(self.model_folders)},
+            "runs": {
+                "cancel_grace_seconds": self.cancel_grace_seconds,
+                "one_active_run": self.one_active_run,
+            },
+        }
+        if self.webhook_url:
+            data["notifications"] = {"webhook_url": self.webhook_url}
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.write_text(tomli_w.dumps(data), encoding="utf-8")

@@ -1,0 +1,50 @@
+"""`python -m zyquo_tui.trainer RUN_DIR`: train one run, writing events and checkpoints.
+
+Exit status: 0 completed or cancelled, 1 failed (the `failed` event says why), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+from ..core.errors import EXIT_USAGE
+
+
+class StopRequest:
+    """SIGTERM/SIGINT: the first asks for a checkpoint and a clean exit; the second is final."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.on_second_signal = lambda: None
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            self.on_second_signal()
+        self.requested = True
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m zyquo_tui.trainer RUN_DIR", file=sys.stderr)
+        return EXIT_USAGE
+    run_dir = Path(args[0]).resolve()
+    if not (run_dir / "run.json").is_file():
+        print(f"zyquo-tui trainer: {run_dir} is not a run folder (it has no run.json).",
+              file=sys.stderr)
+        return EXIT_USAGE
+    stop = StopRequest()
+    stop.install()  # before the slow imports, so an early cancel is not lost
+    from .session import TrainingSession
+
+    return TrainingSession(run_dir, stop).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Training batches in mlx-lm's exact order, with a position that can be saved and restored.
+
+This mirrors `mlx_lm.tuner.trainer.iterate_batches` (mlx-lm 0.32) line for line in what it
+yields and in how it draws from NumPy's global random state, so a run trains on the same batches
+as `mlx_lm lora`. What mlx-lm's generator cannot do is say where it is: `position()` and
+`restore()` make exact resume possible (the permutation of the current epoch and the index
+within it; the global RNG state is saved beside it by the checkpoint code).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.tuner.datasets import CacheDataset
+
+PAD_TO = 32  # mlx-lm pads each batch to one plus a multiple of 32 tokens
+
+
+class BatchStream:
+    """An endless stream of (batch, lengths) pairs, epoch after epoch, like mlx-lm's loop=True."""
+
+    def __init__(self, dataset: CacheDataset, batch_size: int, max_seq_length: int) -> None:
+        if len(dataset) < batch_size:
+            raise ValueError(
+                f"Dataset must have at least batch_size={batch_size}"
+                f" examples but only has {len(dataset)}."
+            )
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.max_seq_length = max_seq_length
+        # mlx-lm sorts by CacheDataset.itemlen, which is the length of the raw row: keep it.
+        idx = sorted(range(len(dataset)), key=dataset.itemlen)
+        self.batch_idx = [
+            idx[i : i + batch_size] for i in range(0, len(idx) - batch_size + 1, batch_size)
+        ]
+        self.permutation: np.ndarray | None = None
+        self.index = 0
+        self.truncated_batches = 0
+        self.longest_truncated = 0
+
+    def __iter__(self) -> "BatchStream":
+        return self
+
+    def __next__(self) -> tuple[mx.array, mx.array]:
+        if self.permutation is None or self.index >= len(self.permutation):
+            # Drawn lazily, when the first batch of an epoch is asked for, as mlx-lm does:
+            # validation draws from the same global RNG in between.
+            self.permutation = np.random.permutation(len(self.batch_idx))
+            self.index = 0
+        i = self.permutation[self.index]
+        self.index += 1
+        return self._make_batch(self.batch_idx[i])
+
+    def _make_batch(self, indices: list[int]) -> tuple[mx.array, mx.array]:
+        batch = [self.dataset[j] for j in indices]
+        if len(batch[0]) == 2:
+            batch, offsets = zip(*batch)
+        else:
+            offsets = [0] * len(batch)
+        lengths = [len(x) for x in batch]
+        if max(lengths) > self.max_seq_length:
+            self.truncated_batches += 1
+            self.longest_truncated = max(self.longest_truncated, max(lengths))
+        max_length_in_batch = 1 + PAD_TO * ((max(lengths) + PAD_TO - 1) // PAD_TO)
+        max_length_in_batch = min(max_length_in_batch, self.max_seq_length)
+        batch_arr = np.zeros((self.batch_size, max_length_in_batch), np.int32)
+        for j in range(self.batch_size):
+            truncated_length = min(lengths[j], self.max_seq_length)
+            batch_arr[j, :truncated_length] = batch[j][:truncated_length]
+            lengths[j] = truncated_length
+        return mx.array(batch_arr), mx.array(list(zip(offsets, lengths)))
+
+    def position(self) -> dict[str, Any]:
+        return {
+            "permutation": None if self.permutation is None else self.permutation.tolist(),
+            "index": self.index,
+            "batches_per_epoch": len(self.batch_idx),
+        }
+
+    def restore(self, position: dict[str, Any]) -> None:
+        if position.get("batches_per_epoch") != len(self.batch_idx):
+            raise ValueError(
+                "the training data changed since the checkpoint was saved "
+                f"({position.get('batches_per_epoch')} batches per epoch then, "
+                f"{len(self.batch_idx)} now)"
+            )
+        perm = position.get("permutation")
+        self.permutation = None if perm is None else np.array(perm, dtype=np.int64)
+        self.index = int(position["index"])

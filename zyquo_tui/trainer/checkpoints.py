@@ -1,0 +1,113 @@
+"""Checkpoints in mlx-lm's layout, plus the trainer state that exact resume needs.
+
+adapters/
+  adapter_config.json              every resolved argument, as mlx-lm writes it
+  adapters.safetensors             the latest weights (what `--adapter-path` loads)
+  0000040_adapters.safetensors     the weights at step 40 (mlx-lm's name)
+  0000040_state.safetensors        optimizer state and gradient accumulation at step 40
+  0000040_state.json               step, data position, NumPy and MLX RNG states, running sums
+
+Each file is written to a temporary name and renamed, so a trainer killed mid-save leaves
+every earlier checkpoint loadable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
+
+from ..core.checkpoints import LATEST_ADAPTERS, adapter_file, state_files
+
+STATE_FORMAT = 1
+
+
+def _save_tensors(path: Path, tensors: dict[str, mx.array]) -> None:
+    temp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    mx.save_safetensors(str(temp), tensors)
+    _fsync(temp)
+    os.replace(temp, path)
+
+
+def _save_json(path: Path, data: Any) -> None:
+    temp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    with open(temp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, path)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(
+    adapters: Path, step: int, weights: dict[str, mx.array], optimizer_state: Any,
+    grad_accum: Any, loss_sum: mx.array | float, meta: dict[str, Any],
+) -> dict[str, Any]:
+    """Write weights and resume state for `step`; return the paths and bytes written."""
+    numbered = adapter_file(adapters, step)
+    _save_tensors(numbered, weights)
+    latest = adapters / LATEST_ADAPTERS
+    _save_tensors(latest, weights)
+
+    tensors = {f"optimizer.{k}": v for k, v in tree_flatten(optimizer_state)}
+    if grad_accum is not None:
+        tensors.update({f"grad_accum.{k}": v for k, v in tree_flatten(grad_accum)})
+    tensors["loss_sum"] = mx.array(loss_sum, dtype=mx.float32)
+    state_tensors, state_json = state_files(adapters, step)
+    _save_tensors(state_tensors, tensors)
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    _save_json(state_json, {
+        "format": STATE_FORMAT,
+        "step": step,
+        "numpy_rng": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "mlx_rng": [int(x) for x in mx.random.state[0].tolist()],
+        "has_grad_accum": grad_accum is not None,
+        **meta,
+    })
+    paths = [numbered, state_tensors, state_json]
+    return {
+        "adapter_file": str(numbered),
+        "latest": str(latest),
+        "state_files": [str(state_tensors), str(state_json)],
+        "bytes": sum(p.stat().st_size for p in paths),
+    }
+
+
+def load_state(adapters: Path, step: int) -> tuple[dict[str, Any], dict[str, mx.array]]:
+    """The saved meta and tensors of `step`; FileNotFoundError when that step has none."""
+    state_tensors, state_json = state_files(adapters, step)
+    meta = json.loads(state_json.read_text(encoding="utf-8"))
+    if meta.get("format") != STATE_FORMAT:
+        raise ValueError(f"{state_json}: trainer state format {meta.get('format')} is unknown")
+    return meta, mx.load(str(state_tensors))
+
+
+def split_state(tensors: dict[str, mx.array]) -> tuple[Any, Any, mx.array]:
+    """optimizer state tree, gradient accumulation tree (or None), loss sum."""
+    def subtree(prefix: str):
+        items = [(k[len(prefix):], v) for k, v in tensors.items() if k.startswith(prefix)]
+        return tree_unflatten(items) if items else None
+
+    return subtree("optimizer."), subtree("grad_accum."), tensors["loss_sum"]
+
+
+def restore_rngs(meta: dict[str, Any]) -> None:
+    """Put NumPy's global RNG (data order) and MLX's key (dropout) back as they were."""
+    kind, keys, pos, has_gauss, cached = meta["numpy_rng"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    # MLX's state cannot be assigned; seeding with the 64-bit key recreates it exactly.
+    high, low = meta["mlx_rng"]
+    mx.random.seed((high << 32) | low)
+

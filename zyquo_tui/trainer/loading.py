@@ -1,0 +1,153 @@
+"""Load a run's model and data with mlx-lm's own loaders, turning their errors into sentences.
+
+Every check that can be made before the (slow) model load is made first, so a bad input fails
+in a second with a message that says what to change.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+from typing import Any
+
+from ..core.failures import Failure, failure
+from ..core.runs import Method, Run
+
+
+class TrainerFailure(Exception):
+    """Training cannot go on; carries the cause and the sentence for the `failed` event."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+def fail(cause: str, message: str, suggestion: str | None = None) -> TrainerFailure:
+    return TrainerFailure(failure(cause, message, suggestion))
+
+
+def check_model_folder(run: Run) -> dict[str, Any]:
+    """The model's config.json, after checking the folder and the method against it."""
+    folder = Path(run.model)
+    if not folder.is_dir():
+        raise fail("config", f"The model folder {folder} does not exist.",
+                   "pick a model from `zyquo-tui models`, or give the path of an MLX model folder")
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise fail("config", f"{folder} has no config.json, so it is not a model folder.",
+                   "point the run at the folder that holds config.json and *.safetensors")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise fail("config", f"{config_path}: not valid JSON ({error}).",
+                   "repair or re-download the model") from None
+    quantized = "quantization" in config or "quantization_config" in config
+    if run.method is Method.FULL and quantized:
+        raise fail("config", f"Full fine-tuning needs an unquantized model, and {folder.name} is "
+                   "quantized.",
+                   "use the qlora method on this model, or full fine-tuning on an unquantized one")
+    if run.method is Method.QLORA and not quantized:
+        raise fail("config", f"QLoRA needs a quantized base model, and {folder.name} is not "
+                   "quantized.",
+                   "use lora on this model, or quantize it first (`mlx_lm convert -q`)")
+    return config
+
+
+def load_model(run: Run):
+    """(model, tokenizer) with mlx_lm.load; unknown architectures fail as config errors."""
+    check_model_folder(run)
+    from mlx_lm import load
+
+    try:
+        return load(run.model)
+    except ValueError as error:
+        text = str(error)
+        if "not supported" in text:
+            raise fail("config", f"{text.rstrip('.')}: the installed mlx-lm does not know this "
+                       "architecture.",
+                       "upgrade mlx-lm, or choose a model whose model_type mlx-lm supports"
+                       ) from None
+        raise fail("config", f"The model in {run.model} could not be loaded: {text}") from None
+    except FileNotFoundError as error:
+        raise fail("config", f"The model in {run.model} is incomplete: {error}.",
+                   "the folder needs *.safetensors weights; convert PyTorch weights with "
+                   "`mlx_lm convert`") from None
+
+
+def _read_rows(path: Path) -> list[Any]:
+    """Rows of a JSONL file as mlx-lm reads them, with file:line on the first bad one."""
+    rows = []
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                rows.append(json.loads(raw))
+            except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                reason = "an empty line" if not raw.strip() else f"not valid JSON ({error})"
+                raise fail("data", f"{path}:{number}: {reason}.") from None
+    return rows
+
+
+def data_settings(run: Run) -> types.SimpleNamespace:
+    """What mlx-lm's create_dataset reads from its args (mask_prompt and the *_feature keys)."""
+    values = {"mask_prompt": run.hyperparameters.mask_prompt}
+    values.update({k: v for k, v in run.extra_config.items() if k.endswith("_feature")})
+    return types.SimpleNamespace(**values)
+
+
+def load_datasets(run: Run, tokenizer) -> tuple[Any, Any, dict[str, int]]:
+    """(train, valid) as mlx-lm's dataset objects, and the row count of each split."""
+    from mlx_lm.tuner.datasets import create_dataset
+
+    folder = Path(run.data)
+    if not folder.is_dir():
+        raise fail("data", f"The data folder {folder} does not exist.")
+    train_path = folder / "train.jsonl"
+    if not train_path.is_file():
+        raise fail("data", f"{folder} has no train.jsonl, which training needs.")
+    settings = data_settings(run)
+    splits: dict[str, Any] = {}
+    sizes: dict[str, int] = {}
+    for name in ("train", "valid"):
+        path = folder / f"{name}.jsonl"
+        rows = _read_rows(path) if path.is_file() else []
+        sizes[name] = len(rows)
+        if not rows:
+            splits[name] = []
+            continue
+        try:
+            splits[name] = create_dataset(rows, tokenizer, settings)
+        except ValueError as error:
+            raise fail("data", f"{path}:1: {str(error).splitlines()[0]}") from None
+    if not sizes["train"]:
+        raise fail("data", f"{train_path} is empty.")
+    batch_size = run.hyperparameters.batch_size
+    if sizes["train"] < batch_size:
+        raise fail("data", f"{train_path} has {sizes['train']} rows, fewer than the batch size "
+                   f"({batch_size}).", "add rows or lower batch_size")
+    return splits["train"], splits["valid"], sizes
+
+
+def tokenize_all(dataset, path: Path) -> list[int]:
+    """Process every row now (mlx-lm would do it mid-training) so bad rows fail up front.
+
+    Returns the token count of each row. `dataset` is a CacheDataset, which keeps the result.
+    """
+    lengths = []
+    for index in range(len(dataset)):
+        try:
+            tokens = dataset[index]
+        except Exception as error:  # mlx-lm and the tokenizer raise many kinds
+            text = str(error).splitlines()[0] if str(error) else type(error).__name__
+            if "chat template" in text or "chat_template" in text:
+                raise fail("data", f"{path}:{index + 1}: this row needs a chat template, and the "
+                           f"model's tokenizer has none ({text}).",
+                           "use text data ({\"text\": ...}), or a model whose tokenizer has a "
+                           "chat_template") from None
+            if isinstance(error, KeyError):
+                text = f"the key {error.args[0]!r} is missing"
+            raise fail("data", f"{path}:{index + 1}: this row cannot be used ({text}).") from None
+        if isinstance(tokens, tuple):
+            tokens = tokens[0]
+        lengths.append(len(tokens))
+    return lengths

@@ -1,0 +1,228 @@
+"""The training loop: mlx-lm's `train()` step for step, plus events, cancel, NaN stop and resume.
+
+mlx-lm 0.32's `train()` cannot start at step k, cannot stop cleanly and cannot say where its
+data iterator is, so this module repeats its loop (same compiled step, same loss, same
+validation, same order of random draws) and adds those. tests/test_trainer.py checks that the
+losses equal the ones mlx-lm's own `train()` reports for the same config.
+
+Iteration numbers: a `train` event at iteration k covers steps up to and including k; a `val`
+event at iteration k was measured during step k, before that step's update (mlx-lm's callback
+reports the same validation as k - 1). See docs/EVENTS.md.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.nn.utils import average_gradients
+from mlx.utils import tree_flatten, tree_map
+from mlx_lm.tuner.trainer import default_loss, evaluate, grad_checkpoint
+from mlx_lm.utils import maybe_set_recommended_wired_limit
+
+from . import checkpoints
+from .batches import BatchStream
+from .loading import fail
+
+
+@dataclass
+class LoopSettings:
+    """mlx-lm's TrainingArgs, and where checkpoints go."""
+
+    batch_size: int
+    iters: int
+    val_batches: int
+    steps_per_report: int
+    steps_per_eval: int
+    save_every: int
+    max_seq_length: int
+    grad_checkpoint: bool
+    grad_accumulation_steps: int
+    adapters: Path
+
+
+@dataclass
+class LoopHooks:
+    """Where the loop reports to. `should_stop` is polled after every step."""
+
+    on_train: Callable[[dict[str, Any]], None]
+    on_val: Callable[[dict[str, Any]], None]
+    on_checkpoint: Callable[[dict[str, Any]], None]
+    should_stop: Callable[[], bool] = lambda: False
+
+
+@dataclass
+class LoopResult:
+    step: int
+    stopped: bool  # True when should_stop ended it before iters
+    checkpoint: dict[str, Any] | None = None
+    val_losses: dict[int, float] = field(default_factory=dict)
+
+
+class TrainingLoop:
+    """Runs steps `start + 1 .. iters` of one training run."""
+
+    def __init__(self, model: nn.Module, optimizer, train_set, val_set,
+                 settings: LoopSettings, hooks: LoopHooks) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.train_set = train_set
+        self.val_set = val_set
+        self.settings = settings
+        self.hooks = hooks
+        self.batches = BatchStream(train_set, settings.batch_size, settings.max_seq_length)
+        self.start_step = 0
+        # Running sums between reports, as in mlx-lm; saved with each checkpoint so a resumed
+        # run reports exactly the figures an uninterrupted one would.
+        self.loss_sum: Any = 0
+        self.tokens_since_report = 0
+        self.steps_since_report = 0
+        self.time_since_report = 0.0
+        self.trained_tokens = 0
+        self.grad_accum: Any = None
+
+    # -- resume ------------------------------------------------------------------------------
+
+    def restore(self, step: int) -> None:
+        """Continue from the checkpoint of `step`: weights, optimizer, RNG, data position, sums."""
+        adapters = self.settings.adapters
+        try:
+            meta, tensors = checkpoints.load_state(adapters, step)
+        except FileNotFoundError:
+            raise fail("config", f"Step {step} has no saved trainer state in {adapters}.",
+                       "resume from a step listed by `zyquo-tui runs show ID`") from None
+        self.model.load_weights(str(checkpoints.adapter_file(adapters, step)), strict=False)
+        optimizer_state, grad_accum, loss_sum = checkpoints.split_state(tensors)
+        self.optimizer.state = optimizer_state
+        self.optimizer.init(self.model.trainable_parameters())  # keeps the loaded moments
+        self.grad_accum = grad_accum if meta.get("has_grad_accum") else None
+        checkpoints.restore_rngs(meta)
+        try:
+            self.batches.restore(meta["data"])
+        except ValueError as error:
+            raise fail("data", f"Cannot resume exactly: {error}.",
+                       "fork a new run from this checkpoint instead (a warm start)") from None
+        sums = meta["sums"]
+        self.loss_sum = loss_sum
+        self.tokens_since_report = sums["tokens_since_report"]
+        self.steps_since_report = sums["steps_since_report"]
+        self.time_since_report = sums["time_since_report"]
+        self.trained_tokens = sums["trained_tokens"]
+        self.start_step = step
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> LoopResult:
+        s = self.settings
+        maybe_set_recommended_wired_limit()
+        if s.grad_checkpoint:
+            grad_checkpoint(self.model.layers[0])
+        model, optimizer = self.model, self.optimizer
+        loss_value_and_grad = nn.value_and_grad(model, default_loss)
+        accum_steps = s.grad_accumulation_steps
+        state = [model.state, optimizer.state, mx.random.state]
+
+        @partial(mx.compile, inputs=state, outputs=state)
+        def step(batch, prev_grad, do_update):
+            (lvalue, toks), grad = loss_value_and_grad(model, *batch)
+            if prev_grad is not None:
+                grad = tree_map(lambda x, y: x + y, grad, prev_grad)
+            if do_update:
+                grad = average_gradients(grad)
+                if accum_steps > 1:
+                    grad = tree_map(lambda x: x / accum_steps, grad)
+                optimizer.update(model, grad)
+                grad = None
+            return lvalue, toks, grad
+
+        model.train()
+        result = LoopResult(step=self.start_step, stopped=False)
+        for it in range(self.start_step + 1, s.iters + 1):
+            batch = next(self.batches)  # fetched before validation, as mlx-lm's zip() does
+            tic = time.perf_counter()
+            if self.val_set and (it == 1 or it % s.steps_per_eval == 0 or it == s.iters):
+                val_loss, val_time = self._validate()
+                result.val_losses[it] = val_loss
+                self.hooks.on_val({"iteration": it, "val_loss": val_loss, "val_time": val_time})
+                tic = time.perf_counter()
+
+            lvalue, toks, self.grad_accum = step(batch, self.grad_accum, it % accum_steps == 0)
+            self.loss_sum += lvalue
+            self.tokens_since_report += toks
+            self.steps_since_report += 1
+            mx.eval(state, self.loss_sum, self.tokens_since_report, self.grad_accum)
+            self.time_since_report += time.perf_counter() - tic
+            result.step = it
+
+            loss_now = lvalue.item()
+            if not math.isfinite(loss_now):
+                raise fail("nan", f"The training loss became {loss_now} at step {it}; the run was "
+                           "stopped there and the weights of that step were not saved.")
+
+            if it % s.steps_per_report == 0 or it == s.iters:
+                self._report(it)
+
+            stopping = it < s.iters and self.hooks.should_stop()
+            if it % s.save_every == 0 or it == s.iters or stopping:
+                result.checkpoint = self.save(it, result.val_losses.get(it))
+            if stopping:
+                result.stopped = True
+                break
+        return result
+
+    def _validate(self) -> tuple[float, float]:
+        s = self.settings
+        tic = time.perf_counter()
+        val_loss = evaluate(
+            model=self.model, dataset=self.val_set, loss=default_loss,
+            batch_size=s.batch_size, num_batches=s.val_batches,
+            max_seq_length=s.max_seq_length,
+        )
+        self.model.train()
+        return val_loss, time.perf_counter() - tic
+
+    def _report(self, it: int) -> None:
+        train_loss = float(mx.array(self.loss_sum).item()) / self.steps_since_report
+        n_tokens = int(mx.array(self.tokens_since_report).item())
+        elapsed = max(self.time_since_report, 1e-9)
+        self.trained_tokens += n_tokens
+        self.hooks.on_train({
+            "iteration": it,
+            "train_loss": train_loss,
+            "learning_rate": float(self.optimizer.learning_rate.item()),
+            "iterations_per_second": self.steps_since_report / elapsed,
+            "tokens_per_second": n_tokens / elapsed,
+            "trained_tokens": self.trained_tokens,
+            "peak_memory_bytes": int(mx.get_peak_memory()),
+        })
+        self.loss_sum = 0
+        self.tokens_since_report = 0
+        self.steps_since_report = 0
+        self.time_since_report = 0.0
+
+    def save(self, it: int, val_loss: float | None) -> dict[str, Any]:
+        weights = dict(tree_flatten(self.model.trainable_parameters()))
+        meta = {
+            "data": self.batches.position(),
+            "sums": {
+                "tokens_since_report": int(mx.array(self.tokens_since_report).item()),
+                "steps_since_report": self.steps_since_report,
+                "time_since_report": self.time_since_report,
+                "trained_tokens": self.trained_tokens,
+            },
+        }
+        written = checkpoints.save_checkpoint(
+            self.settings.adapters, it, weights, self.optimizer.state, self.grad_accum,
+            self.loss_sum, meta,
+        )
+        info = {"iteration": it, **written}
+        if val_loss is not None:
+            info["val_loss"] = val_loss
+        self.hooks.on_checkpoint(info)
+        return info

@@ -1,0 +1,267 @@
+"""One training session of a run: set up, train, and report every outcome as an event.
+
+The session keeps run.json current (state, process, summary) so that the run's lifecycle is
+right even when no dashboard is watching.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..core import events as ev
+from ..core.failures import Failure, failure, looks_like_oom
+from ..core.mlx_config import dump_mlx_yaml, run_to_mlx_config
+from ..core.runs import Method, Run, RunState
+from ..core.store import CONFIG_FILE, EVENTS_FILE, RunStore
+from .loading import TrainerFailure, fail
+
+EXIT_DONE = 0
+EXIT_FAILED = 1
+
+
+class TrainingSession:
+    """Trains the run in `run_dir` from its record, from scratch or from a saved step."""
+
+    def __init__(self, run_dir: Path, stop) -> None:
+        self.run_dir = run_dir
+        self.store = RunStore(run_dir.parent.parent)
+        self.run_id = run_dir.name
+        self.stop = stop
+        self.events = ev.EventWriter(run_dir / EVENTS_FILE)
+        self.summary: dict[str, Any] = {}
+        self.step = 0
+        stop.on_second_signal = self._exit_now
+
+    # -- run.json ----------------------------------------------------------------------------
+
+    def _update(self, state: RunState | None = None, **fields: Any) -> None:
+        def change(run: Run) -> None:
+            if state is not None and run.state is not state:
+                if run.state in (RunState.CONFIGURED, RunState.QUEUED) and state is not RunState.STARTING:
+                    run.set_state(RunState.STARTING)  # started by hand, not by a supervisor
+                run.set_state(state)
+            run.summary.update(self.summary)
+            for key, value in fields.items():
+                setattr(run, key, value)
+        self.store.update(self.run_id, change)
+
+    # -- events ------------------------------------------------------------------------------
+
+    def _on_train(self, info: dict[str, Any]) -> None:
+        self.events.write(ev.TRAIN, **info)
+        self.step = info["iteration"]
+        self.summary.update(step=self.step, last_train_loss=info["train_loss"],
+                            tokens_per_second=info["tokens_per_second"],
+                            peak_memory_bytes=max(info["peak_memory_bytes"],
+                                                  self.summary.get("peak_memory_bytes", 0)))
+        print(f"step {info['iteration']}: train loss {info['train_loss']:.4f}, "
+              f"lr {info['learning_rate']:.3g}, {info['tokens_per_second']:.0f} tok/s", flush=True)
+
+    def _on_val(self, info: dict[str, Any]) -> None:
+        self.events.write(ev.VAL, **info)
+        loss = info["val_loss"]
+        self.summary["last_val_loss"] = loss
+        best = self.summary.get("best_val_loss")
+        if best is None or loss < best:
+            self.summary.update(best_val_loss=loss, best_val_step=info["iteration"])
+        print(f"step {info['iteration']}: val loss {loss:.4f}", flush=True)
+
+    def _on_checkpoint(self, info: dict[str, Any]) -> None:
+        self.events.write(ev.CHECKPOINT, **info)
+        self.summary["latest_checkpoint_step"] = info["iteration"]
+        self.step = max(self.step, info["iteration"])
+        self._update()
+
+    def _warn(self, code: str, message: str, **fields: Any) -> None:
+        self.events.write(ev.WARNING, code=code, message=message, **fields)
+        print(f"warning: {message}", flush=True)
+
+    def _exit_now(self) -> None:
+        """A second stop signal: record it and leave without saving."""
+        try:
+            self.events.write(ev.CANCELLED, iteration=self.step, checkpoint=None, forced=True)
+            self._update(RunState.CANCELLED)
+        finally:
+            os._exit(EXIT_FAILED)
+
+    # -- the session -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        try:
+            run = self.store.get(self.run_id)
+            self.summary = dict(run.summary)
+            return self._train(run)
+        except TrainerFailure as error:
+            return self._failed(error.failure, error)
+        except MemoryError as error:
+            return self._failed(failure("oom", "The trainer ran out of memory."), error)
+        except ImportError as error:
+            return self._failed(
+                failure("dependency", f"A package the trainer needs is missing: {error}."), error)
+        except Exception as error:  # anything else is a bug or an unforeseen input: say so
+            text = str(error)
+            if looks_like_oom(text):
+                return self._failed(failure("oom", f"The trainer ran out of memory ({text})."),
+                                    error)
+            return self._failed(
+                failure("internal", f"Training stopped on an unexpected error: "
+                        f"{type(error).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")),
+                error)
+        finally:
+            self.events.close()
+
+    def _failed(self, cause: Failure, error: BaseException) -> int:
+        tail = traceback.format_exception(type(error), error, error.__traceback__)
+        lines = "".join(tail).strip().splitlines()[-12:]
+        self.events.write(ev.FAILED, iteration=self.step, **cause.to_dict(), traceback=lines)
+        print(f"failed ({cause.cause}): {cause.message}", file=sys.stderr, flush=True)
+        try:
+            self._update(RunState.FAILED, failure=cause.to_dict())
+        except Exception as update_error:  # the event above is the record that matters
+            print(f"could not update run.json: {update_error}", file=sys.stderr)
+        return EXIT_FAILED
+
+    def _cancelled(self, checkpoint: dict[str, Any] | None) -> int:
+        self.events.write(ev.CANCELLED, iteration=self.step,
+                          checkpoint=checkpoint["iteration"] if checkpoint else None)
+        self._update(RunState.CANCELLED)
+        print(f"cancelled at step {self.step}", flush=True)
+        return EXIT_DONE
+
+    def _train(self, run: Run) -> int:
+        errors, _ = run.problems()
+        if errors:
+            raise fail("config", errors[0])
+        adapters = self.store.adapters_dir(run.id)
+        adapters.mkdir(exist_ok=True)
+        config = run_to_mlx_config(run, adapter_path=str(adapters))
+        (self.run_dir / CONFIG_FILE).write_text(dump_mlx_yaml(config), encoding="utf-8")
+
+        from . import loading
+
+        loading.check_model_folder(run)  # fail fast, before mlx is imported
+        model, tokenizer = loading.load_model(run)
+        train_rows, valid_rows, sizes = loading.load_datasets(run, tokenizer)
+        if self.stop.requested:
+            return self._cancelled(None)
+
+        import mlx.core as mx
+        import mlx_lm
+        import numpy as np
+        from mlx_lm.tuner.datasets import CacheDataset
+
+        hp = run.hyperparameters
+        data = Path(run.data)
+        train_set = CacheDataset(train_rows)
+        train_lengths = loading.tokenize_all(train_set, data / "train.jsonl")
+        val_set = CacheDataset(valid_rows) if valid_rows else []
+        val_lengths = loading.tokenize_all(val_set, data / "valid.jsonl") if val_set else []
+        self._data_warnings(hp, train_lengths, val_lengths, sizes)
+        if sizes["valid"] and sizes["valid"] < hp.batch_size:
+            val_set = []  # mlx-lm would stop at its first validation; skip it instead
+
+        mx.random.seed(hp.seed)
+        np.random.seed(hp.seed)
+        optimizer = self._prepare_model(model, run, config, adapters)
+
+        from .loop import LoopHooks, LoopSettings, TrainingLoop
+
+        settings = LoopSettings(
+            batch_size=hp.batch_size, iters=hp.iters, val_batches=hp.val_batches,
+            steps_per_report=hp.steps_per_report, steps_per_eval=hp.steps_per_eval,
+            save_every=hp.save_every, max_seq_length=hp.max_seq_length,
+            grad_checkpoint=hp.grad_checkpoint,
+            grad_accumulation_steps=hp.grad_accumulation_steps, adapters=adapters,
+        )
+        hooks = LoopHooks(self._on_train, self._on_val, self._on_checkpoint,
+                          should_stop=lambda: self.stop.requested)
+        loop = TrainingLoop(model, optimizer, train_set, val_set, settings, hooks)
+        resumed_from = run.resume_from_step
+        if resumed_from is not None:
+            loop.restore(resumed_from)
+            self.step = resumed_from
+
+        from mlx.utils import tree_flatten
+        from mlx_lm.utils import get_total_parameters
+
+        trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
+        self.events.write(
+            ev.STARTED, pid=os.getpid(), host=socket.gethostname(),
+            versions={"python": platform.python_version(), "mlx": mx.__version__,
+                      "mlx_lm": mlx_lm.__version__, "zyquo_tui": __version__},
+            device=str(mx.default_device()),
+            parameters={"total": int(get_total_parameters(model)), "trainable": int(trainable)},
+            dataset={"train": sizes["train"], "valid": sizes["valid"]},
+            iters=hp.iters, resumed_from_step=resumed_from, config=config,
+        )
+        self.summary["iters"] = hp.iters
+        self._update(RunState.RUNNING, resume_from_step=None)
+        if self.stop.requested:
+            return self._cancelled(None)
+
+        result = loop.run()
+        if result.stopped:
+            return self._cancelled(result.checkpoint)
+        self.events.write(ev.COMPLETED, iteration=result.step, summary=self.summary)
+        self._update(RunState.COMPLETED)
+        print(f"completed {result.step} steps", flush=True)
+        return EXIT_DONE
+
+    def _data_warnings(self, hp, train_lengths, val_lengths, sizes) -> None:
+        for split, lengths in (("train", train_lengths), ("valid", val_lengths)):
+            longer = sum(1 for n in lengths if n > hp.max_seq_length)
+            if longer:
+                self._warn("truncated", f"{longer} of {len(lengths)} {split} rows are longer than "
+                           f"max_seq_length ({hp.max_seq_length}) and will be cut (the longest has "
+                           f"{max(lengths)} tokens).", split=split, rows=longer,
+                           longest=max(lengths))
+        if not sizes["valid"]:
+            self._warn("no_validation", "There is no valid.jsonl: training goes on without "
+                       "validation loss.")
+        elif sizes["valid"] < hp.batch_size:
+            self._warn("tiny_validation", f"valid.jsonl has {sizes['valid']} rows, fewer than "
+                       f"batch_size ({hp.batch_size}): validation is skipped.",
+                       rows=sizes["valid"])
+
+    def _prepare_model(self, model, run: Run, config: dict[str, Any], adapters: Path):
+        """Freeze, add adapters (or unfreeze layers), write adapter_config.json, make the optimizer.
+
+        The same steps, in the same order, as mlx_lm.lora.train_model.
+        """
+        import mlx.optimizers as optim
+        from mlx_lm.lora import CONFIG_DEFAULTS
+        from mlx_lm.tuner.utils import build_schedule, linear_to_lora_layers
+        from mlx_lm.utils import save_config
+
+        hp = run.hyperparameters
+        model.freeze()
+        if hp.num_layers > len(model.layers):
+            raise fail("config", f"num_layers is {hp.num_layers}, but the model has only "
+                       f"{len(model.layers)} layers.", "use -1 to train all layers, or fewer")
+        if run.method is Method.FULL:
+            for layer in model.layers[-max(hp.num_layers, 0):]:
+                layer.unfreeze()
+        else:
+            linear_to_lora_layers(model, hp.num_layers, dict(hp.lora_parameters),
+                                  use_dora=run.method is Method.DORA)
+        args = {**CONFIG_DEFAULTS, **config}
+        if run.method is Method.FULL:
+            args["lora_parameters"] = None
+        save_config(dict(args), adapters / "adapter_config.json")
+
+        lr = build_schedule(hp.lr_schedule) if hp.lr_schedule else hp.learning_rate
+        classes = {"adam": optim.Adam, "adamw": optim.AdamW, "muon": optim.Muon,
+                   "sgd": optim.SGD, "adafactor": optim.Adafactor}
+        options = (hp.optimizer_config or {}).get(hp.optimizer, {})
+        try:
+            return classes[hp.optimizer](learning_rate=lr, **options)
+        except TypeError as error:
+            raise fail("config", f"optimizer_config for {hp.optimizer} is not accepted: "
+                       f"{error}.") from None
