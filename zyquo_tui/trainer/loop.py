@@ -78,6 +78,7 @@ class TrainingLoop:
         self.hooks = hooks
         self.batches = BatchStream(train_set, settings.batch_size, settings.max_seq_length)
         self.start_step = 0
+        self.step = 0  # the step in progress or last finished
         # Running sums between reports, as in mlx-lm; saved with each checkpoint so a resumed
         # run reports exactly the figures an uninterrupted one would.
         self.loss_sum: Any = 0
@@ -114,7 +115,7 @@ class TrainingLoop:
         self.steps_since_report = sums["steps_since_report"]
         self.time_since_report = sums["time_since_report"]
         self.trained_tokens = sums["trained_tokens"]
-        self.start_step = step
+        self.start_step = self.step = step
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -144,6 +145,7 @@ class TrainingLoop:
         model.train()
         result = LoopResult(step=self.start_step, stopped=False)
         for it in range(self.start_step + 1, s.iters + 1):
+            self.step = it
             batch = next(self.batches)  # fetched before validation, as mlx-lm's zip() does
             tic = time.perf_counter()
             if self.val_set and (it == 1 or it % s.steps_per_eval == 0 or it == s.iters):
@@ -208,6 +210,10 @@ class TrainingLoop:
 
     def save(self, it: int, val_loss: float | None) -> dict[str, Any]:
         weights = dict(tree_flatten(self.model.trainable_parameters()))
+        finite = mx.all(mx.stack([mx.all(mx.isfinite(w)) for w in weights.values()]))
+        if not finite.item():
+            raise fail("nan", f"The weights became infinite or NaN at step {it}; the run was "
+                       "stopped there and the weights of that step were not saved.")
         meta = {
             "data": self.batches.position(),
             "sums": {

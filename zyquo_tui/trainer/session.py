@@ -18,7 +18,7 @@ from .. import __version__
 from ..core import events as ev
 from ..core.failures import Failure, failure, looks_like_oom
 from ..core.mlx_config import dump_mlx_yaml, run_to_mlx_config
-from ..core.runs import Method, Run, RunState
+from ..core.runs import ALLOWED_TRANSITIONS, Method, Run, RunState
 from ..core.store import CONFIG_FILE, EVENTS_FILE, RunStore
 from .loading import TrainerFailure, fail
 
@@ -37,6 +37,7 @@ class TrainingSession:
         self.events = ev.EventWriter(run_dir / EVENTS_FILE)
         self.summary: dict[str, Any] = {}
         self.step = 0
+        self.loop = None
         stop.on_second_signal = self._exit_now
 
     # -- run.json ----------------------------------------------------------------------------
@@ -44,7 +45,8 @@ class TrainingSession:
     def _update(self, state: RunState | None = None, **fields: Any) -> None:
         def change(run: Run) -> None:
             if state is not None and run.state is not state:
-                if run.state in (RunState.CONFIGURED, RunState.QUEUED) and state is not RunState.STARTING:
+                allowed = ALLOWED_TRANSITIONS[run.state]
+                if state not in allowed and RunState.STARTING in allowed:
                     run.set_state(RunState.STARTING)  # started by hand, not by a supervisor
                 run.set_state(state)
             run.summary.update(self.summary)
@@ -120,7 +122,8 @@ class TrainingSession:
     def _failed(self, cause: Failure, error: BaseException) -> int:
         tail = traceback.format_exception(type(error), error, error.__traceback__)
         lines = "".join(tail).strip().splitlines()[-12:]
-        self.events.write(ev.FAILED, iteration=self.step, **cause.to_dict(), traceback=lines)
+        step = self.loop.step if self.loop is not None else self.step
+        self.events.write(ev.FAILED, iteration=step, **cause.to_dict(), traceback=lines)
         print(f"failed ({cause.cause}): {cause.message}", file=sys.stderr, flush=True)
         try:
             self._update(RunState.FAILED, failure=cause.to_dict())
@@ -182,7 +185,7 @@ class TrainingSession:
         )
         hooks = LoopHooks(self._on_train, self._on_val, self._on_checkpoint,
                           should_stop=lambda: self.stop.requested)
-        loop = TrainingLoop(model, optimizer, train_set, val_set, settings, hooks)
+        loop = self.loop = TrainingLoop(model, optimizer, train_set, val_set, settings, hooks)
         resumed_from = run.resume_from_step
         if resumed_from is not None:
             loop.restore(resumed_from)

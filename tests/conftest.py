@@ -1,0 +1,84 @@
+"""Shared fixtures: an isolated store per test, and the sample model built once per session."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE_DATA = REPO / "sample_data"
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path, monkeypatch) -> Path:
+    """Every test gets its own $ZYQUO_HOME; the user's own store is never touched."""
+    home = tmp_path / "zyquo-home"
+    monkeypatch.setenv("ZYQUO_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "no-hf-cache"))
+    monkeypatch.setenv("NO_COLOR", "1")
+    return home
+
+
+@pytest.fixture(scope="session")
+def sample_models(tmp_path_factory) -> dict[str, Path]:
+    """The tiny sample model and its 4-bit copy, built once for the whole session."""
+    target = tmp_path_factory.mktemp("models")
+    done = subprocess.run(
+        [sys.executable, "-m", "zyquo_tui.trainer.sample_model", str(target), "--json"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, check=True,
+    )
+    made = json.loads(done.stdout)
+    return {name: Path(path) for name, path in made["models"].items()}
+
+
+@pytest.fixture
+def tiny_model(sample_models) -> Path:
+    return sample_models["zyquo-tiny"]
+
+
+@pytest.fixture
+def tiny_model_4bit(sample_models) -> Path:
+    return sample_models["zyquo-tiny-4bit"]
+
+
+def run_trainer(run_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The real trainer subprocess, to the end."""
+    return subprocess.run(
+        [sys.executable, "-m", "zyquo_tui.trainer", str(run_dir)],
+        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+    )
+
+
+def start_trainer(run_dir: Path) -> subprocess.Popen:
+    log = open(run_dir / "trainer.log", "ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "zyquo_tui.trainer", str(run_dir)],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+
+
+def wait_for_event(run_dir: Path, predicate, timeout: float = 120.0) -> dict:
+    """Poll events.jsonl until an event satisfies `predicate`; return it."""
+    from zyquo_tui.core.events import EventReader
+
+    reader = EventReader(run_dir / "events.jsonl")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for event in reader.read_new():
+            if predicate(event):
+                return event
+        time.sleep(0.02)
+    raise AssertionError(f"no matching event in {run_dir} within {timeout} s")
+
+
+def kill_quietly(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)

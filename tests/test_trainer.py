@@ -1,0 +1,148 @@
+"""The trainer subprocess, with real mlx-lm training on the sample model."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import SAMPLE_DATA, kill_quietly, run_trainer, start_trainer, wait_for_event
+from helpers import losses_by_iteration, make_run
+from zyquo_tui.core.checkpoints import list_checkpoints
+from zyquo_tui.core.events import read_events
+from zyquo_tui.core.runs import RunState
+
+COMPLETIONS = SAMPLE_DATA / "completions"
+
+
+def test_a_completed_run_writes_the_whole_event_sequence(tiny_model):
+    store, run = make_run(tiny_model, COMPLETIONS)
+    run_dir = store.run_dir(run.id)
+
+    done = run_trainer(run_dir)
+
+    assert done.returncode == 0, done.stderr
+    events = read_events(run_dir / "events.jsonl")
+    types = [e["type"] for e in events]
+    assert types[0] == "started" and types[-1] == "completed"
+    assert all(e["v"] == 1 and isinstance(e["time"], float) for e in events)
+    started = events[0]
+    assert started["dataset"] == {"train": 225, "valid": 40} or started["dataset"]["train"] > 0
+    assert started["parameters"]["trainable"] < started["parameters"]["total"]
+    assert set(started["versions"]) == {"python", "mlx", "mlx_lm", "zyquo_tui"}
+    train = [e for e in events if e["type"] == "train"]
+    assert [e["iteration"] for e in train] == [5, 10, 15, 20, 25, 30, 35, 40]
+    for e in train:
+        assert {"train_loss", "learning_rate", "iterations_per_second", "tokens_per_second",
+                "trained_tokens", "peak_memory_bytes"} <= set(e)
+        assert e["peak_memory_bytes"] > 0
+    assert train[-1]["train_loss"] < train[0]["train_loss"], "the loss should fall"
+    assert [e["iteration"] for e in events if e["type"] == "val"] == [1, 10, 20, 30, 40]
+    checkpoints = [e for e in events if e["type"] == "checkpoint"]
+    assert [e["iteration"] for e in checkpoints] == [10, 20, 30, 40]
+    assert all(e["bytes"] > 0 and "val_loss" in e for e in checkpoints)
+    assert [c.step for c in list_checkpoints(store.adapters_dir(run.id))] == [10, 20, 30, 40]
+    record = store.get(run.id)
+    assert record.state is RunState.COMPLETED
+    assert record.summary["step"] == 40 and record.summary["latest_checkpoint_step"] == 40
+    assert (run_dir / "config.yaml").is_file()
+    assert json.loads((store.adapters_dir(run.id) / "adapter_config.json").read_text())[
+        "fine_tune_type"] == "lora"
+
+
+def test_sigterm_finishes_the_step_saves_a_checkpoint_and_exits_cleanly(tiny_model):
+    store, run = make_run(tiny_model, COMPLETIONS, iters=100000, steps_per_report=1,
+                          save_every=100000, steps_per_eval=100000)
+    run_dir = store.run_dir(run.id)
+    trainer = start_trainer(run_dir)
+    try:
+        wait_for_event(run_dir, lambda e: e["type"] == "train" and e["iteration"] >= 3)
+        trainer.send_signal(signal.SIGTERM)
+        asked = time.monotonic()
+        assert trainer.wait(timeout=30) == 0
+        assert time.monotonic() - asked < 10
+    finally:
+        kill_quietly(trainer)
+    events = read_events(run_dir / "events.jsonl")
+    cancelled = events[-1]
+    assert cancelled["type"] == "cancelled"
+    assert cancelled["checkpoint"] == cancelled["iteration"] >= 3
+    assert list_checkpoints(store.adapters_dir(run.id))[-1].step == cancelled["iteration"]
+    assert store.get(run.id).state is RunState.CANCELLED
+
+
+def test_sigkill_leaves_every_earlier_checkpoint_loadable(tiny_model):
+    store, run = make_run(tiny_model, COMPLETIONS, iters=100000, save_every=2,
+                          steps_per_report=2, steps_per_eval=100000)
+    run_dir = store.run_dir(run.id)
+    trainer = start_trainer(run_dir)
+    try:
+        wait_for_event(run_dir, lambda e: e["type"] == "checkpoint" and e["iteration"] >= 6)
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait(timeout=10)
+    finally:
+        kill_quietly(trainer)
+    checkpoints = list_checkpoints(store.adapters_dir(run.id))
+    assert len(checkpoints) >= 3
+    files = [str(c.adapter_path) for c in checkpoints if c.resumable]
+    files.append(str(store.adapters_dir(run.id) / "adapters.safetensors"))
+    code = "import sys, mlx.core as mx\nfor f in sys.argv[1:]: assert len(mx.load(f)) > 0\n"
+    subprocess.run([sys.executable, "-c", code, *files], check=True, capture_output=True)
+
+
+def test_cancel_and_resume_reproduces_an_uninterrupted_run_exactly(tiny_model):
+    # Dropout and a warmup schedule make sure the RNG and the LR schedule are restored too.
+    settings = dict(iters=40, steps_per_report=1, save_every=100, steps_per_eval=10,
+                    lora_parameters={"rank": 8, "dropout": 0.1, "scale": 20.0},
+                    lr_schedule={"name": "cosine_decay", "arguments": [1e-3, 40],
+                                 "warmup": 5})
+    store, straight = make_run(tiny_model, COMPLETIONS, **settings)
+    assert run_trainer(store.run_dir(straight.id)).returncode == 0
+
+    _, interrupted = make_run(tiny_model, COMPLETIONS, **settings)
+    run_dir = store.run_dir(interrupted.id)
+    trainer = start_trainer(run_dir)
+    try:
+        wait_for_event(run_dir, lambda e: e["type"] == "train" and e["iteration"] >= 12)
+        trainer.send_signal(signal.SIGTERM)
+        assert trainer.wait(timeout=30) == 0
+    finally:
+        kill_quietly(trainer)
+    stopped_at = read_events(run_dir / "events.jsonl")[-1]["checkpoint"]
+    assert 12 <= stopped_at < 40, "the cancel must land mid-run for this test to mean anything"
+    store.update(interrupted.id, lambda r: setattr(r, "resume_from_step", stopped_at))
+    assert run_trainer(run_dir).returncode == 0
+
+    expected = read_events(store.run_dir(straight.id) / "events.jsonl")
+    got = read_events(run_dir / "events.jsonl")
+    for kind, key in (("train", "train_loss"), ("train", "learning_rate"), ("val", "val_loss")):
+        want = losses_by_iteration(expected, kind, key)
+        have = losses_by_iteration(got, kind, key)
+        assert sorted(have) == sorted(want)
+        for step in want:
+            assert have[step] == pytest.approx(want[step], abs=1e-5), (kind, key, step)
+    resumed = [e for e in got if e["type"] == "started"][-1]
+    assert resumed["resumed_from_step"] == stopped_at
+    assert store.get(interrupted.id).state is RunState.COMPLETED
+
+
+def test_a_diverging_loss_stops_the_run_as_nan_and_keeps_the_last_good_checkpoint(tiny_model):
+    store, run = make_run(tiny_model, COMPLETIONS, iters=50, learning_rate=1e30,
+                          optimizer="sgd", save_every=1, steps_per_report=1,
+                          steps_per_eval=1000)
+    done = run_trainer(store.run_dir(run.id))
+    assert done.returncode == 1
+    events = read_events(store.run_dir(run.id) / "events.jsonl")
+    failed = events[-1]
+    assert failed["type"] == "failed" and failed["cause"] == "nan"
+    assert "learning rate" in failed["suggestion"]
+    saved = [c.step for c in list_checkpoints(store.adapters_dir(run.id))]
+    assert saved and max(saved) < failed["iteration"]
+    losses = [e["train_loss"] for e in events if e["type"] == "train"]
+    assert all(math.isfinite(x) for x in losses)
+    assert store.get(run.id).failure["cause"] == "nan"

@@ -1,0 +1,660 @@
+"""Datasets: find the folders that hold one, tell their format, and validate them before a run.
+
+A dataset is a folder with train.jsonl (required), valid.jsonl and test.jsonl, one JSON object
+per line, in one of mlx-lm's formats (mlx_lm/tuner/datasets.py decides from the first row):
+
+  completions  {"prompt": ..., "completion": ...}       (an optional "tools" list)
+  chat         {"messages": [{"role": ..., "content": ...}, ...]}
+  tools        chat rows that also carry a "tools" list
+  text         {"text": ...}
+  preference   {"prompt": ..., "chosen": ..., "rejected": ...}  (for preference training)
+
+Validation streams each file line by line in binary and keeps 8 bytes per row (a hash, for
+duplicates), so a file of any size validates in bounded memory. It reports every problem that
+would stop or spoil a run with its file and line, at most MAX_PROBLEMS_LISTED per file and a
+count of the rest.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..resources import sample_data_dir
+from .paths import zyquo_home
+
+ERROR = "error"
+WARNING = "warning"
+Severity = Literal["error", "warning"]
+
+COMPLETIONS = "completions"
+CHAT = "chat"
+TOOLS = "tools"
+TEXT = "text"
+PREFERENCE = "preference"
+FORMATS = (COMPLETIONS, CHAT, TOOLS, TEXT, PREFERENCE)
+
+SPLITS = ("train", "valid", "test")
+MAX_PROBLEMS_LISTED = 50
+DEFAULT_BATCH_SIZE = 4  # mlx-lm's default batch_size
+KNOWN_ROLES = ("system", "user", "assistant", "tool")
+# The keys each format needs, for saying which one a row lacks.
+REQUIRED_KEYS = {
+    COMPLETIONS: ("prompt", "completion"),
+    CHAT: ("messages",),
+    TOOLS: ("messages",),
+    TEXT: ("text",),
+    PREFERENCE: ("prompt", "chosen", "rejected"),
+}
+SOURCE_ZYQUO = "zyquo"
+SOURCE_SAMPLE = "sample"
+SOURCE_PATH = "path"
+
+_BOM = b"\xef\xbb\xbf"
+_DECODE_JSON = json.JSONDecoder().decode
+_PROGRESS_EVERY_ROWS = 65536
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a dataset, where it is, and whether it stops a run (error)."""
+
+    file: str
+    line: int | None
+    message: str
+    severity: Severity = ERROR
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        prefix = "warning: " if self.severity == WARNING else ""
+        return f"{where}: {prefix}{self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "message": self.message,
+                "severity": self.severity}
+
+
+@dataclass
+class FileReport:
+    """What validating one .jsonl file found."""
+
+    path: str
+    rows: int = 0  # non-empty lines: mlx-lm reads each line as a row
+    format: str | None = None
+    problems: list[Problem] = field(default_factory=list)  # the first MAX_PROBLEMS_LISTED
+    problems_not_listed: int = 0
+    errors: int = 0
+    warnings: int = 0
+    duplicate_rows: int = 0
+
+    def add(self, line: int | None, message: str, severity: Severity = ERROR) -> None:
+        if severity == ERROR:
+            self.errors += 1
+        else:
+            self.warnings += 1
+        if len(self.problems) < MAX_PROBLEMS_LISTED:
+            self.problems.append(Problem(self.path, line, message, severity))
+        else:
+            self.problems_not_listed += 1
+
+
+@dataclass
+class DatasetReport:
+    """What validating a dataset folder (or one file) found, across its files."""
+
+    path: str
+    files: dict[str, FileReport] = field(default_factory=dict)  # by split name
+    folder_problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def format(self) -> str | None:
+        train = self.files.get("train")
+        if train is not None and train.format:
+            return train.format
+        return next((f.format for f in self.files.values() if f.format), None)
+
+    @property
+    def rows(self) -> dict[str, int]:
+        return {split: report.rows for split, report in self.files.items()}
+
+    @property
+    def problems(self) -> list[Problem]:
+        listed = [p for report in self.files.values() for p in report.problems]
+        return listed + self.folder_problems
+
+    @property
+    def errors(self) -> int:
+        return sum(f.errors for f in self.files.values()) + sum(
+            p.severity == ERROR for p in self.folder_problems
+        )
+
+    @property
+    def warnings(self) -> int:
+        return sum(f.warnings for f in self.files.values()) + sum(
+            p.severity == WARNING for p in self.folder_problems
+        )
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing would stop a run (warnings allowed)."""
+        return self.errors == 0
+
+    def folder_problem(self, file: str, message: str, severity: Severity = ERROR) -> None:
+        self.folder_problems.append(Problem(file, None, message, severity))
+
+
+@dataclass
+class DatasetInfo:
+    """A dataset folder as the dataset list shows it; no validation, just a quick look."""
+
+    name: str
+    path: Path
+    source: str
+    format: str | None
+    split_bytes: dict[str, int]  # size of each of train/valid/test.jsonl present
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "path": str(self.path), "source": self.source,
+                "format": self.format, "split_bytes": self.split_bytes}
+
+
+# --- formats ----------------------------------------------------------------------------------
+
+
+def row_format(row: dict[str, Any]) -> str | None:
+    """The format of one row, by mlx-lm's precedence (completions, then chat, then text)."""
+    if "prompt" in row and "completion" in row:
+        return COMPLETIONS
+    if "messages" in row:
+        return TOOLS if "tools" in row else CHAT
+    if "text" in row:
+        return TEXT
+    if "prompt" in row and "chosen" in row and "rejected" in row:
+        return PREFERENCE
+    return None
+
+
+def _family(row_format_name: str | None) -> str | None:
+    # Chat rows with and without tools load into the same mlx-lm ChatDataset.
+    return CHAT if row_format_name == TOOLS else row_format_name
+
+
+def peek_format(path: Path) -> str | None:
+    """The format of a file's first row, or None if it has no readable first row."""
+    try:
+        with open(path, "rb") as file:
+            first = file.readline(1 << 24)
+        row = _DECODE_JSON(first.removeprefix(_BOM).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return row_format(row) if isinstance(row, dict) else None
+
+
+# --- validating -------------------------------------------------------------------------------
+
+
+class RowHashes:
+    """Hashes of a file's rows, for counting duplicates in 8 bytes a row.
+
+    Split by the low byte into 256 arrays so counting needs a set of only one part at a time.
+    Python's bytes hash is 64-bit SipHash: a false duplicate among a billion rows is unlikely.
+    """
+
+    PARTS = 256
+
+    def __init__(self) -> None:
+        self.parts = [array("q") for _ in range(self.PARTS)]
+
+    def add(self, row_bytes: bytes) -> None:
+        value = hash(row_bytes)
+        self.parts[value & 0xFF].append(value)
+
+    def duplicates(self) -> int:
+        """Rows equal to an earlier row of the same file."""
+        return sum(len(part) - len(set(part)) for part in self.parts)
+
+    def shared_with(self, other: "RowHashes") -> int:
+        """Rows of this file that also occur in `other` (valid rows that are in train)."""
+        shared = 0
+        for mine, theirs in zip(self.parts, other.parts):
+            if mine and theirs:
+                seen = set(theirs)
+                shared += sum(1 for value in mine if value in seen)
+        return shared
+
+
+def validate_file(path: Path | str, display_path: str | None = None,
+                  hashes: RowHashes | None = None,
+                  on_progress: Callable[[int], None] | None = None) -> FileReport:
+    """Check every row of one .jsonl file; the report lists what would stop or spoil a run.
+
+    `display_path` is how problems name the file (default: `path` as given). `hashes`, when
+    given, receives each row's hash (to compare files later). `on_progress(rows)` is called
+    every 65,536 rows; raise from it to stop early.
+    """
+    path = Path(path)
+    report = FileReport(path=display_path or str(path))
+    hashes = hashes if hashes is not None else RowHashes()
+    add_hash = hashes.add
+    check = _RowChecker(report)
+    with open(path, "rb", buffering=1 << 20) as file:
+        for line_number, raw in enumerate(file, 1):
+            if line_number == 1 and raw.startswith(_BOM):
+                report.add(1, "the file starts with a byte-order mark (BOM), which mlx-lm reads "
+                              "as part of the first row; save it as UTF-8 without BOM")
+                raw = raw[len(_BOM):]
+            content = raw.strip()
+            if not content:
+                report.add(line_number, "empty line: mlx-lm reads every line as a row; "
+                                        "remove it")
+                continue
+            report.rows += 1
+            add_hash(content)
+            if on_progress is not None and line_number % _PROGRESS_EVERY_ROWS == 0:
+                on_progress(line_number)
+            try:
+                text = content.decode("utf-8")
+            except UnicodeDecodeError as error:
+                report.add(line_number, f"invalid UTF-8 at byte {error.start + 1} of the line "
+                                        f"({error.reason}); save the file as UTF-8")
+                continue
+            try:
+                row = _DECODE_JSON(text)
+            except json.JSONDecodeError as error:
+                report.add(line_number, _json_error_message(line_number, text, error))
+                continue
+            if type(row) is dict:
+                check(line_number, row)
+            else:
+                report.add(line_number, _not_an_object_message(row))
+    report.format = check.file_format
+    report.duplicate_rows = hashes.duplicates()
+    if report.duplicate_rows:
+        report.add(None, f"{report.duplicate_rows} duplicate rows (byte for byte the same as "
+                         "an earlier row); they weigh those examples more", WARNING)
+    if report.rows == 0 and report.errors == 0:
+        report.add(None, "no rows: mlx-lm fails to load an empty file; add rows or delete it")
+    return report
+
+
+def validate_dataset(path: Path | str, batch_size: int = DEFAULT_BATCH_SIZE,
+                     on_progress: Callable[[str, int], None] | None = None) -> DatasetReport:
+    """Validate a dataset folder (train, valid, test) or a single .jsonl file.
+
+    Folder checks beyond each file's own: train.jsonl present and at least `batch_size` rows
+    (mlx-lm refuses fewer), valid.jsonl present (else training runs without validation) and
+    big enough, valid and train in one format, valid rows that repeat train rows.
+    Raises FileNotFoundError if `path` does not exist.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(path)
+    report = DatasetReport(path=str(path))
+    if path.is_file():
+        report.files["train" if path.stem == "train" else path.stem] = validate_file(path)
+        return report
+
+    hashes: dict[str, RowHashes] = {}
+    for split in SPLITS:
+        file = path / f"{split}.jsonl"
+        if file.is_file():
+            hashes[split] = RowHashes()
+            progress = (lambda rows, s=split: on_progress(s, rows)) if on_progress else None
+            report.files[split] = validate_file(file, str(file), hashes[split], progress)
+    _check_folder(report, path, batch_size, hashes)
+    return report
+
+
+def _check_folder(report: DatasetReport, path: Path, batch_size: int,
+                  hashes: dict[str, RowHashes]) -> None:
+    train_name, valid_name = str(path / "train.jsonl"), str(path / "valid.jsonl")
+    train, valid = report.files.get("train"), report.files.get("valid")
+    if train is None:
+        report.folder_problem(train_name, "no train.jsonl: mlx-lm needs one to train; "
+                                          "put the training rows in train.jsonl")
+    elif 0 < train.rows < batch_size:
+        report.folder_problem(train_name, f"only {train.rows} rows, fewer than the batch size "
+                                          f"{batch_size}: mlx-lm refuses to train; add rows or "
+                                          "lower the batch size")
+    if valid is None:
+        report.folder_problem(valid_name, "no valid.jsonl: training runs without a validation "
+                                          "loss, so overfitting goes unseen", WARNING)
+    elif 0 < valid.rows < batch_size:
+        # mlx-lm's first validation (at step 1) raises when the set is smaller than one batch.
+        report.folder_problem(valid_name, f"only {valid.rows} rows, fewer than the batch size "
+                                          f"{batch_size}: mlx-lm stops at its first validation; "
+                                          "add rows or lower the batch size")
+    elif valid.rows and valid.rows < 2 * batch_size:
+        report.folder_problem(valid_name, f"only {valid.rows} rows: each validation averages "
+                                          "one batch, so the validation loss will be noisy",
+                              WARNING)
+    for split, other in report.files.items():
+        if split != "train" and train is not None and other.format and train.format and \
+                _family(other.format) != _family(train.format):
+            report.folder_problem(other.path, f"{other.format} format, but train.jsonl is "
+                                              f"{train.format}: the losses are not comparable",
+                                  WARNING)
+    for split in ("valid", "test"):
+        if split in hashes and "train" in hashes:
+            shared = hashes[split].shared_with(hashes["train"])
+            if shared:
+                report.folder_problem(report.files[split].path, f"{shared} rows also in "
+                                      "train.jsonl: the model is scored on rows it trained on",
+                                      WARNING)
+
+
+def _json_error_message(line_number: int, text: str, error: json.JSONDecodeError) -> str:
+    stripped = text.strip()
+    if stripped == "[" and line_number == 1:
+        return ("the file is one JSON array, not JSON Lines: write one JSON object per line "
+                "with no enclosing [ ]")
+    if stripped in ("{", "}", "},", "]"):
+        return ("a row spread over several lines: JSON Lines needs each object on one line")
+    return f"invalid JSON at column {error.colno}: {error.msg}"
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {dict: "object", list: "array", str: "string", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _not_an_object_message(row: object) -> str:
+    if isinstance(row, list):
+        return ("a JSON array where a row should be: each line must be one JSON object "
+                "such as {\"text\": ...}")
+    return f"a JSON {_json_type(row)} where a row should be: each line must be one JSON object"
+
+
+class _RowChecker:
+    """Checks rows one by one against the format of the file's first row (as mlx-lm does)."""
+
+    def __init__(self, report: FileReport) -> None:
+        self.report = report
+        self.file_format: str | None = None
+        self.format_line: int | None = None
+        self._unknown_reported = False
+
+    def __call__(self, line: int, row: dict[str, Any]) -> None:
+        found = row_format(row)
+        if self.file_format is None and found is not None:
+            self.file_format, self.format_line = found, line
+        expected = self.file_format
+        if found is None:
+            self._missing_keys(line, row, expected)
+            return
+        if _family(found) != _family(expected):
+            self.report.add(line, f"mixed formats: a {found} row in a {expected} file (the "
+                                  f"format comes from line {self.format_line}); mlx-lm reads "
+                                  "every row as the first one's format")
+            return
+        if found == TOOLS and self.file_format == CHAT:
+            self.file_format = TOOLS
+        if found == COMPLETIONS:
+            messages = _check_completions(row)
+        elif found == TEXT:
+            messages = _check_text(row)
+        elif found == PREFERENCE:
+            messages = _check_preference(row)
+        else:
+            messages = _check_chat(row)
+        if messages:
+            for severity, message in messages:
+                self.report.add(line, message, severity)
+
+    def _missing_keys(self, line: int, row: dict[str, Any], expected: str | None) -> None:
+        keys = ", ".join(sorted(row)) or "none"
+        if expected is None:
+            self.report.add(line, f"no known format (keys: {keys}): a row needs prompt and "
+                                  "completion, messages, text, or prompt, chosen and rejected")
+            return
+        missing = [k for k in REQUIRED_KEYS[expected] if k not in row]
+        self.report.add(line, f"missing {', '.join(repr(k) for k in missing)} for a {expected} "
+                              f"row (keys: {keys})")
+
+
+_Findings = list[tuple[Severity, str]] | None
+
+
+def _check_string(findings: list, row: dict[str, Any], key: str, empty: Severity) -> None:
+    value = row[key]
+    if type(value) is not str:
+        findings.append((ERROR, f"{key!r} must be a string, found {_json_type(value)}"))
+    elif not value.strip():
+        findings.append((empty, f"{key!r} is empty"))
+
+
+def _check_completions(row: dict[str, Any]) -> _Findings:
+    prompt, completion = row["prompt"], row["completion"]
+    if type(prompt) is str and type(completion) is str and prompt.strip() and \
+            completion.strip() and "tools" not in row:
+        return None
+    findings: list[tuple[Severity, str]] = []
+    _check_string(findings, row, "prompt", WARNING)
+    _check_string(findings, row, "completion", ERROR)
+    _check_tools(findings, row)
+    return findings
+
+
+def _check_text(row: dict[str, Any]) -> _Findings:
+    text = row["text"]
+    if type(text) is str and text.strip():
+        return None
+    findings: list[tuple[Severity, str]] = []
+    _check_string(findings, row, "text", ERROR)
+    return findings
+
+
+def _check_preference(row: dict[str, Any]) -> _Findings:
+    findings: list[tuple[Severity, str]] = []
+    _check_string(findings, row, "prompt", WARNING)
+    for key in ("chosen", "rejected"):
+        value = row[key]
+        if type(value) is list:
+            for message in _message_problems(value, key):
+                findings.append(message)
+        else:
+            _check_string(findings, row, key, ERROR)
+    if row["chosen"] == row["rejected"]:
+        findings.append((WARNING, "'chosen' and 'rejected' are the same: the pair teaches "
+                                  "nothing"))
+    return findings or None
+
+
+def _check_tools(findings: list, row: dict[str, Any]) -> None:
+    tools = row.get("tools")
+    if tools is None:
+        return
+    if type(tools) is not list or not all(type(t) is dict for t in tools):
+        findings.append((ERROR, f"'tools' must be an array of objects, found "
+                                f"{_json_type(tools)}"))
+
+
+def _check_chat(row: dict[str, Any]) -> _Findings:
+    messages = row["messages"]
+    if type(messages) is not list:
+        return [(ERROR, f"'messages' must be an array of messages, found "
+                        f"{_json_type(messages)}")]
+    if "tools" not in row and _is_flawless(messages):
+        return None
+    findings = _message_problems(messages, "messages")
+    if "tools" in row:
+        findings = findings or []
+        _check_tools(findings, row)
+    return findings or None
+
+
+# (previous role, role) pairs of a well-ordered conversation; None is its start.
+_GOOD_TURNS = frozenset({
+    (None, "system"), (None, "user"), ("system", "user"), ("user", "assistant"),
+    ("assistant", "user"), ("assistant", "tool"), ("tool", "tool"), ("tool", "assistant"),
+    ("tool", "user"),
+})
+
+
+def _is_flawless(messages: list) -> bool:
+    """A quick yes for the common conversation with nothing to report.
+
+    Most rows are fine, and the detailed check below costs several times more; a False here
+    only means "look closer", never that something is wrong.
+    """
+    previous = None
+    for message in messages:
+        if type(message) is not dict:
+            return False
+        content = message.get("content")
+        if type(content) is not str or not content or content.isspace():
+            return False
+        role = message.get("role")
+        if (previous, role) not in _GOOD_TURNS:
+            return False
+        previous = role
+    return previous == "assistant"
+
+
+def _message_problems(messages: list, key: str) -> list[tuple[Severity, str]]:
+    """Problems of one conversation: message shape, known roles, their order, empty turns.
+
+    The order rules are those the strict chat templates (Llama 2, Mistral, Gemma) enforce by
+    raising: system first, then user and assistant taking turns, tool results after an
+    assistant turn; and a conversation needs an assistant turn to learn from.
+    """
+    findings: list[tuple[Severity, str]] = []
+    if not messages:
+        return [(ERROR, f"{key!r} is empty")]
+    previous = None  # the role of the previous message with a known role
+    assistant_seen = False
+    for index, message in enumerate(messages):
+        where = f"{key}[{index}]"
+        if type(message) is not dict:
+            findings.append((ERROR, f"{where} must be an object with role and content, found "
+                                    f"{_json_type(message)}"))
+            continue
+        role = message.get("role")
+        if role not in KNOWN_ROLES:
+            if role is None and "from" in message:
+                findings.append((ERROR, f"{where} has 'from'/'value' (ShareGPT style): "
+                                        "mlx-lm needs 'role' and 'content'"))
+            elif role is None:
+                findings.append((ERROR, f"{where} has no 'role'"))
+            else:
+                findings.append((ERROR, f"{where}: unknown role {role!r}; use one of "
+                                        f"{', '.join(KNOWN_ROLES)}"))
+            previous = None
+            continue
+        order = _order_problem(role, previous, index)
+        if order:
+            findings.append((ERROR, f"{where}: {order}"))
+        previous = role
+        if role == "assistant":
+            assistant_seen = True
+        content_problem = _content_problem(message, role)
+        if content_problem:
+            findings.append((WARNING if role == "system" else ERROR,
+                             f"{where} ({role}): {content_problem}"))
+    if not assistant_seen and not findings:
+        findings.append((ERROR, f"{key!r} has no assistant message: nothing to learn from"))
+    elif messages and type(messages[-1]) is dict and messages[-1].get("role") != "assistant" \
+            and assistant_seen:
+        findings.append((WARNING, f"{key!r} ends with a {messages[-1].get('role')} message: "
+                                  "with mask_prompt that turn is what gets trained"))
+    return findings
+
+
+def _order_problem(role: str, previous: str | None, index: int) -> str | None:
+    if role == "system":
+        return None if index == 0 else "a system message must come first"
+    if role == "tool":
+        if previous in ("assistant", "tool"):
+            return None
+        return "a tool message must follow an assistant message that called the tool"
+    if previous is None or previous == "system":
+        if role == "user":
+            return None
+        return f"the conversation must open with a user message, not {role}"
+    if role == previous:
+        return f"two {role} messages in a row: user and assistant must take turns"
+    return None
+
+
+def _content_problem(message: dict[str, Any], role: str) -> str | None:
+    content = message.get("content")
+    if type(content) is str:
+        if content.strip():
+            return None
+        if role == "assistant" and message.get("tool_calls"):
+            return None
+        return "empty content"
+    if content is None:
+        if role == "assistant" and message.get("tool_calls"):
+            return None
+        return "no content" if "content" not in message else "content is null"
+    if type(content) is list:
+        # Multi-part content ({"type": "text", "text": ...}) that templates may render.
+        if not content:
+            return "empty content"
+        if all(type(part) is dict and "type" in part for part in content):
+            return None
+        return "content parts must be objects with a 'type'"
+    return f"content must be a string, found {_json_type(content)}"
+
+
+# --- finding datasets -------------------------------------------------------------------------
+
+
+def datasets_dir(home: Path | None = None) -> Path:
+    """Where the user keeps datasets: $ZYQUO_HOME/datasets."""
+    return (home or zyquo_home()) / "datasets"
+
+
+def describe_dataset(folder: Path, name: str | None = None,
+                     source: str = SOURCE_PATH) -> DatasetInfo:
+    splits = {
+        split: (folder / f"{split}.jsonl").stat().st_size
+        for split in SPLITS if (folder / f"{split}.jsonl").is_file()
+    }
+    return DatasetInfo(name=name or folder.name, path=folder, source=source,
+                       format=peek_format(folder / "train.jsonl"), split_bytes=splits)
+
+
+def discover_datasets(home: Path | None = None,
+                      extra: Iterable[Path | str] = ()) -> list[DatasetInfo]:
+    """Dataset folders in $ZYQUO_HOME/datasets, the shipped samples, and the given paths."""
+    roots = [(datasets_dir(home), SOURCE_ZYQUO), (sample_data_dir(), SOURCE_SAMPLE)]
+    roots += [(Path(p).expanduser(), SOURCE_PATH) for p in extra]
+    found: dict[Path, DatasetInfo] = {}
+    for root, source in roots:
+        for folder, name in _dataset_folders(root):
+            key = folder.resolve()
+            if key not in found:
+                found[key] = describe_dataset(folder, name, source)
+    return list(found.values())
+
+
+def _dataset_folders(root: Path, max_depth: int = 2) -> list[tuple[Path, str]]:
+    if (root / "train.jsonl").is_file():
+        return [(root, root.name)]
+    found = []
+    pending = [(root, 0)]
+    while pending:
+        folder, depth = pending.pop()
+        try:
+            children = sorted(p for p in folder.iterdir() if p.is_dir())
+        except OSError:
+            continue
+        for child in children:
+            if child.name.startswith((".", "__")):
+                continue
+            if (child / "train.jsonl").is_file():
+                found.append((child, child.relative_to(root).as_posix()))
+            elif depth + 1 < max_depth:
+                pending.append((child, depth + 1))
+    return sorted(found, key=lambda item: item[1])
