@@ -18,6 +18,8 @@ count of the rest.
 from __future__ import annotations
 
 import json
+import os
+import random
 from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -56,7 +58,7 @@ SOURCE_PATH = "path"
 
 _BOM = b"\xef\xbb\xbf"
 _DECODE_JSON = json.JSONDecoder().decode
-_PROGRESS_EVERY_ROWS = 65536
+_PROGRESS_EVERY_LINES = 65536
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,8 @@ class RowHashes:
 
     Split by the low byte into 256 arrays so counting needs a set of only one part at a time.
     Python's bytes hash is 64-bit SipHash: a false duplicate among a billion rows is unlikely.
+    Its seed differs between processes, so all hashes compared must come from one process or
+    from workers started with one PYTHONHASHSEED (see _ValidationPool).
     """
 
     PARTS = 256
@@ -212,6 +216,10 @@ class RowHashes:
     def add(self, row_bytes: bytes) -> None:
         value = hash(row_bytes)
         self.parts[value & 0xFF].append(value)
+
+    def extend(self, parts: list[array]) -> None:
+        for mine, theirs in zip(self.parts, parts):
+            mine.extend(theirs)
 
     def duplicates(self) -> int:
         """Rows equal to an earlier row of the same file."""
@@ -230,82 +238,266 @@ class RowHashes:
 def validate_file(path: Path | str, display_path: str | None = None,
                   hashes: RowHashes | None = None,
                   on_progress: Callable[[int], None] | None = None) -> FileReport:
-    """Check every row of one .jsonl file; the report lists what would stop or spoil a run.
+    """Check every row of one .jsonl file, in this process; see validate_dataset for more.
 
     `display_path` is how problems name the file (default: `path` as given). `hashes`, when
-    given, receives each row's hash (to compare files later). `on_progress(rows)` is called
-    every 65,536 rows; raise from it to stop early.
+    given, receives each row's hash (to compare files later). `on_progress(lines)` is called
+    every 65,536 lines; raise from it to stop early.
     """
     path = Path(path)
     report = FileReport(path=display_path or str(path))
     hashes = hashes if hashes is not None else RowHashes()
+    checker = _RowChecker(report)
+    _scan(path, report, checker, hashes, on_progress=on_progress)
+    _finish_file(report, checker.file_format, hashes)
+    return report
+
+
+def _scan(path: Path, report: FileReport, checker: "_RowChecker", hashes: RowHashes,
+          start: int = 0, end: int | None = None,
+          on_progress: Callable[[int], None] | None = None) -> int:
+    """Check the lines of bytes start..end of `path` (line starts); return how many lines.
+
+    The hot loop of validation: keep it lean (locals, no per-row allocation when a row is fine).
+    """
     add_hash = hashes.add
-    check = _RowChecker(report)
+    decode = _DECODE_JSON
+    add_problem = report.add
+    rows = 0
+    line_number = 0
+    offset = start
     with open(path, "rb", buffering=1 << 20) as file:
-        for line_number, raw in enumerate(file, 1):
-            if line_number == 1 and raw.startswith(_BOM):
-                report.add(1, "the file starts with a byte-order mark (BOM), which mlx-lm reads "
-                              "as part of the first row; save it as UTF-8 without BOM")
+        file.seek(start)
+        for raw in file:
+            line_number += 1
+            if end is not None:
+                if offset >= end:
+                    line_number -= 1
+                    break
+                offset += len(raw)
+            if line_number == 1 and start == 0 and raw.startswith(_BOM):
+                add_problem(1, "the file starts with a byte-order mark (BOM), which mlx-lm "
+                               "reads as part of the first row; save it as UTF-8 without BOM")
                 raw = raw[len(_BOM):]
             content = raw.strip()
             if not content:
-                report.add(line_number, "empty line: mlx-lm reads every line as a row; "
-                                        "remove it")
+                add_problem(line_number, "empty line: mlx-lm reads every line as a row; "
+                                         "remove it")
                 continue
-            report.rows += 1
+            rows += 1
             add_hash(content)
-            if on_progress is not None and line_number % _PROGRESS_EVERY_ROWS == 0:
+            if on_progress is not None and line_number % _PROGRESS_EVERY_LINES == 0:
                 on_progress(line_number)
             try:
                 text = content.decode("utf-8")
             except UnicodeDecodeError as error:
-                report.add(line_number, f"invalid UTF-8 at byte {error.start + 1} of the line "
-                                        f"({error.reason}); save the file as UTF-8")
+                add_problem(line_number, f"invalid UTF-8 at byte {error.start + 1} of the line "
+                                         f"({error.reason}); save the file as UTF-8")
                 continue
             try:
-                row = _DECODE_JSON(text)
+                row = decode(text)
             except json.JSONDecodeError as error:
-                report.add(line_number, _json_error_message(line_number, text, error))
+                add_problem(line_number, _json_error_message(line_number, text, error))
                 continue
             if type(row) is dict:
-                check(line_number, row)
+                checker(line_number, row)
             else:
-                report.add(line_number, _not_an_object_message(row))
-    report.format = check.file_format
+                add_problem(line_number, _not_an_object_message(row))
+    report.rows += rows
+    return line_number
+
+
+def _finish_file(report: FileReport, file_format: str | None, hashes: RowHashes) -> None:
+    report.format = file_format
     report.duplicate_rows = hashes.duplicates()
     if report.duplicate_rows:
         report.add(None, f"{report.duplicate_rows} duplicate rows (byte for byte the same as "
                          "an earlier row); they weigh those examples more", WARNING)
     if report.rows == 0 and report.errors == 0:
         report.add(None, "no rows: mlx-lm fails to load an empty file; add rows or delete it")
-    return report
+
+
+def _first_format(path: Path) -> tuple[str | None, int | None]:
+    """The format of the first row that has one, and its line: what every row must match."""
+    with open(path, "rb") as file:
+        for line_number, raw in enumerate(file, 1):
+            try:
+                row = _DECODE_JSON(raw.removeprefix(_BOM).decode("utf-8"))
+            except ValueError:
+                continue
+            found = row_format(row) if type(row) is dict else None
+            if found is not None:
+                return found, line_number
+    return None, None
+
+
+# --- validating big files on several cores ----------------------------------------------------
+
+# Below this much data, starting worker processes costs more than it saves.
+PARALLEL_MIN_BYTES = 64 * 1024 * 1024
+_CHUNKS_PER_WORKER = 4  # more chunks than workers: even load, finer progress
+
+
+@dataclass
+class _Chunk:
+    """A run of whole lines of one file, checked by one worker process."""
+
+    path: str
+    display_path: str
+    start: int
+    end: int
+    file_format: str | None
+    format_line: int | None
+
+
+@dataclass
+class _ChunkResult:
+    report: FileReport
+    lines: int
+    file_format: str | None
+    hash_parts: list
+
+
+def _validate_chunk(chunk: _Chunk) -> _ChunkResult:
+    # Runs in a worker process: line numbers are counted from the chunk's first line.
+    report = FileReport(path=chunk.display_path)
+    checker = _RowChecker(report, chunk.file_format, chunk.format_line)
+    hashes = RowHashes()
+    lines = _scan(Path(chunk.path), report, checker, hashes, chunk.start, chunk.end)
+    return _ChunkResult(report, lines, checker.file_format, hashes.parts)
+
+
+def default_workers(total_bytes: int) -> int:
+    """How many processes validate this much data: one for small data, else one per core."""
+    if total_bytes < PARALLEL_MIN_BYTES:
+        return 1
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+class _ValidationPool:
+    """Worker processes that validate chunks of big files in parallel.
+
+    json parsing in CPython runs at about 100,000 rows a second on one core; several cores
+    are the stdlib way past that. Workers are spawned (never forked: the dashboard has
+    threads) with one shared PYTHONHASHSEED, so their row hashes can be compared.
+    """
+
+    def __init__(self, workers: int) -> None:
+        import multiprocessing
+
+        self.workers = workers
+        context = multiprocessing.get_context("spawn")
+        saved = os.environ.get("PYTHONHASHSEED")
+        os.environ["PYTHONHASHSEED"] = str(random.randint(1, 2**32 - 1))
+        try:
+            self.pool = context.Pool(workers)  # starts every worker now, with that seed
+        finally:
+            if saved is None:
+                os.environ.pop("PYTHONHASHSEED", None)
+            else:
+                os.environ["PYTHONHASHSEED"] = saved
+
+    def __enter__(self) -> "_ValidationPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.terminate()
+        self.pool.join()
+
+    def validate_file(self, path: Path, display_path: str, hashes: RowHashes,
+                      on_progress: Callable[[int], None] | None = None) -> FileReport:
+        file_format, format_line = _first_format(path)
+        chunks = [
+            _Chunk(str(path), display_path, start, end, file_format, format_line)
+            for start, end in _line_aligned_ranges(path, self.workers * _CHUNKS_PER_WORKER)
+        ]
+        report = FileReport(path=display_path)
+        lines_before = 0
+        chat_with_tools = False
+        for result in self.pool.imap(_validate_chunk, chunks):
+            _merge_chunk(report, result.report, lines_before)
+            lines_before += result.lines
+            hashes.extend(result.hash_parts)
+            chat_with_tools |= result.file_format == TOOLS
+            if on_progress is not None:
+                on_progress(lines_before)
+        if chat_with_tools and file_format == CHAT:
+            file_format = TOOLS
+        _finish_file(report, file_format, hashes)
+        return report
+
+
+def _line_aligned_ranges(path: Path, parts: int) -> list[tuple[int, int]]:
+    """Split a file into about `parts` byte ranges, each starting at the start of a line."""
+    size = path.stat().st_size
+    starts = [0]
+    with open(path, "rb") as file:
+        for part in range(1, parts):
+            file.seek(max(size * part // parts, starts[-1]))
+            if file.tell() > 0:
+                file.seek(file.tell() - 1)  # a range starting right after a newline is kept
+                file.readline()
+            position = file.tell()
+            if starts[-1] < position < size:
+                starts.append(position)
+    return list(zip(starts, starts[1:] + [size]))
+
+
+def _merge_chunk(report: FileReport, chunk: FileReport, lines_before: int) -> None:
+    for problem in chunk.problems:
+        line = problem.line + lines_before if problem.line is not None else None
+        report.add(line, problem.message, problem.severity)
+    # Problems past a chunk's own list were counted, not kept: count them as not listed.
+    report.problems_not_listed += chunk.problems_not_listed
+    report.errors += chunk.errors - sum(p.severity == ERROR for p in chunk.problems)
+    report.warnings += chunk.warnings - sum(p.severity == WARNING for p in chunk.problems)
+    report.rows += chunk.rows
+
+
+# --- validating a dataset folder --------------------------------------------------------------
 
 
 def validate_dataset(path: Path | str, batch_size: int = DEFAULT_BATCH_SIZE,
-                     on_progress: Callable[[str, int], None] | None = None) -> DatasetReport:
+                     on_progress: Callable[[str, int], None] | None = None,
+                     workers: int | None = None) -> DatasetReport:
     """Validate a dataset folder (train, valid, test) or a single .jsonl file.
 
-    Folder checks beyond each file's own: train.jsonl present and at least `batch_size` rows
-    (mlx-lm refuses fewer), valid.jsonl present (else training runs without validation) and
-    big enough, valid and train in one format, valid rows that repeat train rows.
-    Raises FileNotFoundError if `path` does not exist.
+    Each file: every row against the format of its first row (mlx-lm's rule), and duplicates.
+    The folder: train.jsonl present and at least `batch_size` rows (mlx-lm refuses fewer),
+    valid.jsonl present (else training runs without validation) and big enough, valid and
+    train in one format, valid or test rows that repeat train rows.
+    Big data is split across `workers` processes (default: one per core above 64 MB).
+    `on_progress(split, lines)` reports progress. Raises FileNotFoundError if `path` is missing.
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(path)
     report = DatasetReport(path=str(path))
     if path.is_file():
-        report.files["train" if path.stem == "train" else path.stem] = validate_file(path)
-        return report
+        files = {"train" if path.stem == "train" else path.stem: path}
+    else:
+        files = {s: path / f"{s}.jsonl" for s in SPLITS if (path / f"{s}.jsonl").is_file()}
+    if workers is None:
+        workers = default_workers(sum(f.stat().st_size for f in files.values()))
 
-    hashes: dict[str, RowHashes] = {}
-    for split in SPLITS:
-        file = path / f"{split}.jsonl"
-        if file.is_file():
-            hashes[split] = RowHashes()
-            progress = (lambda rows, s=split: on_progress(s, rows)) if on_progress else None
-            report.files[split] = validate_file(file, str(file), hashes[split], progress)
-    _check_folder(report, path, batch_size, hashes)
+    hashes = {split: RowHashes() for split in files}
+
+    def progress_of(split: str) -> Callable[[int], None] | None:
+        if on_progress is None:
+            return None
+        return lambda lines: on_progress(split, lines)
+
+    if workers > 1:
+        with _ValidationPool(workers) as pool:
+            for split, file in files.items():
+                report.files[split] = pool.validate_file(file, str(file), hashes[split],
+                                                         progress_of(split))
+    else:
+        for split, file in files.items():
+            report.files[split] = validate_file(file, str(file), hashes[split],
+                                                progress_of(split))
+    if path.is_dir():
+        _check_folder(report, path, batch_size, hashes)
     return report
 
 
@@ -377,11 +569,12 @@ def _not_an_object_message(row: object) -> str:
 class _RowChecker:
     """Checks rows one by one against the format of the file's first row (as mlx-lm does)."""
 
-    def __init__(self, report: FileReport) -> None:
+    def __init__(self, report: FileReport, file_format: str | None = None,
+                 format_line: int | None = None) -> None:
+        # A worker checking a later chunk of a file is told the format of its first row.
         self.report = report
-        self.file_format: str | None = None
-        self.format_line: int | None = None
-        self._unknown_reported = False
+        self.file_format = file_format
+        self.format_line = format_line
 
     def __call__(self, line: int, row: dict[str, Any]) -> None:
         found = row_format(row)

@@ -85,6 +85,8 @@ def run_to_mlx_config(run: Run, adapter_path: str | None = None) -> dict[str, An
         **hp,
         "adapter_path": adapter_path or "adapters",
     }
+    if run.lineage and run.lineage.get("adapter_file"):
+        config["resume_adapter_file"] = run.lineage["adapter_file"]
     config.update(run.extra_config)
     return config
 

@@ -190,6 +190,10 @@ class TrainingSession:
         if resumed_from is not None:
             loop.restore(resumed_from)
             self.step = resumed_from
+        elif run.lineage and run.lineage.get("adapter_file"):
+            # A fork: a warm start from another run's weights (what mlx-lm's
+            # --resume-adapter-file does); step, optimizer and data order start afresh.
+            model.load_weights(run.lineage["adapter_file"], strict=False)
 
         from mlx.utils import tree_flatten
         from mlx_lm.utils import get_total_parameters

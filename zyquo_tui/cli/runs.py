@@ -1,0 +1,446 @@
+"""`zyquo-tui runs ...`: create, start, queue, cancel, resume, fork, watch and inspect runs.
+
+The same operations as the dashboard, over the same core. JSON outputs are documented in
+docs/CLI.md and stay stable within a schema_version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+from ..core import events as ev
+from ..core.checkpoints import list_checkpoints
+from ..core.errors import EXIT_PROBLEMS, UserError
+from ..core.metrics import RunMetrics
+from ..core.mlx_config import (dump_mlx_yaml, load_mlx_yaml, run_from_mlx_config,
+                               run_to_mlx_config)
+from ..core.run_queue import RunQueue
+from ..core.runs import Hyperparameters, Method, Run, RunState
+from ..core.store import DamagedRun, RunStore
+from ..core.supervisor import Supervisor
+from .output import fmt_bytes, fmt_loss, print_json, print_table
+
+# mlx-lm's training flags, as `mlx_lm lora` spells them: (flag, key, type)
+TRAINING_FLAGS = [
+    ("--iters", "iters", int), ("--batch-size", "batch_size", int),
+    ("--learning-rate", "learning_rate", float), ("--num-layers", "num_layers", int),
+    ("--max-seq-length", "max_seq_length", int), ("--steps-per-report", "steps_per_report", int),
+    ("--steps-per-eval", "steps_per_eval", int), ("--save-every", "save_every", int),
+    ("--val-batches", "val_batches", int),
+    ("--grad-accumulation-steps", "grad_accumulation_steps", int), ("--seed", "seed", int),
+    ("--optimizer", "optimizer", str),
+]
+
+
+def register(subparsers) -> None:
+    runs = subparsers.add_parser("runs", help="create, start, watch and manage runs")
+    sub = runs.add_subparsers(dest="runs_command", metavar="ACTION",
+                              parser_class=type(runs))
+
+    p = sub.add_parser("list", help="every run with its state and progress")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_list)
+
+    p = sub.add_parser("new", help="configure a new run (prints its id)")
+    p.add_argument("--model", help="model folder (MLX format)")
+    p.add_argument("--data", help="data folder with train.jsonl (valid.jsonl, test.jsonl)")
+    p.add_argument("--method", choices=[m.value for m in Method])
+    for flag, key, kind in TRAINING_FLAGS:
+        p.add_argument(flag, dest=key, type=kind)
+    p.add_argument("--grad-checkpoint", action="store_true", default=None)
+    p.add_argument("--mask-prompt", action="store_true", default=None)
+    p.add_argument("--rank", type=int, help="LoRA rank (lora_parameters.rank)")
+    p.add_argument("--config", type=Path, help="an mlx-lm YAML config to start from")
+    p.add_argument("--name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_new)
+
+    for name, handler, helptext in (
+        ("start", cmd_start, "start a configured run now"),
+        ("queue", cmd_queue, "add a run to the queue (or move it with --to)"),
+        ("cancel", cmd_cancel, "stop a run (it saves a checkpoint first) or unqueue it"),
+        ("resume", cmd_resume, "continue a cancelled, failed or interrupted run exactly"),
+    ):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("id")
+        p.add_argument("--wait", action="store_true", help="block until the run ends")
+        if name in ("start", "resume"):
+            p.add_argument("--queue-if-busy", action="store_true",
+                           help="queue the run when another is active (default: refuse)")
+        if name == "resume":
+            p.add_argument("--step", type=int, help="the checkpoint step (default: latest)")
+        if name == "queue":
+            p.add_argument("--to", type=int, metavar="POSITION",
+                           help="move an already queued run to this position (1 = next)")
+        p.set_defaults(handler=handler)
+
+    p = sub.add_parser("dequeue", help="remove a run from the queue")
+    p.add_argument("id")
+    p.set_defaults(handler=cmd_dequeue)
+
+    p = sub.add_parser("fork", help="a new run warm-started from a checkpoint of this one")
+    p.add_argument("id")
+    p.add_argument("--from-step", type=int, required=True)
+    p.add_argument("--name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_fork)
+
+    p = sub.add_parser("show", help="state, progress, losses, checkpoints and process")
+    p.add_argument("id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_show)
+
+    p = sub.add_parser("watch", help="a live progress line until the run ends")
+    p.add_argument("id")
+    p.set_defaults(handler=cmd_watch)
+
+    p = sub.add_parser("logs", help="the trainer's log")
+    p.add_argument("id")
+    p.add_argument("--follow", "-f", action="store_true")
+    p.set_defaults(handler=cmd_logs)
+
+    p = sub.add_parser("delete", help="delete a run and its files (not a running one)")
+    p.add_argument("id")
+    p.set_defaults(handler=cmd_delete)
+
+    p = sub.add_parser("export-config", help="the run as an mlx-lm YAML config")
+    p.add_argument("id")
+    p.add_argument("-o", "--output", type=Path)
+    p.set_defaults(handler=cmd_export)
+
+    p = sub.add_parser("import-config", help="a new run from an mlx-lm YAML config")
+    p.add_argument("file", type=Path)
+    p.add_argument("--name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_import)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+def _metrics(store: RunStore, run_id: str) -> RunMetrics:
+    metrics = RunMetrics()
+    metrics.ingest(ev.read_events(store.events_path(run_id)))
+    return metrics
+
+
+def run_row(run: Run, queue_position: int | None) -> dict:
+    """One run as `runs list --json` prints it (from run.json alone: cheap for 10,000 runs)."""
+    s = run.summary
+    return {
+        "id": run.id, "name": run.name, "state": run.state.value, "method": run.method.value,
+        "model": run.model, "data": run.data, "created": run.created,
+        "step": s.get("step", 0), "iters": run.hyperparameters.iters,
+        "last_train_loss": s.get("last_train_loss"), "last_val_loss": s.get("last_val_loss"),
+        "best_val_loss": s.get("best_val_loss"), "tokens_per_second": s.get("tokens_per_second"),
+        "queue_position": queue_position, "damaged": None,
+    }
+
+
+def damaged_row(item: DamagedRun) -> dict:
+    return {"id": item.id, "name": None, "state": "damaged", "damaged": item.reason,
+            "path": str(item.path)}
+
+
+def _settings_from_args(args) -> dict:
+    values = {key: getattr(args, key) for _, key, _ in TRAINING_FLAGS
+              if getattr(args, key, None) is not None}
+    for key in ("grad_checkpoint", "mask_prompt"):
+        if getattr(args, key, None):
+            values[key] = True
+    return values
+
+
+def _wait_for(supervisor: Supervisor, run_id: str, wanted: RunState) -> int:
+    run = asyncio.run(supervisor.wait(run_id))
+    print(f"{run_id} {run.state.value}")
+    return 0 if run.state is wanted else EXIT_PROBLEMS
+
+
+# -- commands -----------------------------------------------------------------------------------
+
+def cmd_list(args) -> int:
+    store = RunStore()
+    supervisor = Supervisor(store)
+    positions = {run_id: i + 1 for i, run_id in enumerate(RunQueue(store.home).ids())}
+    rows = []
+    for item in store.iter_runs():
+        if isinstance(item, DamagedRun):
+            rows.append(damaged_row(item))
+        else:
+            rows.append(run_row(supervisor.refresh(item), positions.get(item.id)))
+    if args.json:
+        print_json(rows)
+        return 0
+    if not rows:
+        print("No runs yet. Create one with `zyquo-tui runs new --model PATH --data PATH`.")
+        return 0
+    print_table(
+        ["ID", "STATE", "NAME", "STEP", "TRAIN", "VAL", "Q"],
+        [[r["id"], r["state"], r["name"] or r.get("damaged"),
+          "" if r["state"] == "damaged" else f"{r['step']}/{r['iters']}",
+          fmt_loss(r.get("last_train_loss")), fmt_loss(r.get("last_val_loss")),
+          r.get("queue_position") or ""] for r in rows])
+    return 0
+
+
+def cmd_new(args) -> int:
+    store = RunStore().ensure()
+    if args.config:
+        config = load_mlx_yaml(args.config)
+        if args.model:
+            config["model"] = args.model
+        if args.data:
+            config["data"] = args.data
+        run, unknown = run_from_mlx_config(config, source=str(args.config),
+                                           base_dir=args.config.parent)
+        _report_unknown(unknown, args.config)
+    else:
+        if not args.model or not args.data:
+            raise UserError("runs new needs --model PATH and --data PATH (or --config FILE).")
+        run = Run.new(model=str(Path(args.model).expanduser().resolve()),
+                      data=str(Path(args.data).expanduser().resolve()))
+    values = {**run.hyperparameters.to_dict(), **_settings_from_args(args)}
+    run.hyperparameters = Hyperparameters.from_dict(values)
+    if args.rank is not None:
+        run.hyperparameters.lora_parameters["rank"] = args.rank
+    if args.method:
+        run.method = Method(args.method)
+    if args.name:
+        run.name = args.name
+    errors, warnings = run.problems()
+    if errors:
+        raise UserError(f"The run was not created: {errors[0]}")
+    store.create(run)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.json:
+        print_json({"id": run.id, "name": run.name, "warnings": warnings})
+    else:
+        print(run.id)
+    return 0
+
+
+def _report_unknown(unknown: list[str], source) -> None:
+    if unknown:
+        print(f"note: {source}: kept keys this version does not model, passed to mlx-lm "
+              f"unchanged: {', '.join(unknown)}", file=sys.stderr)
+
+
+def cmd_start(args) -> int:
+    supervisor = Supervisor()
+    run = supervisor.start(args.id, queue_if_busy=args.queue_if_busy)
+    print(f"{run.id} {run.state.value}")
+    return _wait_for(supervisor, run.id, RunState.COMPLETED) if args.wait else 0
+
+
+def cmd_queue(args) -> int:
+    supervisor = Supervisor()
+    if args.to is not None:
+        order = supervisor.move(args.id, args.to)
+        print("\n".join(f"{i + 1}. {run_id}" for i, run_id in enumerate(order)))
+        return 0
+    run = supervisor.enqueue(args.id)
+    position = supervisor.queue.position(run.id)
+    print(f"{run.id} {run.state.value}" + (f" (position {position})" if position else ""))
+    return _wait_for(supervisor, run.id, RunState.COMPLETED) if args.wait else 0
+
+
+def cmd_dequeue(args) -> int:
+    run = Supervisor().dequeue(args.id)
+    print(f"{run.id} {run.state.value}")
+    return 0
+
+
+def cmd_cancel(args) -> int:
+    supervisor = Supervisor()
+    run = supervisor.cancel(args.id)
+    if run.state is RunState.CONFIGURED:
+        print(f"{run.id} removed from the queue")
+        return 0
+    print(f"{run.id} cancelling (it saves a checkpoint and stops)")
+    return _wait_for(supervisor, run.id, RunState.CANCELLED) if args.wait else 0
+
+
+def cmd_resume(args) -> int:
+    supervisor = Supervisor()
+    run = supervisor.resume(args.id, args.step, queue_if_busy=args.queue_if_busy)
+    print(f"{run.id} {run.state.value} (from step {run.resume_from_step})")
+    return _wait_for(supervisor, run.id, RunState.COMPLETED) if args.wait else 0
+
+
+def cmd_fork(args) -> int:
+    run = Supervisor().fork(args.id, args.from_step, name=args.name)
+    if args.json:
+        print_json({"id": run.id, "name": run.name, "lineage": run.lineage})
+    else:
+        print(run.id)
+    return 0
+
+
+def show_data(store: RunStore, run: Run) -> dict:
+    metrics = _metrics(store, run.id)
+    best_step = metrics.best_checkpoint_step()
+    checkpoints = [
+        {"step": c.step, "path": str(c.adapter_path), "bytes": c.bytes, "resumable": c.resumable,
+         "val_loss": metrics.val_at(c.step), "best": c.step == best_step, "time": c.mtime}
+        for c in list_checkpoints(store.adapters_dir(run.id))
+    ]
+    return {
+        "schema_version": 1,
+        "id": run.id, "name": run.name, "state": run.state.value, "method": run.method.value,
+        "model": run.model, "data": run.data, "created": run.created,
+        "hyperparameters": run.hyperparameters.to_dict(),
+        "progress": {**metrics.summary(), "iters": run.hyperparameters.iters},
+        "checkpoints": checkpoints,
+        "process": run.process,
+        "failure": run.failure,
+        "lineage": run.lineage,
+        "queue_position": RunQueue(store.home).position(run.id),
+        "warnings": [w.get("message") for w in metrics.warnings],
+        "run_dir": str(store.run_dir(run.id)),
+    }
+
+
+def cmd_show(args) -> int:
+    store = RunStore()
+    run = Supervisor(store).get(args.id)
+    data = show_data(store, run)
+    if args.json:
+        print_json(data)
+        return 0
+    p = data["progress"]
+    print(f"{run.id}  {run.name}")
+    print(f"state      {run.state.value}" + (f" (queue position {data['queue_position']})"
+                                             if data["queue_position"] else ""))
+    print(f"method     {run.method.value} on {run.model}")
+    print(f"data       {run.data}")
+    print(f"step       {p['step']}/{p['iters']}")
+    print(f"train loss {fmt_loss(p['last_train_loss']) or '-'}   val loss "
+          f"{fmt_loss(p['last_val_loss']) or '-'}   best val {fmt_loss(p['best_val_loss']) or '-'}"
+          + (f" @ {p['best_val_step']}" if p["best_val_step"] is not None else ""))
+    if p["peak_memory_bytes"]:
+        print(f"peak mem   {fmt_bytes(int(p['peak_memory_bytes']))}")
+    if run.failure:
+        print(f"failure    {run.failure.get('cause')}: {run.failure.get('message')}")
+        print(f"try        {run.failure.get('suggestion')}")
+    for warning in data["warnings"]:
+        print(f"warning    {warning}")
+    if data["checkpoints"]:
+        print("checkpoints")
+        for c in data["checkpoints"]:
+            mark = " best" if c["best"] else ""
+            resumable = "" if c["resumable"] else " (weights only)"
+            print(f"  step {c['step']:>7}  val {fmt_loss(c['val_loss']) or '-':>8}  "
+                  f"{fmt_bytes(c['bytes'])}{resumable}{mark}")
+    if run.process and run.process.get("pid"):
+        print(f"process    pid {run.process['pid']} on {run.process.get('host')}")
+    print(f"folder     {data['run_dir']}")
+    return 0
+
+
+def progress_line(run_id: str, metrics: RunMetrics) -> str:
+    s = metrics.summary()
+    parts = [f"{run_id}", f"step {s['step']}/{s['iters'] or '?'}"]
+    if s["last_train_loss"] is not None:
+        parts.append(f"train {s['last_train_loss']:.4f}")
+    if s["last_val_loss"] is not None:
+        parts.append(f"val {s['last_val_loss']:.4f}")
+    if s["tokens_per_second"]:
+        parts.append(f"{s['tokens_per_second']:.0f} tok/s")
+    if s["eta_seconds"] is not None:
+        parts.append(f"eta {int(s['eta_seconds'])}s")
+    return "  ".join(parts)
+
+
+def cmd_watch(args) -> int:
+    supervisor = Supervisor()
+    run = supervisor.get(args.id)
+    metrics = RunMetrics()
+
+    async def follow() -> None:
+        last_line = ""
+        async for batch in supervisor.follow_batches(run.id):
+            metrics.ingest(batch)
+            line = progress_line(run.id, metrics)
+            if line != last_line:
+                print(line, flush=True)
+                last_line = line
+    asyncio.run(follow())
+    final = supervisor.get(run.id)
+    message = f"{run.id} {final.state.value}"
+    if final.failure:
+        message += f": {final.failure.get('message')}"
+    print(message, flush=True)
+    return 0 if final.state is RunState.COMPLETED else EXIT_PROBLEMS
+
+
+def cmd_logs(args) -> int:
+    store = RunStore()
+    supervisor = Supervisor(store)
+    run = supervisor.get(args.id)
+    path = store.log_path(run.id)
+    offset = 0
+    while True:
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            chunk = b""
+        if chunk:
+            offset += len(chunk)
+            sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+            sys.stdout.flush()
+        if not args.follow:
+            return 0
+        run = supervisor.get(run.id)
+        if not run.state.is_active and run.state is not RunState.QUEUED and not chunk:
+            return 0
+        time.sleep(0.5)
+
+
+def cmd_delete(args) -> int:
+    store = RunStore()
+    supervisor = Supervisor(store)
+    run = supervisor.get(args.id)
+    if run.state.is_active:
+        raise UserError(f"Run {run.id} is {run.state.value}; cancel it before deleting it.")
+    if run.state is RunState.QUEUED:
+        supervisor.dequeue(run.id)
+    store.delete(run.id)
+    print(f"{run.id} deleted")
+    return 0
+
+
+def cmd_export(args) -> int:
+    store = RunStore()
+    run = store.get(args.id)
+    text = dump_mlx_yaml(run_to_mlx_config(run, adapter_path=str(store.adapters_dir(run.id))))
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+        print(str(args.output))
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_import(args) -> int:
+    store = RunStore().ensure()
+    config = load_mlx_yaml(args.file)
+    run, unknown = run_from_mlx_config(config, source=str(args.file), base_dir=args.file.parent)
+    if args.name:
+        run.name = args.name
+    errors, warnings = run.problems()
+    if errors:
+        raise UserError(f"{args.file}: {errors[0]}")
+    store.create(run)
+    _report_unknown(unknown, args.file)
+    if args.json:
+        print_json({"id": run.id, "name": run.name, "unknown_keys": unknown,
+                    "warnings": warnings})
+    else:
+        print(run.id)
+    return 0

@@ -1,0 +1,203 @@
+"""`python -m zyquo_tui.trainer.measure SPEC.json`: the measured peak memory of a training config.
+
+Runs a few real training steps of the exact config (mlx-lm's model, adapters and loss, our
+`TrainingLoop` with its compiled step, grad checkpointing and accumulation) and prints, as one
+JSON object on stdout, the process's peak MLX memory (`mx.get_peak_memory()`), the figure a
+real run records as summary.peak_memory_bytes.
+
+The batch it trains on is the worst one the run will meet: the `batch_size` longest rows of the
+dataset (a real run's peak is set by its longest batch, which a few random steps might miss),
+or, for calibration, `synthetic_tokens` random tokens per row. Nothing it writes outlives it:
+checkpoints go to a temporary folder.
+
+SPEC is a JSON object (or `-` for stdin):
+  model, method (lora|dora|qlora|full), hyperparameters (mlx-lm names, as in run.json),
+  data (a dataset folder) or synthetic_tokens (tokens per row), steps (default 3),
+  extra_config (the run's pass-through mlx-lm keys, for *_feature).
+Or {"lengths": true, "model": ..., "data": ...}: the token count of every train row.
+Exit status: 0 with the JSON result, 1 with {"error": sentence} when training could not run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..core.runs import Hyperparameters, Method, Run
+from .loading import TrainerFailure, fail
+
+
+class _Rows:
+    """The few rows the measurement trains on, in the shape mlx-lm's CacheDataset has."""
+
+    def __init__(self, rows: list[Any]) -> None:
+        self.rows = rows
+
+    def itemlen(self, index: int) -> int:
+        row = self.rows[index]
+        return len(row[0] if isinstance(row, tuple) else row)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.rows[index]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _run_of(spec: dict[str, Any]) -> Run:
+    hp = Hyperparameters.from_dict(spec.get("hyperparameters") or {})
+    run = Run.new(model=spec["model"], data=spec.get("data") or "", method=Method(spec["method"]),
+                  hyperparameters=hp)
+    run.extra_config = dict(spec.get("extra_config") or {})
+    return run
+
+
+def token_lengths(run: Run, tokenizer) -> list[int]:
+    """The token count of every train row, tokenized exactly as training will."""
+    from mlx_lm.tuner.datasets import CacheDataset
+
+    from . import loading
+
+    train_rows, _, _ = loading.load_datasets(run, tokenizer)
+    return loading.tokenize_all(CacheDataset(train_rows), Path(run.data) / "train.jsonl")
+
+
+def _worst_batch(run: Run, tokenizer, spec: dict[str, Any]) -> tuple[list[Any], list[int] | None]:
+    """The rows of the batch with the longest sequences, and every row's token count."""
+    batch_size = run.hyperparameters.batch_size
+    if spec.get("synthetic_tokens"):
+        import numpy as np
+
+        length = int(spec["synthetic_tokens"])
+        vocab = max(int(getattr(tokenizer, "vocab_size", 0) or 0), 16)
+        rng = np.random.default_rng(0)
+        return [rng.integers(5, vocab, size=length).tolist() for _ in range(batch_size)], None
+    from mlx_lm.tuner.datasets import CacheDataset
+
+    from . import loading
+
+    train_rows, _, _ = loading.load_datasets(run, tokenizer)
+    dataset = CacheDataset(train_rows)
+    lengths = loading.tokenize_all(dataset, Path(run.data) / "train.jsonl")
+    longest = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)[:batch_size]
+    return [dataset[i] for i in longest], lengths
+
+
+def prepare_model(model, run: Run):
+    """Freeze, add adapters (or unfreeze layers) and make the optimizer.
+
+    The same steps as TrainingSession._prepare_model (and mlx_lm.lora.train_model), without
+    the files a real run writes.
+    """
+    import mlx.optimizers as optim
+    from mlx_lm.tuner.utils import build_schedule, linear_to_lora_layers
+
+    hp = run.hyperparameters
+    model.freeze()
+    if hp.num_layers > len(model.layers):
+        raise fail("config", f"num_layers is {hp.num_layers}, but the model has only "
+                   f"{len(model.layers)} layers.", "use -1 to train all layers, or fewer")
+    if run.method is Method.FULL:
+        for layer in model.layers[-max(hp.num_layers, 0):]:
+            layer.unfreeze()
+    else:
+        linear_to_lora_layers(model, hp.num_layers, dict(hp.lora_parameters),
+                              use_dora=run.method is Method.DORA)
+    lr = build_schedule(hp.lr_schedule) if hp.lr_schedule else hp.learning_rate
+    classes = {"adam": optim.Adam, "adamw": optim.AdamW, "muon": optim.Muon,
+               "sgd": optim.SGD, "adafactor": optim.Adafactor}
+    options = (hp.optimizer_config or {}).get(hp.optimizer, {})
+    try:
+        return classes[hp.optimizer](learning_rate=lr, **options)
+    except TypeError as error:
+        raise fail("config", f"optimizer_config for {hp.optimizer} is not accepted: "
+                   f"{error}.") from None
+
+
+def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train `steps` steps of the spec's config on its worst batch; return the figures."""
+    from . import loading
+
+    run = _run_of(spec)
+    errors, _ = run.problems()
+    if errors:
+        raise fail("config", errors[0])
+    started = time.perf_counter()
+    model, tokenizer = loading.load_model(run)
+
+    import mlx.core as mx
+    import numpy as np
+    from mlx.utils import tree_flatten
+
+    if spec.get("lengths"):
+        return {"lengths": token_lengths(run, tokenizer)}
+
+    hp = run.hyperparameters
+    rows, lengths = _worst_batch(run, tokenizer, spec)
+    mx.random.seed(hp.seed)
+    np.random.seed(hp.seed)
+    optimizer = prepare_model(model, run)
+    loaded_bytes = int(mx.get_active_memory())
+
+    from .loop import LoopHooks, LoopSettings, TrainingLoop
+
+    accumulation = hp.grad_accumulation_steps
+    steps = max(int(spec.get("steps", 3)), 2 * accumulation)
+    peaks: list[int] = []
+    with tempfile.TemporaryDirectory(prefix="zyquo-measure-") as adapters:
+        settings = LoopSettings(
+            batch_size=hp.batch_size, iters=steps, val_batches=0, steps_per_report=1,
+            steps_per_eval=steps + 1, save_every=steps + 1, max_seq_length=hp.max_seq_length,
+            grad_checkpoint=hp.grad_checkpoint, grad_accumulation_steps=accumulation,
+            adapters=Path(adapters),
+        )
+        hooks = LoopHooks(
+            on_train=lambda info: peaks.append(info["peak_memory_bytes"]),
+            on_val=lambda info: None, on_checkpoint=lambda info: None,
+        )
+        loop = TrainingLoop(model, optimizer, _Rows(rows), [], settings, hooks)
+        width = int(loop.batches._make_batch(list(range(hp.batch_size)))[0].shape[1])
+        loop.run()
+    trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
+    return {
+        "peak_memory_bytes": max(peaks) if peaks else int(mx.get_peak_memory()),
+        "peak_by_step": peaks,
+        "loaded_bytes": loaded_bytes,
+        "batch_width": width,
+        "steps": steps,
+        "trainable_parameters": int(trainable),
+        "device": str(mx.default_device()),
+        "longest_row_tokens": max(lengths) if lengths else None,
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m zyquo_tui.trainer.measure SPEC.json", file=sys.stderr)
+        return 2
+    try:
+        text = sys.stdin.read() if args[0] == "-" else Path(args[0]).read_text(encoding="utf-8")
+        spec = json.loads(text)
+        result = measure(spec)
+    except TrainerFailure as error:
+        result = {"error": error.failure.message, "cause": error.failure.cause}
+        json.dump(result, sys.stdout)
+        sys.stdout.write("\n")
+        return 1
+    except (OSError, ValueError, KeyError) as error:
+        json.dump({"error": f"The measurement could not run: {error}."}, sys.stdout)
+        sys.stdout.write("\n")
+        return 1
+    json.dump(result, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
