@@ -82,3 +82,36 @@ def kill_quietly(process: subprocess.Popen) -> None:
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
+
+
+def our_processes(marker: str) -> list:
+    """Trainer and runner processes whose command line mentions `marker` (a temp path)."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(process.info.get("cmdline") or [])
+        if marker in cmdline and ("zyquo_tui.trainer" in cmdline
+                                  or "zyquo_tui.core.runner" in cmdline):
+            found.append(process)
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left_behind(tmp_path_factory):
+    """After the whole suite, no trainer or runner started by a test may still be running."""
+    base = str(tmp_path_factory.getbasetemp())
+    yield
+    deadline = time.monotonic() + 30
+    while our_processes(base) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = our_processes(base)
+    for process in left:
+        process.kill()
+    assert not left, f"processes left running after the tests: {[p.pid for p in left]}"
+
+
+def zyquo_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The real `zyquo-tui` command line, as a subprocess."""
+    return subprocess.run([sys.executable, "-m", "zyquo_tui", *args], capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)

@@ -95,7 +95,18 @@ class Supervisor:
         if errors:
             raise UserError(f"Run {run.id} cannot start: {errors[0]}")
 
+    def _wait_for_winding_down_runner(self, timeout: float = 10.0) -> None:
+        """A runner whose last run just ended holds the machine for a moment more (it records
+        the exit and looks at the queue); don't call the machine busy because of that."""
+        deadline = time.monotonic() + timeout
+        while self.machine_busy() and time.monotonic() < deadline:
+            if any(isinstance(r, Run) and self.refresh(r).state.is_active
+                   for r in self.store.iter_runs()):
+                return  # a run really is active
+            time.sleep(0.1)
+
     def _launch(self, run: Run, queue_if_busy: bool) -> Run:
+        self._wait_for_winding_down_runner()  # outside the queue lock: the runner needs it
         with self.queue.locked() as order:
             fd = self._try_take_machine()
             if fd is None:

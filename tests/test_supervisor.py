@@ -1,0 +1,227 @@
+"""Runs that outlive whoever started them: the runner, the queue, cancel, resume, re-attach."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from conftest import SAMPLE_DATA, wait_for_event, zyquo_cli
+from helpers import losses_by_iteration, make_run
+from zyquo_tui.core.events import read_events
+from zyquo_tui.core.liveness import identity, is_alive
+from zyquo_tui.core.runs import RunState
+from zyquo_tui.core.store import RunStore
+from zyquo_tui.core.supervisor import Supervisor
+
+COMPLETIONS = SAMPLE_DATA / "completions"
+ENDLESS = dict(iters=100000, steps_per_report=1, save_every=5, steps_per_eval=100000)
+
+
+def wait_state(supervisor: Supervisor, run_id: str, timeout: float = 120):
+    return asyncio.run(supervisor.wait(run_id, timeout=timeout))
+
+
+def test_start_and_follow_to_completion(tiny_model):
+    store, run = make_run(tiny_model, COMPLETIONS, iters=20)
+    supervisor = Supervisor(store)
+    supervisor.start(run.id)
+
+    async def collect():
+        return [e async for e in supervisor.follow(run.id)]
+    followed = asyncio.run(asyncio.wait_for(collect(), 120))
+
+    assert followed[0]["type"] == "started" and followed[-1]["type"] == "completed"
+    assert followed == read_events(store.events_path(run.id))
+    assert supervisor.get(run.id).state is RunState.COMPLETED
+    deadline = time.monotonic() + 30  # the runner records the exit status just after
+    while "returncode" not in (supervisor.get(run.id).process or {}):
+        assert time.monotonic() < deadline, "the runner never recorded the trainer's exit"
+        time.sleep(0.1)
+    assert supervisor.get(run.id).process["returncode"] == 0
+
+
+def test_sigkill_gives_interrupted_and_resume_completes_exactly(tiny_model):
+    settings = dict(iters=30, steps_per_report=1, save_every=4, steps_per_eval=10)
+    store, reference = make_run(tiny_model, COMPLETIONS, **settings)
+    supervisor = Supervisor(store)
+    supervisor.start(reference.id)
+    assert wait_state(supervisor, reference.id).state is RunState.COMPLETED
+
+    _, run = make_run(tiny_model, COMPLETIONS, store=store, **settings)
+    supervisor.start(run.id)
+    wait_for_event(store.run_dir(run.id), lambda e: e["type"] == "checkpoint"
+                   and e["iteration"] >= 8)
+    os.kill(supervisor.get(run.id).process["pid"], signal.SIGKILL)
+    interrupted = wait_state(supervisor, run.id)
+    assert interrupted.state is RunState.INTERRUPTED
+    assert interrupted.failure["cause"] == "killed"
+
+    resumed = supervisor.resume(run.id)
+    assert resumed.state is RunState.STARTING and resumed.resume_from_step >= 8
+    assert wait_state(supervisor, run.id).state is RunState.COMPLETED
+    want = losses_by_iteration(read_events(store.events_path(reference.id)), "train", "train_loss")
+    have = losses_by_iteration(read_events(store.events_path(run.id)), "train", "train_loss")
+    assert sorted(have) == sorted(want)
+    for step in want:
+        assert have[step] == pytest.approx(want[step], abs=1e-5), step
+
+
+FOLLOWER = textwrap.dedent("""
+    import asyncio, json, sys
+    from zyquo_tui.core.supervisor import Supervisor
+    async def main():
+        with open(sys.argv[2], "a") as out:
+            async for event in Supervisor().follow(sys.argv[1]):
+                out.write(json.dumps(event) + "\\n"); out.flush()
+    asyncio.run(main())
+""")
+
+
+def test_training_outlives_its_supervisors_and_a_new_one_sees_every_event_once(tiny_model,
+                                                                               tmp_path):
+    store, run = make_run(tiny_model, COMPLETIONS, iters=60, steps_per_report=1,
+                          steps_per_eval=10, save_every=10)
+    supervisor = Supervisor(store)
+    supervisor.start(run.id)
+    first_log = tmp_path / "first.jsonl"
+    follower = subprocess.Popen([sys.executable, "-c", FOLLOWER, run.id, str(first_log)],
+                                stdin=subprocess.DEVNULL)
+    wait_for_event(store.run_dir(run.id), lambda e: e["type"] == "train" and e["iteration"] >= 5)
+    # Kill everything that watches the trainer: the follower (a dashboard) and the runner.
+    follower.kill()
+    follower.wait()
+    process = supervisor.get(run.id).process
+    os.kill(process["runner_pid"], signal.SIGKILL)
+    time.sleep(0.5)
+    assert is_alive(process["pid"], process["start_time"]), "the trainer must keep going"
+    assert supervisor.get(run.id).state is RunState.RUNNING
+
+    async def collect():
+        return [e async for e in Supervisor(RunStore(store.home)).follow(run.id)]
+    seen = asyncio.run(asyncio.wait_for(collect(), 120))
+
+    assert seen == read_events(store.events_path(run.id))
+    keys = [(e["type"], e.get("iteration"), e["time"]) for e in seen]
+    assert len(keys) == len(set(keys)), "every event exactly once"
+    assert [e["iteration"] for e in seen if e["type"] == "train"] == list(range(1, 61))
+    assert supervisor.get(run.id).state is RunState.COMPLETED
+
+
+def test_cancel_leaves_a_checkpoint_and_the_cancelled_state(tiny_model):
+    store, run = make_run(tiny_model, COMPLETIONS, **ENDLESS)
+    supervisor = Supervisor(store)
+    supervisor.start(run.id)
+    wait_for_event(store.run_dir(run.id), lambda e: e["type"] == "train" and e["iteration"] >= 3)
+
+    done = zyquo_cli("runs", "cancel", run.id, "--wait")
+
+    assert done.returncode == 0, done.stderr
+    final = supervisor.get(run.id)
+    assert final.state is RunState.CANCELLED
+    cancelled = read_events(store.events_path(run.id))[-1]
+    assert cancelled["type"] == "cancelled" and cancelled["checkpoint"] >= 3
+    assert (store.adapters_dir(run.id) / f"{cancelled['checkpoint']:07d}_adapters.safetensors"
+            ).is_file()
+
+
+def test_three_queued_runs_complete_in_order_with_no_dashboard(tiny_model):
+    store = RunStore().ensure()
+    ids = [make_run(tiny_model, COMPLETIONS, store=store, iters=8, save_every=8)[1].id
+           for _ in range(3)]
+    for run_id in ids:  # each CLI process exits at once: nothing of ours stays to watch
+        done = zyquo_cli("runs", "queue", run_id)
+        assert done.returncode == 0, done.stderr
+    supervisor = Supervisor(store)
+    finals = [wait_state(supervisor, run_id, timeout=180) for run_id in ids]
+    assert [r.state for r in finals] == [RunState.COMPLETED] * 3
+    starts = [read_events(store.events_path(i))[0]["time"] for i in ids]
+    ends = [read_events(store.events_path(i))[-1]["time"] for i in ids]
+    assert starts == sorted(starts)
+    assert ends[0] <= starts[1] and ends[1] <= starts[2], "one run at a time"
+    assert supervisor.queue.ids() == []
+
+
+def test_the_queue_can_be_reordered_and_runs_removed(tiny_model):
+    store, active = make_run(tiny_model, COMPLETIONS, **ENDLESS)
+    supervisor = Supervisor(store)
+    supervisor.start(active.id)
+    waiting = [make_run(tiny_model, COMPLETIONS, store=store)[1].id for _ in range(3)]
+    try:
+        for run_id in waiting:
+            assert supervisor.enqueue(run_id).state is RunState.QUEUED
+        assert supervisor.move(waiting[2], 1) == [waiting[2], waiting[0], waiting[1]]
+        assert zyquo_cli("runs", "dequeue", waiting[0]).returncode == 0
+        assert supervisor.queue.ids() == [waiting[2], waiting[1]]
+        assert store.get(waiting[0]).state is RunState.CONFIGURED
+        for run_id in (waiting[2], waiting[1]):  # cancel of a queued run unqueues it
+            assert supervisor.cancel(run_id).state is RunState.CONFIGURED
+    finally:
+        supervisor.cancel(active.id)
+        wait_state(supervisor, active.id)
+    assert supervisor.queue.ids() == []
+
+
+def test_a_reused_pid_is_not_mistaken_for_the_trainer(tiny_model):
+    store, run = make_run(tiny_model, COMPLETIONS)
+    # A live process (this test) with a different start time stands in for a reused pid.
+    me = identity(os.getpid())
+    def pretend_running(r):
+        r.set_state(RunState.STARTING)
+        r.set_state(RunState.RUNNING)
+        r.process = {"pid": me["pid"], "start_time": me["start_time"] - 1000,
+                     "runner_pid": me["pid"], "runner_start_time": me["start_time"] - 1000,
+                     "host": me["host"]}
+    store.update(run.id, pretend_running)
+
+    assert psutil.pid_exists(os.getpid())
+    assert not is_alive(me["pid"], me["start_time"] - 1000)
+    refreshed = Supervisor(store).get(run.id)
+    assert refreshed.state is RunState.INTERRUPTED
+
+
+def test_run_control_refuses_bad_requests_with_one_sentence_and_changes_nothing(tiny_model):
+    store, active = make_run(tiny_model, COMPLETIONS, **ENDLESS)
+    _, other = make_run(tiny_model, COMPLETIONS, store=store)
+    _, unstarted = make_run(tiny_model, COMPLETIONS, store=store)
+    supervisor = Supervisor(store)
+    supervisor.start(active.id)
+    try:
+        cases = [
+            (("runs", "show", "20990101-000000-000-beef"), "There is no run"),
+            (("runs", "start", active.id), "cannot be started"),
+            (("runs", "start", other.id), "Another run is active"),
+            (("runs", "resume", unstarted.id), "only a cancelled, failed or interrupted"),
+            (("runs", "cancel", unstarted.id), "nothing to cancel"),
+            (("runs", "delete", active.id), "cancel it before deleting"),
+        ]
+        before = {i: store.get(i).to_dict() for i in (other.id, unstarted.id)}
+        for argv, phrase in cases:
+            done = zyquo_cli(*argv)
+            assert done.returncode == 2, (argv, done.stdout, done.stderr)
+            assert phrase in done.stderr, (argv, done.stderr)
+            assert "Traceback" not in done.stderr
+            assert len(done.stderr.strip().splitlines()) == 1
+        assert {i: store.get(i).to_dict() for i in before} == before
+        assert store.get(active.id).state in (RunState.STARTING, RunState.RUNNING)
+        queued = zyquo_cli("runs", "start", other.id, "--queue-if-busy")
+        assert queued.returncode == 0 and store.get(other.id).state is RunState.QUEUED
+        supervisor.dequeue(other.id)
+    finally:
+        supervisor.cancel(active.id)
+    assert wait_state(supervisor, active.id).state is RunState.CANCELLED
+    done = zyquo_cli("runs", "cancel", active.id)
+    assert done.returncode == 2 and "nothing to cancel" in done.stderr
+
+    # A cancelled run without a resumable checkpoint cannot be resumed.
+    for path in store.adapters_dir(active.id).glob("*_state.json"):
+        path.unlink()
+    done = zyquo_cli("runs", "resume", active.id)
+    assert done.returncode == 2 and "no checkpoint to resume from" in done.stderr
