@@ -22,7 +22,7 @@ SAMPLE_MODEL_4BIT = "zyquo-tiny-4bit"
 SAMPLE_RUN_SETTINGS = {
     "iters": 60,
     "batch_size": 4,
-    "learning_rate": 1e-3,
+    "learning_rate": 5e-4,
     "num_layers": -1,
     "steps_per_report": 5,
     "steps_per_eval": 20,
