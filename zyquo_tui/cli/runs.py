@@ -418,7 +418,9 @@ def cmd_delete(args) -> int:
 def cmd_export(args) -> int:
     store = RunStore()
     run = store.get(args.id)
-    text = dump_mlx_yaml(run_to_mlx_config(run, adapter_path=str(store.adapters_dir(run.id))))
+    # adapter_path stays mlx-lm's relative default, so running the export never writes into
+    # this run's own checkpoints (the run folder's config.yaml has the exact path).
+    text = dump_mlx_yaml(run_to_mlx_config(run))
     if args.output:
         args.output.write_text(text, encoding="utf-8")
         print(str(args.output))

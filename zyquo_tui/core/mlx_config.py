@@ -17,7 +17,7 @@ from .runs import Hyperparameters, Method, Run
 
 # Keys of mlx-lm's CONFIG_DEFAULTS that map onto Run fields other than hyperparameters, or that
 # describe what to do rather than how to train.
-_RUN_KEYS = {"model", "data", "fine_tune_type", "adapter_path", "train", "test", "config",
+_RUN_KEYS = {"model", "data", "fine_tune_type", "adapter_path", "train", "config",
              "resume_adapter_file"}
 _HYPERPARAMETER_KEYS = set(Hyperparameters().to_dict())
 
@@ -125,6 +125,11 @@ def run_from_mlx_config(
                if k not in _HYPERPARAMETER_KEYS and k not in _RUN_KEYS}
     run = Run.new(model=model, data=data, method=method, hyperparameters=hp)
     run.extra_config = unknown
+    warm_start = config.get("resume_adapter_file")
+    if isinstance(warm_start, str) and warm_start:
+        # mlx-lm's resume is a warm start from weights: the same as our fork from a checkpoint.
+        path = _resolve(warm_start, base_dir) if base_dir is not None else warm_start
+        run.lineage = {"parent": None, "step": None, "adapter_file": path}
     return run, sorted(unknown)
 
 

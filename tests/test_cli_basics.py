@@ -1,0 +1,92 @@
+"""The command line's skeleton: version, doctor, sample, listing, and its errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import zyquo_cli
+from zyquo_tui import __version__
+
+
+def test_version():
+    done = zyquo_cli("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"zyquo-tui {__version__}"
+
+
+def test_doctor_reports_versions_device_memory_and_the_store(isolated_home):
+    done = zyquo_cli("doctor", "--json")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout)
+    assert facts["mlx"].startswith("0.") and facts["mlx_lm"].startswith("0.")
+    assert facts["device"].startswith("Device(")
+    assert facts["memory"]["total_bytes"] > facts["memory"]["available_bytes"] > 0
+    assert facts["store"] == {"path": str(isolated_home), "exists": False, "writable": True}
+    plain = zyquo_cli("doctor")
+    assert "mlx-lm" in plain.stdout and str(isolated_home) in plain.stdout
+
+
+def test_sample_builds_two_models_that_mlx_lm_loads(isolated_home):
+    done = zyquo_cli("sample", "--json")
+    assert done.returncode == 0, done.stderr
+    made = json.loads(done.stdout)
+    paths = [made["models"]["zyquo-tiny"], made["models"]["zyquo-tiny-4bit"]]
+    assert all(p.startswith(str(isolated_home / "models")) for p in paths)
+    code = ("import sys; from mlx_lm import load\n"
+            "for p in sys.argv[1:]:\n"
+            "    model, tok = load(p); print(type(model).__module__, len(model.layers))\n")
+    loaded = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True,
+                            text=True, check=True, stdin=subprocess.DEVNULL)
+    assert loaded.stdout.split("\n")[:2] == ["mlx_lm.models.llama 2"] * 2
+
+
+def test_runs_list_shows_damaged_runs_beside_good_ones(isolated_home):
+    good = zyquo_cli("runs", "new", "--model", "/m", "--data", "/d", "--name", "good one")
+    assert good.returncode == 0, good.stderr
+    bad = zyquo_cli("runs", "new", "--model", "/m", "--data", "/d")
+    bad_id = bad.stdout.strip()
+    (isolated_home / "runs" / bad_id / "run.json").write_text("{truncated")
+    listing = json.loads(zyquo_cli("runs", "list", "--json").stdout)
+    assert [r["state"] for r in listing] == ["configured", "damaged"]
+    assert "not valid JSON" in listing[1]["damaged"]
+    plain = zyquo_cli("runs", "list")
+    assert plain.returncode == 0 and "damaged" in plain.stdout and "good one" in plain.stdout
+
+
+def _one_sentence_exit_2(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def test_an_unknown_command_is_one_sentence_and_exit_2():
+    message = _one_sentence_exit_2(zyquo_cli("frobnicate"))
+    assert "invalid choice" in message
+
+
+def test_an_unusable_store_location_is_one_sentence_and_exit_2(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    env = {**os.environ, "ZYQUO_HOME": str(blocker / "home")}
+    done = subprocess.run([sys.executable, "-m", "zyquo_tui", "runs", "new", "--model", "/m",
+                           "--data", "/d"], capture_output=True, text=True, env=env)
+    assert "a file stands where" in _one_sentence_exit_2(done)
+    if os.geteuid() != 0:  # root can write anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        env["ZYQUO_HOME"] = str(locked / "home")
+        done = subprocess.run([sys.executable, "-m", "zyquo_tui", "sample"],
+                              capture_output=True, text=True, env=env)
+        assert "permission denied" in _one_sentence_exit_2(done)
+
+
+def test_a_file_where_the_runs_folder_should_be_leaves_other_files_alone(isolated_home):
+    isolated_home.mkdir()
+    (isolated_home / "runs").write_text("precious")
+    message = _one_sentence_exit_2(zyquo_cli("runs", "list"))
+    assert "is a file" in message
+    assert (isolated_home / "runs").read_text() == "precious"

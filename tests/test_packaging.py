@@ -1,0 +1,94 @@
+"""The package as a user gets it: the wheel's content, the README's commands, the layers."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+
+def readme_commands() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    quick_start = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.+?)\n```", quick_start, flags=re.S)
+
+
+def test_the_quick_start_is_exactly_two_commands_and_ci_runs_the_second():
+    install_and_open, install_and_test = readme_commands()
+    assert "zyquo-tui" in install_and_open and "pytest" in install_and_test
+    assert "\n" not in install_and_open and "\n" not in install_and_test
+    ci_lines = (REPO / ".ci" / "run").read_text().splitlines()
+    assert install_and_test in ci_lines, ".ci/run must run the README's test command verbatim"
+
+
+CORE_IMPORT_CHECK = """
+import importlib, pkgutil, sys
+import zyquo_tui.core as core
+for module in pkgutil.iter_modules(core.__path__):
+    importlib.import_module(f"zyquo_tui.core.{module.name}")
+banned = [m for m in sys.modules if m.split(".")[0] in ("textual", "mlx", "mlx_lm",
+                                                         "transformers")]
+print(",".join(sorted(banned)))
+"""
+
+
+def test_core_imports_neither_textual_nor_mlx():
+    done = subprocess.run([sys.executable, "-c", CORE_IMPORT_CHECK], capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.strip() == ""
+
+
+def test_the_cli_imports_no_mlx_for_headless_commands():
+    code = ("import sys; from zyquo_tui.cli.main import build_parser; build_parser(); "
+            "print([m for m in sys.modules if m.startswith(('mlx', 'textual'))])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(REPO)],
+                   check=True, capture_output=True, timeout=600)
+    return next(out.glob("zyquo_tui-*.whl"))
+
+
+def test_the_wheel_ships_the_styles_and_the_sample_data(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    styles = [n for n in names if n.startswith("zyquo_tui/styles/") and n.endswith(".tcss")]
+    assert styles, "the .tcss files must ship inside the package"
+    for split in ("train", "valid", "test"):
+        for kind in ("completions", "chat", "text", "preference"):
+            assert f"zyquo_tui/sample_data/{kind}/{split}.jsonl" in names
+    assert "zyquo_tui/trainer/__main__.py" in names
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "zyquo-tui = zyquo_tui.cli.main:main" in zipfile.ZipFile(wheel).read(
+        entry_points).decode()
+
+
+def test_an_installed_wheel_finds_its_styles_and_sample_data(wheel, tmp_path):
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    code = ("from zyquo_tui.resources import styles_dir, sample_data_dir; "
+            "print(styles_dir()); print(sample_data_dir())")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, env=env, cwd=tmp_path)
+    styles, sample = map(Path, done.stdout.split())
+    assert styles == tmp_path / "site" / "zyquo_tui" / "styles" and any(styles.glob("*.tcss"))
+    assert sample == tmp_path / "site" / "zyquo_tui" / "sample_data"
+    assert (sample / "chat" / "train.jsonl").is_file()
+
+
+def test_a_checkout_finds_the_top_level_folders():
+    from zyquo_tui.resources import sample_data_dir, styles_dir
+
+    assert styles_dir() == REPO / "styles"
+    assert sample_data_dir() == REPO / "sample_data"
