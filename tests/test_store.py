@@ -191,3 +191,20 @@ def test_event_readers_skip_garbage_and_keep_unknown_types_and_fields(tmp_path):
     events = reader.read_new()
     assert [e["type"] for e in events] == ["future", "val"]
     assert reader.skipped_lines == 2
+
+
+def test_the_listing_cache_never_serves_a_stale_row():
+    from zyquo_tui.core.run_index import INDEX_FILE, listing_rows
+
+    store = RunStore().ensure()
+    runs = [new_run(store, name=f"run {i}") for i in range(3)]
+    assert [r["name"] for r in listing_rows(store)] == ["run 0", "run 1", "run 2"]
+    assert (store.runs_root / INDEX_FILE).is_file()
+    store.update(runs[1].id, lambda r: setattr(r, "name", "renamed"))
+    (store.run_dir(runs[2].id) / "run.json").write_text("{broken")
+    rows = listing_rows(store)
+    assert [r["name"] for r in rows[:2]] == ["run 0", "renamed"]
+    assert rows[2]["state"] == "damaged"
+    store.delete(runs[0].id)
+    (store.runs_root / INDEX_FILE).write_text("not json at all")
+    assert [r["id"] for r in listing_rows(store)] == [runs[1].id, runs[2].id]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import platform
 import sys
 
@@ -19,6 +18,8 @@ def register(subparsers) -> None:
 
 
 def _version(package: str) -> str | None:
+    import importlib.metadata  # 60 ms: only for this command
+
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:

@@ -8,8 +8,9 @@ from typing import Any, Iterable, Sequence
 
 
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
+    """Indented for a person at a terminal, compact (and faster) for a pipe or a script."""
+    indent = 2 if sys.stdout.isatty() else None
+    sys.stdout.write(json.dumps(data, indent=indent, default=str) + "\n")
 
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

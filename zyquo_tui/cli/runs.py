@@ -6,7 +6,6 @@ docs/CLI.md and stay stable within a schema_version.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from pathlib import Path
@@ -17,9 +16,10 @@ from ..core.errors import EXIT_PROBLEMS, UserError
 from ..core.metrics import RunMetrics
 from ..core.mlx_config import (dump_mlx_yaml, load_mlx_yaml, run_from_mlx_config,
                                run_to_mlx_config)
+from ..core.run_index import listing_row, listing_rows
 from ..core.run_queue import RunQueue
 from ..core.runs import Hyperparameters, Method, Run, RunState
-from ..core.store import DamagedRun, RunStore
+from ..core.store import RunStore
 from ..core.supervisor import Supervisor
 from .output import fmt_bytes, fmt_loss, print_json, print_table
 
@@ -126,24 +126,6 @@ def _metrics(store: RunStore, run_id: str) -> RunMetrics:
     return metrics
 
 
-def run_row(run: Run, queue_position: int | None) -> dict:
-    """One run as `runs list --json` prints it (from run.json alone: cheap for 10,000 runs)."""
-    s = run.summary
-    return {
-        "id": run.id, "name": run.name, "state": run.state.value, "method": run.method.value,
-        "model": run.model, "data": run.data, "created": run.created,
-        "step": s.get("step", 0), "iters": run.hyperparameters.iters,
-        "last_train_loss": s.get("last_train_loss"), "last_val_loss": s.get("last_val_loss"),
-        "best_val_loss": s.get("best_val_loss"), "tokens_per_second": s.get("tokens_per_second"),
-        "queue_position": queue_position, "damaged": None,
-    }
-
-
-def damaged_row(item: DamagedRun) -> dict:
-    return {"id": item.id, "name": None, "state": "damaged", "damaged": item.reason,
-            "path": str(item.path)}
-
-
 def _settings_from_args(args) -> dict:
     values = {key: getattr(args, key) for _, key, _ in TRAINING_FLAGS
               if getattr(args, key, None) is not None}
@@ -154,6 +136,8 @@ def _settings_from_args(args) -> dict:
 
 
 def _wait_for(supervisor: Supervisor, run_id: str, wanted: RunState) -> int:
+    import asyncio
+
     run = asyncio.run(supervisor.wait(run_id))
     print(f"{run_id} {run.state.value}")
     return 0 if run.state is wanted else EXIT_PROBLEMS
@@ -165,12 +149,11 @@ def cmd_list(args) -> int:
     store = RunStore()
     supervisor = Supervisor(store)
     positions = {run_id: i + 1 for i, run_id in enumerate(RunQueue(store.home).ids())}
-    rows = []
-    for item in store.iter_runs():
-        if isinstance(item, DamagedRun):
-            rows.append(damaged_row(item))
-        else:
-            rows.append(run_row(supervisor.refresh(item), positions.get(item.id)))
+    rows = listing_rows(store)
+    for i, row in enumerate(rows):
+        if row["state"] in (RunState.STARTING.value, RunState.RUNNING.value):
+            rows[i] = listing_row(supervisor.refresh(store.get(row["id"])))  # trainer gone?
+        rows[i]["queue_position"] = positions.get(row["id"])
     if args.json:
         print_json(rows)
         return 0
@@ -368,6 +351,9 @@ def cmd_watch(args) -> int:
             if line != last_line:
                 print(line, flush=True)
                 last_line = line
+
+    import asyncio
+
     asyncio.run(follow())
     final = supervisor.get(run.id)
     message = f"{run.id} {final.state.value}"

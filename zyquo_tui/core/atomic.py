@@ -34,8 +34,13 @@ def write_atomic(path: Path, text: str) -> None:
     fsync_dir(path.parent)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+def write_json_atomic(path: Path, data: Any, *, compact: bool = False) -> None:
+    """Indented for files people read (run.json); compact for caches read on every listing."""
+    if compact:
+        text = json.dumps(data, separators=(",", ":"))
+    else:
+        text = json.dumps(data, indent=2)
+    write_atomic(path, text + "\n")
 
 
 def fsync_dir(folder: Path) -> None:

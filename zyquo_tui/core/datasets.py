@@ -20,6 +20,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import struct
+import subprocess
+import sys
 from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -205,7 +208,7 @@ class RowHashes:
     Split by the low byte into 256 arrays so counting needs a set of only one part at a time.
     Python's bytes hash is 64-bit SipHash: a false duplicate among a billion rows is unlikely.
     Its seed differs between processes, so all hashes compared must come from one process or
-    from workers started with one PYTHONHASHSEED (see _ValidationPool).
+    from workers started with one PYTHONHASHSEED (see validate_file_parallel).
     """
 
     PARTS = 256
@@ -335,36 +338,8 @@ def _first_format(path: Path) -> tuple[str | None, int | None]:
 
 # Below this much data, starting worker processes costs more than it saves.
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024
-_CHUNKS_PER_WORKER = 4  # more chunks than workers: even load, finer progress
-
-
-@dataclass
-class _Chunk:
-    """A run of whole lines of one file, checked by one worker process."""
-
-    path: str
-    display_path: str
-    start: int
-    end: int
-    file_format: str | None
-    format_line: int | None
-
-
-@dataclass
-class _ChunkResult:
-    report: FileReport
-    lines: int
-    file_format: str | None
-    hash_parts: list
-
-
-def _validate_chunk(chunk: _Chunk) -> _ChunkResult:
-    # Runs in a worker process: line numbers are counted from the chunk's first line.
-    report = FileReport(path=chunk.display_path)
-    checker = _RowChecker(report, chunk.file_format, chunk.format_line)
-    hashes = RowHashes()
-    lines = _scan(Path(chunk.path), report, checker, hashes, chunk.start, chunk.end)
-    return _ChunkResult(report, lines, checker.file_format, hashes.parts)
+_PACKAGE_PARENT = Path(__file__).resolve().parents[2]
+_WORKER_CODE = "from zyquo_tui.core.datasets import _chunk_worker_main; _chunk_worker_main()"
 
 
 def default_workers(total_bytes: int) -> int:
@@ -374,57 +349,96 @@ def default_workers(total_bytes: int) -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
-class _ValidationPool:
-    """Worker processes that validate chunks of big files in parallel.
+def validate_file_parallel(path: Path, display_path: str, hashes: RowHashes, workers: int,
+                           on_progress: Callable[[int], None] | None = None) -> FileReport:
+    """validate_file across `workers` processes, one byte range of whole lines each.
 
-    json parsing in CPython runs at about 100,000 rows a second on one core; several cores
-    are the stdlib way past that. Workers are spawned (never forked: the dashboard has
-    threads) with one shared PYTHONHASHSEED, so their row hashes can be compared.
+    CPython parses JSON at about 100,000 rows a second on one core; more cores are the
+    stdlib way past that. Workers are plain subprocesses (never forked: the dashboard has
+    threads; not multiprocessing: it re-runs the caller's __main__), all started with one
+    PYTHONHASHSEED so their row hashes compare. Each reports its problems with line numbers
+    counted from its range's first line; they are shifted here.
     """
-
-    def __init__(self, workers: int) -> None:
-        import multiprocessing
-
-        self.workers = workers
-        context = multiprocessing.get_context("spawn")
-        saved = os.environ.get("PYTHONHASHSEED")
-        os.environ["PYTHONHASHSEED"] = str(random.randint(1, 2**32 - 1))
-        try:
-            self.pool = context.Pool(workers)  # starts every worker now, with that seed
-        finally:
-            if saved is None:
-                os.environ.pop("PYTHONHASHSEED", None)
-            else:
-                os.environ["PYTHONHASHSEED"] = saved
-
-    def __enter__(self) -> "_ValidationPool":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.pool.terminate()
-        self.pool.join()
-
-    def validate_file(self, path: Path, display_path: str, hashes: RowHashes,
-                      on_progress: Callable[[int], None] | None = None) -> FileReport:
-        file_format, format_line = _first_format(path)
-        chunks = [
-            _Chunk(str(path), display_path, start, end, file_format, format_line)
-            for start, end in _line_aligned_ranges(path, self.workers * _CHUNKS_PER_WORKER)
-        ]
+    file_format, format_line = _first_format(path)
+    seed = str(random.randint(1, 2**32 - 1))
+    environment = dict(os.environ, PYTHONHASHSEED=seed)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(_PACKAGE_PARENT), os.environ.get("PYTHONPATH")])
+    )
+    ranges = _line_aligned_ranges(path, workers)
+    processes = []
+    try:
+        for start, end in ranges:
+            task = json.dumps({"path": str(path), "display_path": display_path, "start": start,
+                               "end": end, "format": file_format, "format_line": format_line})
+            processes.append(subprocess.Popen(
+                [sys.executable, "-c", _WORKER_CODE, task], env=environment,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            ))
         report = FileReport(path=display_path)
         lines_before = 0
-        chat_with_tools = False
-        for result in self.pool.imap(_validate_chunk, chunks):
-            _merge_chunk(report, result.report, lines_before)
-            lines_before += result.lines
-            hashes.extend(result.hash_parts)
-            chat_with_tools |= result.file_format == TOOLS
+        with_tools = False
+        for process in processes:
+            chunk, lines, chunk_format = _read_chunk_result(process, hashes)
+            _merge_chunk(report, chunk, lines_before)
+            lines_before += lines
+            with_tools |= chunk_format == TOOLS
             if on_progress is not None:
                 on_progress(lines_before)
-        if chat_with_tools and file_format == CHAT:
-            file_format = TOOLS
-        _finish_file(report, file_format, hashes)
-        return report
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+            if process.stdout:
+                process.stdout.close()
+    if with_tools and file_format == CHAT:
+        file_format = TOOLS
+    _finish_file(report, file_format, hashes)
+    return report
+
+
+def _chunk_worker_main() -> None:
+    # Runs in a worker process. Output: one JSON line (the chunk's report), then the row
+    # hashes, part by part, as an 8-byte count followed by that many 8-byte values.
+    task = json.loads(sys.argv[1])
+    report = FileReport(path=task["display_path"])
+    checker = _RowChecker(report, task["format"], task["format_line"])
+    hashes = RowHashes()
+    lines = _scan(Path(task["path"]), report, checker, hashes, task["start"], task["end"])
+    summary = {
+        "lines": lines, "rows": report.rows, "format": checker.file_format,
+        "errors": report.errors, "warnings": report.warnings,
+        "not_listed": report.problems_not_listed,
+        "problems": [[p.line, p.message, p.severity] for p in report.problems],
+    }
+    out = sys.stdout.buffer
+    out.write(json.dumps(summary).encode() + b"\n")
+    for part in hashes.parts:
+        out.write(struct.pack("<Q", len(part)))
+        out.write(part.tobytes())
+    out.flush()
+
+
+def _read_chunk_result(process: subprocess.Popen, hashes: RowHashes,
+                       ) -> tuple[FileReport, int, str | None]:
+    stream = process.stdout
+    assert stream is not None
+    header = stream.readline()
+    if not header:
+        process.wait()
+        raise RuntimeError(f"a dataset validation worker failed (exit status "
+                           f"{process.returncode}); its error is above")
+    summary = json.loads(header)
+    for part in hashes.parts:
+        (count,) = struct.unpack("<Q", stream.read(8))
+        part.frombytes(stream.read(count * part.itemsize))
+    chunk = FileReport(path="", rows=summary["rows"], errors=summary["errors"],
+                       warnings=summary["warnings"],
+                       problems_not_listed=summary["not_listed"])
+    chunk.problems = [Problem("", line, message, severity)
+                      for line, message, severity in summary["problems"]]
+    return chunk, summary["lines"], summary["format"]
 
 
 def _line_aligned_ranges(path: Path, parts: int) -> list[tuple[int, int]]:
@@ -487,13 +501,11 @@ def validate_dataset(path: Path | str, batch_size: int = DEFAULT_BATCH_SIZE,
             return None
         return lambda lines: on_progress(split, lines)
 
-    if workers > 1:
-        with _ValidationPool(workers) as pool:
-            for split, file in files.items():
-                report.files[split] = pool.validate_file(file, str(file), hashes[split],
+    for split, file in files.items():
+        if workers > 1:
+            report.files[split] = validate_file_parallel(file, str(file), hashes[split], workers,
                                                          progress_of(split))
-    else:
-        for split, file in files.items():
+        else:
             report.files[split] = validate_file(file, str(file), hashes[split],
                                                 progress_of(split))
     if path.is_dir():
@@ -693,24 +705,25 @@ _GOOD_TURNS = frozenset({
 })
 
 
-def _is_flawless(messages: list) -> bool:
+def _is_flawless(messages: list, _good_turns: frozenset = _GOOD_TURNS) -> bool:
     """A quick yes for the common conversation with nothing to report.
 
     Most rows are fine, and the detailed check below costs several times more; a False here
     only means "look closer", never that something is wrong.
     """
-    previous = None
-    for message in messages:
-        if type(message) is not dict:
-            return False
-        content = message.get("content")
-        if type(content) is not str or not content or content.isspace():
-            return False
-        role = message.get("role")
-        if (previous, role) not in _GOOD_TURNS:
-            return False
-        previous = role
-    return previous == "assistant"
+    try:
+        previous = None
+        for message in messages:
+            content = message["content"]
+            if type(content) is not str or not content or content.isspace():
+                return False
+            role = message["role"]
+            if (previous, role) not in _good_turns:
+                return False
+            previous = role
+        return previous == "assistant"
+    except (KeyError, TypeError):  # a message that is not an object, or lacks a key
+        return False
 
 
 def _message_problems(messages: list, key: str) -> list[tuple[Severity, str]]:
@@ -723,42 +736,45 @@ def _message_problems(messages: list, key: str) -> list[tuple[Severity, str]]:
     findings: list[tuple[Severity, str]] = []
     if not messages:
         return [(ERROR, f"{key!r} is empty")]
-    previous = None  # the role of the previous message with a known role
+    if type(messages[0]) is dict and "role" not in messages[0] and "from" in messages[0]:
+        return [(ERROR, f"{key!r} uses 'from'/'value' (ShareGPT style): mlx-lm needs 'role' "
+                        "and 'content' in each message")]
+    previous = None  # the role of the previous message
+    order_known = True  # after a message of unknown role, order checks would only echo it
     assistant_seen = False
     for index, message in enumerate(messages):
         where = f"{key}[{index}]"
         if type(message) is not dict:
             findings.append((ERROR, f"{where} must be an object with role and content, found "
                                     f"{_json_type(message)}"))
+            order_known = False
             continue
         role = message.get("role")
         if role not in KNOWN_ROLES:
-            if role is None and "from" in message:
-                findings.append((ERROR, f"{where} has 'from'/'value' (ShareGPT style): "
-                                        "mlx-lm needs 'role' and 'content'"))
-            elif role is None:
+            if role is None:
                 findings.append((ERROR, f"{where} has no 'role'"))
             else:
                 findings.append((ERROR, f"{where}: unknown role {role!r}; use one of "
                                         f"{', '.join(KNOWN_ROLES)}"))
-            previous = None
+            order_known = False
             continue
-        order = _order_problem(role, previous, index)
+        order = _order_problem(role, previous, index) if order_known else None
         if order:
             findings.append((ERROR, f"{where}: {order}"))
-        previous = role
+        if not (role == "system" and index > 0):  # a misplaced system turn changes no turn
+            previous = role
         if role == "assistant":
             assistant_seen = True
         content_problem = _content_problem(message, role)
         if content_problem:
             findings.append((WARNING if role == "system" else ERROR,
                              f"{where} ({role}): {content_problem}"))
-    if not assistant_seen and not findings:
+    last = messages[-1].get("role") if type(messages[-1]) is dict else None
+    if not assistant_seen and order_known:
         findings.append((ERROR, f"{key!r} has no assistant message: nothing to learn from"))
-    elif messages and type(messages[-1]) is dict and messages[-1].get("role") != "assistant" \
-            and assistant_seen:
-        findings.append((WARNING, f"{key!r} ends with a {messages[-1].get('role')} message: "
-                                  "with mask_prompt that turn is what gets trained"))
+    elif assistant_seen and last in KNOWN_ROLES and last != "assistant":
+        findings.append((WARNING, f"{key!r} ends with a {last} message: with mask_prompt "
+                                  "that turn is what gets trained"))
     return findings
 
 

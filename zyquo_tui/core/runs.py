@@ -128,8 +128,7 @@ class Hyperparameters:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Hyperparameters":
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
+        values = {k: v for k, v in data.items() if k in _HYPERPARAMETER_FIELDS}
         hp = cls(**values)
         lora = default_lora_parameters()
         lora.update(hp.lora_parameters or {})
@@ -216,6 +215,9 @@ class Hyperparameters:
         return errors, warnings
 
 
+_HYPERPARAMETER_FIELDS = frozenset(f.name for f in dataclasses.fields(Hyperparameters))
+
+
 def new_run_id(now: float | None = None) -> str:
     """An id that sorts by creation time: UTC date, time to the millisecond, random suffix."""
     now = time.time() if now is None else now
@@ -294,8 +296,7 @@ class Run:
                 "version of zyquo-tui)"
             )
         try:
-            known = {f.name for f in dataclasses.fields(cls)}
-            values = {k: v for k, v in data.items() if k in known}
+            values = {k: v for k, v in data.items() if k in _RUN_FIELDS}
             values["method"] = Method(values["method"])
             values["state"] = RunState(values["state"])
             values["hyperparameters"] = Hyperparameters.from_dict(
@@ -313,3 +314,6 @@ class Run:
     def problems(self) -> tuple[list[str], list[str]]:
         """Errors and warnings of the run's settings, one sentence each."""
         return self.hyperparameters.problems(self.method)
+
+
+_RUN_FIELDS = frozenset(f.name for f in dataclasses.fields(Run))

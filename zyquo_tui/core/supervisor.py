@@ -8,7 +8,6 @@ the same runs, reads the same events and can cancel them.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -267,7 +266,7 @@ class Supervisor:
                 return run
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} is still {run.state.value}")
-            await asyncio.sleep(poll)
+            await _sleep(poll)
 
     async def follow_batches(self, run_id: str, poll: float = 0.2,
                              from_offset: int = 0) -> AsyncIterator[list[dict]]:
@@ -301,7 +300,7 @@ class Supervisor:
                     if rest:
                         yield rest
                     return
-            await asyncio.sleep(poll)
+            await _sleep(poll)
 
     def _restarting(self, run_id: str) -> bool:
         return self.get(run_id).state in (RunState.STARTING, RunState.QUEUED)
@@ -311,6 +310,12 @@ class Supervisor:
         async for batch in self.follow_batches(run_id, poll):
             for event in batch:
                 yield event
+
+
+async def _sleep(seconds: float) -> None:
+    import asyncio  # imported here: listing runs from the CLI needs no event loop
+
+    await asyncio.sleep(seconds)
 
 
 def runner_log(store: RunStore) -> Path:

@@ -10,6 +10,7 @@ import os
 import platform
 import socket
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,9 @@ class TrainingSession:
     # -- run.json ----------------------------------------------------------------------------
 
     def _update(self, state: RunState | None = None, **fields: Any) -> None:
+        if state is not None and state.is_terminal:
+            self.summary["ended_at"] = time.time()
+
         def change(run: Run) -> None:
             if state is not None and run.state is not state:
                 allowed = ALLOWED_TRANSITIONS[run.state]
@@ -209,6 +213,8 @@ class TrainingSession:
             iters=hp.iters, resumed_from_step=resumed_from, config=config,
         )
         self.summary["iters"] = hp.iters
+        self.summary.setdefault("started_at", time.time())
+        self.summary.pop("ended_at", None)
         self._update(RunState.RUNNING, resume_from_step=None)
         if self.stop.requested:
             return self._cancelled(None)
