@@ -50,6 +50,12 @@ SERIES_FIELDS = {
 }
 
 
+# For each metric event type: (event field, series name) pairs.
+_FIELDS_BY_TYPE: dict[str, list[tuple[str, str]]] = {}
+for _name, (_type, _key) in SERIES_FIELDS.items():
+    _FIELDS_BY_TYPE.setdefault(_type, []).append((_key, _name))
+
+
 class RunMetrics:
     """Everything the events of one run say, updated event by event."""
 
@@ -74,13 +80,15 @@ class RunMetrics:
         kind = event.get("type")
         self.events_seen += 1
         self.last_time = event.get("time", self.last_time)
-        if kind == ev.TRAIN or kind == ev.VAL:
+        fields = _FIELDS_BY_TYPE.get(kind)
+        if fields is not None:
             step = event.get("iteration")
             if not isinstance(step, int):
                 return
-            for name, (source, key) in SERIES_FIELDS.items():
-                if source == kind and isinstance(event.get(key), (int, float)):
-                    self.series[name].add(step, float(event[key]))
+            for key, series in fields:
+                value = event.get(key)
+                if isinstance(value, (int, float)):
+                    self.series[series].add(step, float(value))
             if kind == ev.TRAIN:
                 self.step = step
         elif kind == ev.CHECKPOINT:
