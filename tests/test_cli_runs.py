@@ -1,0 +1,60 @@
+"""The headless run commands as a user types them: new, start --wait, watch, logs, fork, show."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import SAMPLE_DATA, zyquo_cli
+from zyquo_tui.core.events import read_events
+from zyquo_tui.core.store import RunStore
+
+
+def new_run(model, *extra: str) -> str:
+    done = zyquo_cli("runs", "new", "--model", str(model), "--data",
+                     str(SAMPLE_DATA / "completions"), "--iters", "30", "--learning-rate", "5e-4",
+                     "--num-layers", "-1", "--steps-per-report", "5", "--steps-per-eval", "10",
+                     "--save-every", "10", "--val-batches", "2", *extra)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_start_wait_watch_logs_and_show(tiny_model):
+    run_id = new_run(tiny_model, "--name", "cli run")
+    started = zyquo_cli("runs", "start", run_id, "--wait")
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.splitlines()[-1] == f"{run_id} completed"
+
+    watched = zyquo_cli("runs", "watch", run_id)  # a finished run: prints its figures and ends
+    assert watched.returncode == 0
+    assert "step 30/30" in watched.stdout and watched.stdout.strip().endswith("completed")
+
+    logs = zyquo_cli("runs", "logs", run_id)
+    assert "completed 30 steps" in logs.stdout
+
+    shown = json.loads(zyquo_cli("runs", "show", run_id, "--json").stdout)
+    assert shown["state"] == "completed" and shown["progress"]["step"] == 30
+    assert [c["step"] for c in shown["checkpoints"]] == [10, 20, 30]
+    assert sum(c["best"] for c in shown["checkpoints"]) == 1
+    best = min((c for c in shown["checkpoints"] if c["val_loss"] is not None),
+               key=lambda c: c["val_loss"])
+    assert best["best"]
+
+
+def test_fork_warm_starts_a_new_run_from_a_checkpoint(tiny_model):
+    parent = new_run(tiny_model)
+    assert zyquo_cli("runs", "start", parent, "--wait").returncode == 0
+    forked = zyquo_cli("runs", "fork", parent, "--from-step", "30", "--json")
+    assert forked.returncode == 0, forked.stderr
+    child = json.loads(forked.stdout)
+    assert child["lineage"]["parent"] == parent and child["lineage"]["step"] == 30
+    fresh = new_run(tiny_model)
+    for run_id in (child["id"], fresh):
+        assert zyquo_cli("runs", "start", run_id, "--wait").returncode == 0
+    store = RunStore()
+
+    def first_val(run_id):
+        return next(e["val_loss"] for e in read_events(store.events_path(run_id))
+                    if e["type"] == "val")
+    assert first_val(child["id"]) < first_val(fresh) - 0.5, "the fork starts from trained weights"
+    bad = zyquo_cli("runs", "fork", parent, "--from-step", "7")
+    assert bad.returncode == 2 and "no checkpoint at step 7; it has 10, 20, 30" in bad.stderr
