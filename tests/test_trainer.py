@@ -146,3 +146,33 @@ def test_a_diverging_loss_stops_the_run_as_nan_and_keeps_the_last_good_checkpoin
     losses = [e["train_loss"] for e in events if e["type"] == "train"]
     assert all(math.isfinite(x) for x in losses)
     assert store.get(run.id).failure["cause"] == "nan"
+
+
+STOP_REQUEST_PROBE = """
+import sys, time
+from zyquo_tui.trainer.__main__ import StopRequest
+stop = StopRequest()
+stop.install()
+print("ready", flush=True)
+while not stop.requested:
+    time.sleep(0.01)
+print("asked to stop", flush=True)
+time.sleep(60)  # a long step that must not delay the second signal
+print("never", flush=True)
+"""
+
+
+def test_a_second_signal_stops_the_trainer_at_once():
+    probe = subprocess.Popen([sys.executable, "-c", STOP_REQUEST_PROBE], stdout=subprocess.PIPE,
+                             text=True, stdin=subprocess.DEVNULL)
+    try:
+        assert probe.stdout.readline().strip() == "ready"
+        probe.send_signal(signal.SIGTERM)
+        assert probe.stdout.readline().strip() == "asked to stop"
+        asked = time.monotonic()
+        probe.send_signal(signal.SIGINT)
+        assert probe.wait(timeout=10) == -signal.SIGINT
+        assert time.monotonic() - asked < 2
+    finally:
+        if probe.poll() is None:
+            probe.kill()

@@ -17,16 +17,18 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.requested = False
-        self.on_second_signal = lambda: None
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._handle)
         signal.signal(signal.SIGINT, self._handle)
 
     def _handle(self, signum, frame) -> None:
-        if self.requested:
-            self.on_second_signal()
         self.requested = True
+        # The next signal takes the default action, which the kernel carries out at once, even
+        # in the middle of a long MLX computation (a Python handler would wait for it to end).
+        # The runner then records the run as cancelled without a final checkpoint.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,6 +56,21 @@ def _run_of(spec: dict[str, Any]) -> Run:
     return run
 
 
+def _load_tokenizer(run: Run):
+    """The model's tokenizer as mlx_lm.load loads it, without the weights."""
+    from mlx_lm.utils import load_config, load_tokenizer
+
+    from . import loading
+
+    loading.check_model_folder(run)
+    model = Path(run.model)
+    try:
+        config = load_config(model)
+        return load_tokenizer(model, eos_token_ids=config.get("eos_token_id", None))
+    except Exception as error:  # transformers raises many kinds for a broken tokenizer
+        raise fail("config", f"The tokenizer of {model} cannot be loaded: {error}") from None
+
+
 def token_lengths(run: Run, tokenizer) -> list[int]:
     """The token count of every train row, tokenized exactly as training will."""
     from mlx_lm.tuner.datasets import CacheDataset
@@ -126,15 +141,14 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     errors, _ = run.problems()
     if errors:
         raise fail("config", errors[0])
+    if spec.get("lengths"):
+        return {"lengths": token_lengths(run, _load_tokenizer(run))}
     started = time.perf_counter()
     model, tokenizer = loading.load_model(run)
 
     import mlx.core as mx
     import numpy as np
     from mlx.utils import tree_flatten
-
-    if spec.get("lengths"):
-        return {"lengths": token_lengths(run, tokenizer)}
 
     hp = run.hyperparameters
     rows, lengths = _worst_batch(run, tokenizer, spec)

@@ -39,7 +39,6 @@ class TrainingSession:
         self.summary: dict[str, Any] = {}
         self.step = 0
         self.loop = None
-        stop.on_second_signal = self._exit_now
 
     # -- run.json ----------------------------------------------------------------------------
 
@@ -88,14 +87,6 @@ class TrainingSession:
     def _warn(self, code: str, message: str, **fields: Any) -> None:
         self.events.write(ev.WARNING, code=code, message=message, **fields)
         print(f"warning: {message}", flush=True)
-
-    def _exit_now(self) -> None:
-        """A second stop signal: record it and leave without saving."""
-        try:
-            self.events.write(ev.CANCELLED, iteration=self.step, checkpoint=None, forced=True)
-            self._update(RunState.CANCELLED)
-        finally:
-            os._exit(EXIT_FAILED)
 
     # -- the session -------------------------------------------------------------------------
 
