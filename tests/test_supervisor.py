@@ -225,3 +225,18 @@ def test_run_control_refuses_bad_requests_with_one_sentence_and_changes_nothing(
         path.unlink()
     done = zyquo_cli("runs", "resume", active.id)
     assert done.returncode == 2 and "no checkpoint to resume from" in done.stderr
+
+
+def test_cancel_still_works_when_the_runner_is_gone(tiny_model):
+    store, run = make_run(tiny_model, COMPLETIONS, **ENDLESS)
+    supervisor = Supervisor(store)
+    supervisor.start(run.id)
+    wait_for_event(store.run_dir(run.id), lambda e: e["type"] == "train" and e["iteration"] >= 2)
+    os.kill(supervisor.get(run.id).process["runner_pid"], signal.SIGKILL)
+    time.sleep(0.3)
+
+    done = zyquo_cli("runs", "cancel", run.id, "--wait")
+
+    assert done.returncode == 0, done.stderr
+    cancelled = read_events(store.events_path(run.id))[-1]
+    assert cancelled["type"] == "cancelled" and cancelled["checkpoint"] is not None

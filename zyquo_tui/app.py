@@ -1,10 +1,246 @@
-"""The dashboard: a Textual app over the run store (placeholder until the dashboard lands)."""
+"""The dashboard: ZyquoApp, a window onto the run store, and `run_dashboard()` to open it.
+
+Training never runs inside this process: trainers live in detached runner processes, so the
+dashboard can quit, crash or lose its SSH session while they go on, and the next dashboard
+finds everything in the store. Nothing here imports mlx (tests/test_dashboard_units.py checks).
+"""
 
 from __future__ import annotations
 
+import logging
+import time
+import tomllib
+from functools import partial
+from pathlib import Path
+from typing import Callable, Iterable
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from .core.paths import settings_file
+from .core.runs import RunState
+from .core.store import DamagedRun, RunStore
+from .messages import MetricsReceived, RunEnded, RunsRefreshed, SampleChanged
+from .notify import NotificationSettings, Notifier
+from .resources import styles_dir
+from .run_service import RunService
+from .screens.checkpoints_screen import CheckpointsScreen
+from .screens.help_screen import HelpScreen
+from .screens.live_metrics_screen import LiveMetricsScreen
+from .screens.logs_screen import LogsScreen
+from .screens.runs_screen import RunsScreen
+
+log = logging.getLogger(__name__)
+
+RUN_VIEWS = {"run": LiveMetricsScreen, "checkpoints": CheckpointsScreen, "logs": LogsScreen}
+
+
+class ZyquoApp(App[None]):
+    """The dashboard. Owns the RunService (store polling, live feeds, actions) and the
+    Notifier; screens come and go above the RunsScreen, which is always at the bottom.
+
+    `clock` gives the time for elapsed figures (tests fix it); `notifications` overrides the
+    [notifications] settings of config.toml; `poll_interval` is how often the store is read.
+    """
+
+    TITLE = "zyquo-tui"
+    CSS_PATH = str(styles_dir() / "dashboard.tcss")
+    BINDINGS = [
+        Binding("question_mark", "help", "Help", id="app.help",
+                tooltip="Every key that works here"),
+        Binding("q", "quit_dashboard", "Quit", id="app.quit", show=False,
+                tooltip="Quit the dashboard; training goes on in the background"),
+        Binding("1", "show_view('runs')", "Go to runs", show=False, id="app.view.runs"),
+        Binding("2", "show_view('run')", "Go to metrics", show=False, id="app.view.run"),
+        Binding("3", "show_view('checkpoints')", "Go to checkpoints", show=False,
+                id="app.view.checkpoints"),
+        Binding("4", "show_view('logs')", "Go to logs", show=False, id="app.view.logs"),
+    ]
+
+    def __init__(self, store: RunStore | None = None, *, clock: Callable[[], float] = time.time,
+                 notifications: NotificationSettings | None = None,
+                 poll_interval: float = 1.0) -> None:
+        super().__init__()
+        self.store = store or RunStore()
+        self.clock = clock
+        self.smoothing = True
+        self.service = RunService(self, self.store, clock=clock, poll_interval=poll_interval)
+        self.notifier = Notifier(self, notifications or NotificationSettings.load(self.store.home))
+        self.ended_runs: list[tuple[str, str]] = []
+
+    # -- start ------------------------------------------------------------------------------------
+
+    def get_default_screen(self) -> Screen:
+        return RunsScreen()
+
+    def on_mount(self) -> None:
+        self._load_keymap()
+        self.service.begin_polling()
+        if self.service.settings_problem:
+            self.notify(self.service.settings_problem, severity="error", title="config.toml",
+                        timeout=15)
+
+    def _load_keymap(self) -> None:
+        """[keys] in config.toml maps binding ids to keys, e.g. `"run.cancel" = "x"`."""
+        path = settings_file(self.store.home)
+        try:
+            keys = tomllib.loads(path.read_text(encoding="utf-8")).get("keys", {})
+        except FileNotFoundError:
+            return
+        except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError) as error:
+            self.notify(f"{path}: {error}; key overrides ignored.", severity="warning")
+            return
+        if isinstance(keys, dict) and keys:
+            self.set_keymap({str(k): str(v) for k, v in keys.items()})
+
+    # -- messages from the service ----------------------------------------------------------------
+
+    def _forward(self, make: Callable[[], object]) -> None:
+        for screen in self.screen_stack:
+            screen.post_message(make())
+
+    def on_runs_refreshed(self, message: RunsRefreshed) -> None:
+        self._forward(RunsRefreshed)
+
+    def on_metrics_received(self, message: MetricsReceived) -> None:
+        self._forward(lambda: MetricsReceived(message.run_id))
+
+    def on_sample_changed(self, message: SampleChanged) -> None:
+        self._forward(SampleChanged)
+
+    def on_run_ended(self, message: RunEnded) -> None:
+        run = self.service.run(message.run_id)
+        if run is None:
+            return
+        self.ended_runs.append((run.id, run.state.value))
+        failed = run.state in (RunState.FAILED, RunState.INTERRUPTED)
+        feed = self.service.feed(run.id)
+        summary = run.summary or {}
+        step = feed.metrics.step if feed is not None and feed.loaded else summary.get("step")
+        at = f" at step {step}" if step is not None else ""
+        if run.state is RunState.COMPLETED:
+            best = summary.get("best_val_loss")
+            if feed is not None and feed.loaded and feed.metrics.best_val() is not None:
+                best = feed.metrics.best_val()[1]
+            body = f"{run.name} completed" + (f" {step} steps" if step is not None else "") + (
+                f"; best validation loss {best:.4f}." if best is not None else ".")
+            self.service.apply_retention(run.id)
+        elif failed:
+            failure = run.failure or {}
+            body = f"{run.name} {run.state.value}{at}: {failure.get('message', '')}"
+        else:
+            body = f"{run.name} was {run.state.value}{at}."
+        self.notifier.send(f"zyquo-tui: run {run.state.value}", body, failed=failed)
+
+    # -- moving between views ---------------------------------------------------------------------
+
+    def screen_run_id(self) -> str | None:
+        current = getattr(self.screen, "current_run_id", None)
+        return current() if current is not None else None
+
+    def show_view(self, view: str, run_id: str | None = None) -> None:
+        """Go to a view: the runs, or the metrics, checkpoints or logs of a run.
+
+        The stack stays shallow: runs at the bottom, then at most the run's metrics, then its
+        checkpoints or logs, so escape always leads back the way a user expects."""
+        if view == "runs":
+            while len(self.screen_stack) > 1:
+                self.pop_screen()
+            return
+        run_id = run_id or self.screen_run_id()
+        if run_id is None:
+            self.notify("Select a run first.", timeout=3)
+            return
+        record = self.service.runs.get(run_id)
+        if isinstance(record, DamagedRun):
+            self.notify(f"Run {run_id} is damaged: {record.reason}.", severity="error")
+            return
+        target = RUN_VIEWS[view]
+        while len(self.screen_stack) > 1:
+            top = self.screen
+            if isinstance(top, target) and getattr(top, "run_id", None) == run_id:
+                return
+            if (view != "run" and isinstance(top, LiveMetricsScreen)
+                    and top.run_id == run_id):
+                break
+            self.pop_screen()
+        self.push_screen(target(run_id))
+
+    def action_show_view(self, view: str) -> None:
+        self.show_view(view)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.screen))
+
+    def action_quit_dashboard(self) -> None:
+        active = self.service.active_runs()
+        if active:
+            names = ", ".join(run.name for run in active[:3])
+            message = (f"zyquo-tui closed. Still training in the background: {names}. "
+                       "Run `zyquo-tui` to watch again.")
+        else:
+            message = "zyquo-tui closed."
+        self.exit(message=message)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "show_view" and parameters and parameters[0] != "runs":
+            return self.screen_run_id() is not None
+        return True
+
+    # -- the command palette ----------------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Every action valid on `screen`, named "Area: Action", from the same bindings the
+        footer shows (each command is defined once, as a binding with an id)."""
+        area = getattr(screen, "AREA", "Dashboard")
+        seen = set()
+        for active in screen.active_bindings.values():
+            binding = active.binding
+            if (not active.enabled or binding.system or not binding.description
+                    or binding.action in ("quit", "command_palette")):
+                continue  # Textual's own ctrl+q and ctrl+p: `q` and the palette itself
+            node_area = "Dashboard" if active.node is self else getattr(active.node, "AREA",
+                                                                          area)
+            title = f"{node_area}: {binding.description}"
+            if title in seen:
+                continue
+            seen.add(title)
+            key = self.get_key_display(binding)
+            help_text = f"{binding.tooltip}  [{key}]" if binding.tooltip else f"key {key}"
+            yield SystemCommand(title, help_text,
+                                partial(self.run_action, binding.action, active.node))
+        service = self.service
+        if service.sample_ready and "Runs: Train sample" not in seen:
+            yield SystemCommand("Sample: Train the sample",
+                                "A 60-step run of the sample model on the sample dataset",
+                                partial(service.train_sample,
+                                        lambda run: self.show_view("run", run.id)))
+        if not service.sample_ready and not service.sample_building:
+            yield SystemCommand("Sample: Build the sample model",
+                                "The tiny offline model the sample runs train", service.build_sample)
+        yield SystemCommand("Dashboard: Change theme", "Pick a colour theme",
+                            self.action_change_theme)
+
 
 def run_dashboard() -> int:
-    from .ui.app import ZyquoApp
+    """Open the dashboard in this terminal (called by `zyquo-tui` with no command)."""
+    store = RunStore()
+    _log_to_file(store.home)
+    app = ZyquoApp(store)
+    app.run()
+    return app.return_code or 0
 
-    ZyquoApp().run()
-    return 0
+
+def _log_to_file(home: Path) -> None:
+    """Warnings (a webhook that failed, a store read error) go to $ZYQUO_HOME/dashboard.log:
+    the terminal belongs to the dashboard."""
+    try:
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        handler = logging.FileHandler(home / "dashboard.log", encoding="utf-8")
+    except OSError:
+        return
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    package = logging.getLogger("zyquo_tui")
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..resources import sample_data_dir
+from .errors import EXIT_PROBLEMS, UserError
 from .paths import zyquo_home
 
 ERROR = "error"
@@ -90,19 +91,23 @@ class FileReport:
     path: str
     rows: int = 0  # non-empty lines: mlx-lm reads each line as a row
     format: str | None = None
-    problems: list[Problem] = field(default_factory=list)  # the first MAX_PROBLEMS_LISTED
+    # Problems at a line: the first MAX_PROBLEMS_LISTED; then the whole-file ones.
+    problems: list[Problem] = field(default_factory=list)
     problems_not_listed: int = 0
     errors: int = 0
     warnings: int = 0
     duplicate_rows: int = 0
+    _listed_lines: int = field(default=0, repr=False)
 
     def add(self, line: int | None, message: str, severity: Severity = ERROR) -> None:
         if severity == ERROR:
             self.errors += 1
         else:
             self.warnings += 1
-        if len(self.problems) < MAX_PROBLEMS_LISTED:
+        # A whole-file finding (no line) is always listed: there are few, and they matter.
+        if line is None or self._listed_lines < MAX_PROBLEMS_LISTED:
             self.problems.append(Problem(self.path, line, message, severity))
+            self._listed_lines += line is not None
         else:
             self.problems_not_listed += 1
 
@@ -350,18 +355,19 @@ def default_workers(total_bytes: int) -> int:
 
 
 def validate_file_parallel(path: Path, display_path: str, hashes: RowHashes, workers: int,
+                           hash_seed: int,
                            on_progress: Callable[[int], None] | None = None) -> FileReport:
     """validate_file across `workers` processes, one byte range of whole lines each.
 
     CPython parses JSON at about 100,000 rows a second on one core; more cores are the
     stdlib way past that. Workers are plain subprocesses (never forked: the dashboard has
     threads; not multiprocessing: it re-runs the caller's __main__), all started with one
-    PYTHONHASHSEED so their row hashes compare. Each reports its problems with line numbers
-    counted from its range's first line; they are shifted here.
+    PYTHONHASHSEED (`hash_seed`: the same for every file whose hashes are compared) so their
+    row hashes compare. Each reports its problems with line numbers counted from its range's
+    first line; they are shifted here.
     """
     file_format, format_line = _first_format(path)
-    seed = str(random.randint(1, 2**32 - 1))
-    environment = dict(os.environ, PYTHONHASHSEED=seed)
+    environment = dict(os.environ, PYTHONHASHSEED=str(hash_seed))
     environment["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(_PACKAGE_PARENT), os.environ.get("PYTHONPATH")])
     )
@@ -373,7 +379,8 @@ def validate_file_parallel(path: Path, display_path: str, hashes: RowHashes, wor
                                "end": end, "format": file_format, "format_line": format_line})
             processes.append(subprocess.Popen(
                 [sys.executable, "-c", _WORKER_CODE, task], env=environment,
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                # Never the terminal: under the dashboard, stray output would garble the screen.
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             ))
         report = FileReport(path=display_path)
         lines_before = 0
@@ -390,8 +397,9 @@ def validate_file_parallel(path: Path, display_path: str, hashes: RowHashes, wor
             if process.poll() is None:
                 process.kill()
             process.wait()
-            if process.stdout:
-                process.stdout.close()
+            for stream in (process.stdout, process.stderr):
+                if stream:
+                    stream.close()
     if with_tools and file_format == CHAT:
         file_format = TOOLS
     _finish_file(report, file_format, hashes)
@@ -427,8 +435,10 @@ def _read_chunk_result(process: subprocess.Popen, hashes: RowHashes,
     header = stream.readline()
     if not header:
         process.wait()
-        raise RuntimeError(f"a dataset validation worker failed (exit status "
-                           f"{process.returncode}); its error is above")
+        error = process.stderr.read().decode(errors="replace") if process.stderr else ""
+        last = (error.strip().splitlines() or ["no message"])[-1]
+        raise UserError(f"A dataset validation worker failed (exit status "
+                        f"{process.returncode}): {last}", EXIT_PROBLEMS)
     summary = json.loads(header)
     for part in hashes.parts:
         (count,) = struct.unpack("<Q", stream.read(8))
@@ -495,6 +505,7 @@ def validate_dataset(path: Path | str, batch_size: int = DEFAULT_BATCH_SIZE,
         workers = default_workers(sum(f.stat().st_size for f in files.values()))
 
     hashes = {split: RowHashes() for split in files}
+    hash_seed = random.randint(1, 2**32 - 1)  # one for all files: their hashes are compared
 
     def progress_of(split: str) -> Callable[[int], None] | None:
         if on_progress is None:
@@ -503,8 +514,8 @@ def validate_dataset(path: Path | str, batch_size: int = DEFAULT_BATCH_SIZE,
 
     for split, file in files.items():
         if workers > 1:
-            report.files[split] = validate_file_parallel(file, str(file), hashes[split], workers,
-                                                         progress_of(split))
+            report.files[split] = validate_file_parallel(
+                file, str(file), hashes[split], workers, hash_seed, progress_of(split))
         else:
             report.files[split] = validate_file(file, str(file), hashes[split],
                                                 progress_of(split))
@@ -518,9 +529,12 @@ def _check_folder(report: DatasetReport, path: Path, batch_size: int,
     train_name, valid_name = str(path / "train.jsonl"), str(path / "valid.jsonl")
     train, valid = report.files.get("train"), report.files.get("valid")
     if train is None:
-        report.folder_problem(train_name, "no train.jsonl: mlx-lm needs one to train; "
-                                          "put the training rows in train.jsonl")
-    elif 0 < train.rows < batch_size:
+        others = sorted(p.name for p in path.glob("*.jsonl"))[:3]
+        hint = f" (this folder has {', '.join(others)})" if others else ""
+        report.folder_problem(str(path), f"no train.jsonl{hint}: mlx-lm needs one to train; "
+                                         "put the training rows in train.jsonl")
+        return  # not a dataset folder: the other checks would only add noise
+    if 0 < train.rows < batch_size:
         report.folder_problem(train_name, f"only {train.rows} rows, fewer than the batch size "
                                           f"{batch_size}: mlx-lm refuses to train; add rows or "
                                           "lower the batch size")
@@ -585,34 +599,28 @@ class _RowChecker:
                  format_line: int | None = None) -> None:
         # A worker checking a later chunk of a file is told the format of its first row.
         self.report = report
-        self.file_format = file_format
+        # The module's own string, so the hot path can compare by identity.
+        self.file_format = next((f for f in FORMATS if f == file_format), None)
         self.format_line = format_line
 
     def __call__(self, line: int, row: dict[str, Any]) -> None:
         found = row_format(row)
-        if self.file_format is None and found is not None:
-            self.file_format, self.format_line = found, line
-        expected = self.file_format
         if found is None:
-            self._missing_keys(line, row, expected)
+            self._missing_keys(line, row, self.file_format)
             return
-        if _family(found) != _family(expected):
-            self.report.add(line, f"mixed formats: a {found} row in a {expected} file (the "
-                                  f"format comes from line {self.format_line}); mlx-lm reads "
-                                  "every row as the first one's format")
-            return
-        if found == TOOLS and self.file_format == CHAT:
-            self.file_format = TOOLS
-        if found == COMPLETIONS:
-            messages = _check_completions(row)
-        elif found == TEXT:
-            messages = _check_text(row)
-        elif found == PREFERENCE:
-            messages = _check_preference(row)
-        else:
-            messages = _check_chat(row)
-        if messages:
-            for severity, message in messages:
+        if found is not self.file_format:
+            if self.file_format is None:
+                self.file_format, self.format_line = found, line
+            elif _family(found) != _family(self.file_format):
+                self.report.add(line, f"mixed formats: a {found} row in a {self.file_format} "
+                                      f"file (the format comes from line {self.format_line}); "
+                                      "mlx-lm reads every row as the first one's format")
+                return
+            elif found == TOOLS:
+                self.file_format = TOOLS
+        findings = _CHECKS[found](row)
+        if findings:
+            for severity, message in findings:
                 self.report.add(line, message, severity)
 
     def _missing_keys(self, line: int, row: dict[str, Any], expected: str | None) -> None:
@@ -659,15 +667,22 @@ def _check_text(row: dict[str, Any]) -> _Findings:
 
 
 def _check_preference(row: dict[str, Any]) -> _Findings:
+    # Each of prompt, chosen and rejected is a string, or (the conversational form preference
+    # trainers also read) a list of messages: the prompt's turns, then the answer's.
     findings: list[tuple[Severity, str]] = []
-    _check_string(findings, row, "prompt", WARNING)
-    for key in ("chosen", "rejected"):
+    for key, empty in (("prompt", WARNING), ("chosen", ERROR), ("rejected", ERROR)):
         value = row[key]
-        if type(value) is list:
-            for message in _message_problems(value, key):
-                findings.append(message)
+        if type(value) is not list:
+            _check_string(findings, row, key, empty)
+        elif not value:
+            findings.append((empty, f"{key!r} is empty"))
         else:
-            _check_string(findings, row, key, ERROR)
+            for index, message in enumerate(value):
+                role = message.get("role") if type(message) is dict else None
+                problem = (f"unknown role {role!r}" if role not in KNOWN_ROLES
+                           else _content_problem(message, role))
+                if problem:
+                    findings.append((ERROR, f"{key}[{index}]: {problem}"))
     if row["chosen"] == row["rejected"]:
         findings.append((WARNING, "'chosen' and 'rejected' are the same: the pair teaches "
                                   "nothing"))
@@ -695,6 +710,10 @@ def _check_chat(row: dict[str, Any]) -> _Findings:
         findings = findings or []
         _check_tools(findings, row)
     return findings or None
+
+
+_CHECKS = {COMPLETIONS: _check_completions, CHAT: _check_chat, TOOLS: _check_chat,
+           TEXT: _check_text, PREFERENCE: _check_preference}
 
 
 # (previous role, role) pairs of a well-ordered conversation; None is its start.

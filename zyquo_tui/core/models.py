@@ -342,8 +342,10 @@ def _describe_shape(info: ModelInfo, config: dict[str, Any]) -> None:
 
 def _status(folder: Path, info: ModelInfo, config: dict[str, Any], config_problem: str,
             weights: list[Path], weight_problem: str, hub_repo: str | None) -> tuple[str, str]:
-    files = [p for p in folder.iterdir() if p.is_file() or p.is_symlink()]
-    names = [p.name for p in files]
+    try:
+        names = [p.name for p in folder.iterdir() if p.is_file() or p.is_symlink()]
+    except OSError as error:
+        return INCOMPLETE, f"cannot read the folder ({error.strerror})."
     if not weights:
         pytorch = [n for n in names if n.endswith(PYTORCH_WEIGHT_SUFFIXES)]
         other_safetensors = [n for n in names if n.endswith(".safetensors")]
@@ -450,15 +452,14 @@ def _resolved(path: Path) -> Path:
 
 def _looks_like_model(folder: Path) -> bool:
     try:
-        for entry in folder.iterdir():
-            name = entry.name
-            if name == "config.json" or name.endswith(
-                (".safetensors", ".gguf") + PYTORCH_WEIGHT_SUFFIXES
-            ):
-                return True
+        names = {entry.name for entry in folder.iterdir()}
     except OSError:
         return False
-    return False
+    if "config.json" in names:
+        return True
+    if "adapter_config.json" in names:
+        return False  # a LoRA adapter (adapters.safetensors), not a model
+    return any(n.endswith((".safetensors", ".gguf") + PYTORCH_WEIGHT_SUFFIXES) for n in names)
 
 
 def _model_folders(root: Path) -> list[tuple[Path, str]]:

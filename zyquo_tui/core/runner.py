@@ -117,8 +117,9 @@ class Runner:
         self._settle(run_id, returncode)
 
     def _wait(self, run_id: str, trainer: subprocess.Popen) -> int:
+        """Wait for the trainer; carry out a cancel request, killing it after the grace period."""
         grace = self.settings.cancel_grace_seconds
-        killed = False
+        terminated = killed = False
         while True:
             try:
                 return trainer.wait(timeout=POLL_SECONDS)
@@ -130,7 +131,13 @@ class Runner:
                 asked = (self.store.get(run_id).process or {}).get("cancel_requested_at")
             except Exception:
                 asked = None
-            if asked and time.time() - asked > grace:
+            if not asked:
+                continue
+            if not terminated:
+                # The canceller signals too, but it may have asked before the pid was known.
+                signal_group(trainer.pid, signal.SIGTERM)
+                terminated = True
+            if time.time() - asked > grace:
                 print(f"runner: {run_id} did not stop within {grace:.0f} s; killing it", flush=True)
                 signal_group(trainer.pid, signal.SIGKILL)
                 killed = True

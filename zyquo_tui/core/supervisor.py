@@ -187,8 +187,11 @@ class Supervisor:
         def requested(r: Run) -> None:
             r.process = {**(r.process or {}), "cancel_requested_at": time.time()}
         run = self.store.update(run_id, requested)
+        # The runner sees the request within a poll, sends the one SIGTERM (a second would stop
+        # the trainer without its checkpoint) and enforces the grace period. Without a runner
+        # (killed), signal the trainer from here.
         pid = (run.process or {}).get("pid")
-        if pid and process_alive(run.process):
+        if not process_alive(run.process, "runner_") and pid and process_alive(run.process):
             signal_group(pid, signal.SIGTERM)
         return run
 
