@@ -1,0 +1,176 @@
+"""`zyquo-tui data ...`: list datasets, and check one before a run starts.
+
+    zyquo-tui data check PATH [--model MODEL] [--max-seq-length N] [--batch-size N] [--json]
+    zyquo-tui data list [--json]
+
+`check` exits 0 when the data is valid (warnings allowed), 1 when it found problems, 2 for bad
+usage (a path or model that does not exist). JSON output is documented in
+docs/models-and-datasets.md (schema_version 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..core.datasets import (DEFAULT_BATCH_SIZE, DatasetReport, Problem, discover_datasets,
+                             validate_dataset)
+from ..core.errors import EXIT_OK, EXIT_PROBLEMS, UserError
+from ..core.models import find_model
+from ..core.token_stats import (DEFAULT_MAX_SEQ_LENGTH, TokenStats, TokenStatsFailed,
+                                measure_tokens)
+from .output import fmt_bytes, print_json, print_table
+
+SCHEMA_VERSION = 1
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def register(subparsers) -> None:
+    data = subparsers.add_parser("data", help="list datasets and check one before a run")
+    sub = data.add_subparsers(dest="data_command", metavar="ACTION", parser_class=type(data))
+
+    p = sub.add_parser("check", help="validate a dataset folder (or one .jsonl file)")
+    p.add_argument("path", type=Path, help="a folder with train.jsonl (valid, test), or a file")
+    p.add_argument("--model", help="model folder or name from `zyquo-tui models`: adds token "
+                                   "statistics with its tokenizer and chat template")
+    p.add_argument("--max-seq-length", type=_positive, default=None,
+                   help=f"count rows longer than this (needs --model; default "
+                        f"{DEFAULT_MAX_SEQ_LENGTH}, mlx-lm's)")
+    p.add_argument("--batch-size", type=_positive, default=DEFAULT_BATCH_SIZE,
+                   help=f"the run's batch size (default {DEFAULT_BATCH_SIZE}, mlx-lm's)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=cmd_check)
+
+    p = sub.add_parser("list", help="datasets in $ZYQUO_HOME/datasets and the samples")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=cmd_list)
+
+
+def cmd_check(args) -> int:
+    path: Path = args.path
+    if not path.exists():
+        raise UserError(f"{path} does not exist: give a dataset folder (with train.jsonl) or "
+                        "a .jsonl file.")
+    if args.max_seq_length is not None and not args.model:
+        raise UserError("--max-seq-length needs --model: token counts come from the model's "
+                        "tokenizer.")
+    model_path = _resolve_model(args.model) if args.model else None
+    max_seq_length = args.max_seq_length or DEFAULT_MAX_SEQ_LENGTH
+
+    report = validate_dataset(path, batch_size=args.batch_size)
+    stats: TokenStats | None = None
+    skipped = ""
+    if model_path is not None:
+        if report.errors:
+            skipped = "the data has errors; fix them first"
+        elif not report.files:
+            skipped = "there is no data file"
+        else:
+            try:
+                stats = measure_tokens(path, model_path, max_seq_length)
+            except TokenStatsFailed as failure:
+                # The model cannot tokenize this data: a problem found, like a bad row.
+                report.folder_problems.append(
+                    Problem(failure.file or str(model_path), failure.line, failure.message))
+
+    if args.json:
+        print_json(_check_json(report, args.batch_size, stats, skipped))
+    else:
+        _print_check(report, stats, skipped)
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+def _resolve_model(name_or_path: str) -> Path:
+    model = find_model(name_or_path)
+    if model is None:
+        raise UserError(f"No model {name_or_path!r}: give a model folder, or a name that "
+                        "`zyquo-tui models` lists.")
+    if not (model.path / "config.json").is_file():
+        raise UserError(f"{model.path} has no config.json, so it is not a model folder.")
+    return model.path
+
+
+def _check_json(report: DatasetReport, batch_size: int, stats: TokenStats | None,
+                skipped: str) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "path": report.path,
+        "valid": report.ok,
+        "format": report.format,
+        "batch_size": batch_size,
+        "rows": report.rows,
+        "duplicate_rows": {split: f.duplicate_rows for split, f in report.files.items()},
+        "errors": report.errors,
+        "warnings": report.warnings,
+        "problems": [problem.to_json() for problem in report.problems],
+        "problems_not_listed": sum(f.problems_not_listed for f in report.files.values()),
+        "token_stats": stats.to_json() if stats is not None else None,
+        "token_stats_skipped": skipped or None,
+    }
+
+
+def _print_check(report: DatasetReport, stats: TokenStats | None, skipped: str) -> None:
+    for problem in report.problems:
+        print(problem)
+    for file in report.files.values():
+        if file.problems_not_listed:
+            print(f"{file.path}: ... and {file.problems_not_listed} more problems (the first "
+                  f"{len(file.problems)} are listed)")
+    if Path(report.path).is_file():
+        rows = f"{sum(report.rows.values())} rows"
+    else:
+        rows = ", ".join(f"{split} {count} rows" for split, count in report.rows.items())
+    print(f"{report.path}: {report.format or 'unknown format'}" + (f"; {rows}" if rows else ""))
+    if stats is not None:
+        _print_token_stats(stats)
+    elif skipped:
+        print(f"token statistics skipped: {skipped}")
+    errors, warnings = report.errors, report.warnings
+    verdict = "valid" if report.ok else "not valid"
+    print(f"{verdict}: {errors} error{'s' * (errors != 1)}, "
+          f"{warnings} warning{'s' * (warnings != 1)}")
+
+
+def _print_token_stats(stats: TokenStats) -> None:
+    print(f"tokens per row with {stats.model} (max_seq_length {stats.max_seq_length}):")
+    print_table(
+        ["  SPLIT", "ROWS", "MIN", "MEDIAN", "P95", "MAX", "TRUNCATED"],
+        [[f"  {split}", s.rows, s.min, s.median, s.p95, s.max, s.truncated_rows]
+         for split, s in stats.splits.items()],
+    )
+    if stats.note:
+        print(f"  ({stats.note})")
+    preview = stats.preview
+    if preview is not None:
+        print(f"{preview.split}.jsonl:{preview.line} as mask_prompt trains it "
+              f"({preview.tokens} tokens):")
+        for span in preview.spans:
+            text = span.text.replace("\n", "\\n")
+            print(f"  {span.kind:<9} {span.tokens:>4} | {text}")
+
+
+def cmd_list(args) -> int:
+    datasets = discover_datasets()
+    if args.json:
+        print_json({"schema_version": SCHEMA_VERSION,
+                    "datasets": [d.to_json() for d in datasets]})
+        return EXIT_OK
+    print_table(
+        ["NAME", "FORMAT", "TRAIN", "VALID", "TEST", "SOURCE", "PATH"],
+        [[d.name, d.format or "?",
+          *[fmt_bytes(d.split_bytes[s]) if s in d.split_bytes else "-"
+            for s in ("train", "valid", "test")],
+          d.source, d.path] for d in datasets],
+    )
+    return EXIT_OK
+
