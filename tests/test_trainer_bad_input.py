@@ -86,9 +86,9 @@ def case_chat_without_template(tmp, models):
     (case_unknown_architecture, "config", "does not know this architecture"),
     (case_full_on_quantized, "config", "Full fine-tuning needs an unquantized model"),
     (case_qlora_on_unquantized, "config", "QLoRA needs a quantized base model"),
-    (case_no_train_jsonl, "data", "has no train.jsonl"),
-    (case_fewer_rows_than_batch, "data", "has 2 rows, fewer than the batch size (4)"),
-    (case_malformed_row, "data", "train.jsonl:6: not valid JSON"),
+    (case_no_train_jsonl, "data", "no train.jsonl"),
+    (case_fewer_rows_than_batch, "data", "train.jsonl: only 2 rows, fewer than the batch size 4"),
+    (case_malformed_row, "data", "train.jsonl:6: invalid JSON"),
     (case_chat_without_template, "data", "needs a chat template"),
 ], ids=lambda v: v.__name__ if callable(v) else None)
 def test_bad_input_fails_with_its_cause_and_keeps_the_run(case, cause, phrase, tmp_path,

@@ -207,7 +207,8 @@ class ZyquoApp(App[None]):
                 continue
             seen.add(title)
             key = self.get_key_display(binding)
-            help_text = f"{binding.tooltip}  [{key}]" if binding.tooltip else f"key {key}"
+            # Palette help is markup: no square brackets around the key.
+            help_text = f"{binding.tooltip} · key {key}" if binding.tooltip else f"key {key}"
             yield SystemCommand(title, help_text,
                                 partial(self.run_action, binding.action, active.node))
         service = self.service

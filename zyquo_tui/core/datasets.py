@@ -542,10 +542,11 @@ def _check_folder(report: DatasetReport, path: Path, batch_size: int,
         report.folder_problem(valid_name, "no valid.jsonl: training runs without a validation "
                                           "loss, so overfitting goes unseen", WARNING)
     elif 0 < valid.rows < batch_size:
-        # mlx-lm's first validation (at step 1) raises when the set is smaller than one batch.
+        # mlx-lm's own first validation would raise; our trainer skips validation instead.
         report.folder_problem(valid_name, f"only {valid.rows} rows, fewer than the batch size "
-                                          f"{batch_size}: mlx-lm stops at its first validation; "
-                                          "add rows or lower the batch size")
+                                          f"{batch_size}: validation is skipped; add rows or "
+                                          "lower the batch size to see a validation loss",
+                              WARNING)
     elif valid.rows and valid.rows < 2 * batch_size:
         report.folder_problem(valid_name, f"only {valid.rows} rows: each validation averages "
                                           "one batch, so the validation loss will be noisy",

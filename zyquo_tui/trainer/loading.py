@@ -75,6 +75,28 @@ def load_model(run: Run):
                    "`mlx_lm convert`") from None
 
 
+def check_dataset(run: Run):
+    """Validate the data folder before the model loads; the report's warnings are returned.
+
+    The same checks as `zyquo-tui data check` (core/datasets.py), so a bad row fails the run in
+    a second, at its file:line, instead of mid-training.
+    """
+    from ..core.datasets import ERROR, validate_dataset
+
+    folder = Path(run.data)
+    if not folder.is_dir():
+        raise fail("data", f"The data folder {folder} does not exist.")
+    report = validate_dataset(folder, batch_size=run.hyperparameters.batch_size)
+    errors = [p for p in report.problems if p.severity == ERROR]
+    if errors:
+        more = report.errors - 1
+        extra = f" ({more} more problem{'s' if more != 1 else ''})" if more > 0 else ""
+        raise fail("data", f"{errors[0]}{extra}.",
+                   f"fix the dataset (`zyquo-tui data check {folder}` lists every problem "
+                   "with file:line)")
+    return [p for p in report.problems if p.severity != ERROR]
+
+
 def _read_rows(path: Path) -> list[Any]:
     """Rows of a JSONL file as mlx-lm reads them, with file:line on the first bad one."""
     rows = []

@@ -145,6 +145,8 @@ class TrainingSession:
         from . import loading
 
         loading.check_model_folder(run)  # fail fast, before mlx is imported
+        for problem in loading.check_dataset(run):
+            self._warn("dataset", str(problem), file=problem.file, line=problem.line)
         model, tokenizer = loading.load_model(run)
         train_rows, valid_rows, sizes = loading.load_datasets(run, tokenizer)
         if self.stop.requested:
@@ -161,7 +163,7 @@ class TrainingSession:
         train_lengths = loading.tokenize_all(train_set, data / "train.jsonl")
         val_set = CacheDataset(valid_rows) if valid_rows else []
         val_lengths = loading.tokenize_all(val_set, data / "valid.jsonl") if val_set else []
-        self._data_warnings(hp, train_lengths, val_lengths, sizes)
+        self._truncation_warnings(hp, train_lengths, val_lengths)
         if sizes["valid"] and sizes["valid"] < hp.batch_size:
             val_set = []  # mlx-lm would stop at its first validation; skip it instead
 
@@ -218,7 +220,7 @@ class TrainingSession:
         print(f"completed {result.step} steps", flush=True)
         return EXIT_DONE
 
-    def _data_warnings(self, hp, train_lengths, val_lengths, sizes) -> None:
+    def _truncation_warnings(self, hp, train_lengths, val_lengths) -> None:
         for split, lengths in (("train", train_lengths), ("valid", val_lengths)):
             longer = sum(1 for n in lengths if n > hp.max_seq_length)
             if longer:
@@ -226,13 +228,6 @@ class TrainingSession:
                            f"max_seq_length ({hp.max_seq_length}) and will be cut (the longest has "
                            f"{max(lengths)} tokens).", split=split, rows=longer,
                            longest=max(lengths))
-        if not sizes["valid"]:
-            self._warn("no_validation", "There is no valid.jsonl: training goes on without "
-                       "validation loss.")
-        elif sizes["valid"] < hp.batch_size:
-            self._warn("tiny_validation", f"valid.jsonl has {sizes['valid']} rows, fewer than "
-                       f"batch_size ({hp.batch_size}): validation is skipped.",
-                       rows=sizes["valid"])
 
     def _prepare_model(self, model, run: Run, config: dict[str, Any], adapters: Path):
         """Freeze, add adapters (or unfreeze layers), write adapter_config.json, make the optimizer.
