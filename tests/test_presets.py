@@ -1,0 +1,54 @@
+"""Presets saved as TOML and loaded back equal; a new run like an existing one."""
+
+from __future__ import annotations
+
+import pytest
+
+from zyquo_tui.core.errors import UserError
+from zyquo_tui.core.presets import (Preset, delete_preset, list_presets, load_preset,
+                                    preset_path, run_like, save_preset)
+from zyquo_tui.core.runs import Hyperparameters, Method, Run
+
+
+def test_a_preset_saved_and_reloaded_is_equal(isolated_home):
+    hp = Hyperparameters(iters=123, learning_rate=2e-4, grad_checkpoint=True,
+                         optimizer="adamw", optimizer_config={"adamw": {"weight_decay": 0.01}},
+                         lora_parameters={"rank": 16, "scale": 10.0, "dropout": 0.05,
+                                          "keys": ["self_attn.q_proj"]},
+                         lr_schedule={"name": "cosine_decay", "arguments": [2e-4, 123, 1e-7],
+                                      "warmup": 10})
+    preset = Preset("long context", Method.DORA, hp, model="/m", data="/d")
+    path = save_preset(preset)
+    assert path == isolated_home / "presets" / "long context.toml"
+    assert 'learning_rate = 0.0002' in path.read_text()
+    assert load_preset("long context") == preset
+    assert list_presets() == ["long context"]
+    plain = Preset("plain")  # no lr_schedule (None) and no paths: TOML has no null
+    save_preset(plain)
+    assert load_preset("plain") == plain
+    delete_preset("plain")
+    assert list_presets() == ["long context"]
+
+
+def test_bad_preset_names_and_files_are_clear_errors(isolated_home):
+    with pytest.raises(UserError, match="cannot be a preset name"):
+        preset_path("../escape")
+    with pytest.raises(UserError, match="There is no preset"):
+        load_preset("missing")
+    save_preset(Preset("broken"))
+    (isolated_home / "presets" / "broken.toml").write_text("method = [")
+    with pytest.raises(UserError, match="not valid TOML"):
+        load_preset("broken")
+
+
+def test_a_new_run_like_this_one_copies_settings_not_state():
+    run = Run.new(model="/m", data="/d", method=Method.QLORA,
+                  hyperparameters=Hyperparameters(iters=7))
+    run.summary = {"step": 7}
+    run.extra_config = {"wandb": "x"}
+    again = run_like(run)
+    assert again.id != run.id and again.state.value == "configured" and again.summary == {}
+    assert again.hyperparameters == run.hyperparameters and again.method is Method.QLORA
+    again.hyperparameters.lora_parameters["rank"] = 99
+    assert run.hyperparameters.lora_parameters["rank"] == 8, "a deep copy"
+    assert again.extra_config == {"wandb": "x"}

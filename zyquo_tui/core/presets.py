@@ -1,0 +1,107 @@
+"""Presets: a run's settings saved by name as TOML in $ZYQUO_HOME/presets/, to reuse later.
+
+A preset holds the method, the hyperparameters (mlx-lm names) and optionally the model and
+data. TOML has no null, so settings that are unset (an absent lr_schedule) are left out and
+come back as their defaults.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from .atomic import write_atomic
+from .errors import UserError
+from .paths import ensure_dir, presets_dir
+from .runs import Hyperparameters, Method, Run
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$")
+
+
+@dataclass
+class Preset:
+    """Reusable settings for new runs."""
+
+    name: str
+    method: Method = Method.LORA
+    hyperparameters: Hyperparameters = field(default_factory=Hyperparameters)
+    model: str | None = None
+    data: str | None = None
+
+    @classmethod
+    def from_run(cls, name: str, run: Run, *, with_paths: bool = True) -> "Preset":
+        return cls(name=name, method=run.method, hyperparameters=run.hyperparameters,
+                   model=run.model if with_paths else None,
+                   data=run.data if with_paths else None)
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
+    return value
+
+
+def preset_path(name: str, home: Path | None = None) -> Path:
+    if not _NAME.match(name):
+        raise UserError(f"{name!r} cannot be a preset name: use letters, digits, spaces, dots, "
+                        "dashes or underscores (at most 64).")
+    return presets_dir(home) / f"{name}.toml"
+
+
+def save_preset(preset: Preset, home: Path | None = None) -> Path:
+    path = preset_path(preset.name, home)
+    ensure_dir(path.parent, "presets")
+    data: dict[str, Any] = {"name": preset.name, "method": preset.method.value}
+    if preset.model:
+        data["model"] = preset.model
+    if preset.data:
+        data["data"] = preset.data
+    data["hyperparameters"] = _drop_none(preset.hyperparameters.to_dict())
+    write_atomic(path, tomli_w.dumps(data))
+    return path
+
+
+def load_preset(name: str, home: Path | None = None) -> Preset:
+    path = preset_path(name, home)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"There is no preset {name!r} in {path.parent}.") from None
+    except tomllib.TOMLDecodeError as error:
+        raise UserError(f"{path}: not valid TOML ({error}); fix or delete the file.") from None
+    try:
+        method = Method(data.get("method", "lora"))
+    except ValueError:
+        raise UserError(f"{path}: method {data.get('method')!r} is unknown; use lora, dora, "
+                        "qlora or full.") from None
+    return Preset(name=data.get("name", name), method=method,
+                  hyperparameters=Hyperparameters.from_dict(data.get("hyperparameters", {})),
+                  model=data.get("model"), data=data.get("data"))
+
+
+def list_presets(home: Path | None = None) -> list[str]:
+    folder = presets_dir(home)
+    return sorted(p.stem for p in folder.glob("*.toml")) if folder.is_dir() else []
+
+
+def delete_preset(name: str, home: Path | None = None) -> None:
+    path = preset_path(name, home)
+    if not path.exists():
+        raise UserError(f"There is no preset {name!r} in {path.parent}.")
+    path.unlink()
+
+
+def run_like(run: Run, name: str | None = None) -> Run:
+    """A new configured run with the settings of `run` ("new run like this one")."""
+    copy = Run.new(model=run.model, data=run.data, method=run.method,
+                   name=name or f"{run.name} (again)",
+                   hyperparameters=Hyperparameters.from_dict(run.hyperparameters.to_dict()))
+    copy.extra_config = dict(run.extra_config)
+    return copy
