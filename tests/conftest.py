@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,10 +17,26 @@ REPO = Path(__file__).resolve().parent.parent
 SAMPLE_DATA = REPO / "sample_data"
 
 
+@pytest.fixture(scope="session")
+def machine_probe(tmp_path_factory) -> Path:
+    """This machine's real MLX probe, run once: the cache file the memory budget keeps."""
+    from zyquo_tui.core.memory_budget import PROBE_CACHE_FILE, machine_budget
+
+    home = tmp_path_factory.mktemp("probe-home")
+    machine_budget(home)
+    return home / PROBE_CACHE_FILE
+
+
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path, monkeypatch) -> Path:
-    """Every test gets its own $ZYQUO_HOME; the user's own store is never touched."""
+def isolated_home(tmp_path, monkeypatch, machine_probe) -> Path:
+    """Every test gets its own $ZYQUO_HOME; the user's own store is never touched.
+
+    The machine probe's cache is copied in, as a second run on the same machine would find it.
+    """
     home = tmp_path / "zyquo-home"
+    home.mkdir(mode=0o700)
+    if machine_probe.exists():
+        shutil.copy(machine_probe, home / machine_probe.name)
     monkeypatch.setenv("ZYQUO_HOME", str(home))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "no-hf-cache"))
     monkeypatch.setenv("NO_COLOR", "1")

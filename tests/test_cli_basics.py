@@ -23,7 +23,7 @@ def test_doctor_reports_versions_device_memory_and_the_store(isolated_home):
     assert facts["mlx"].startswith("0.") and facts["mlx_lm"].startswith("0.")
     assert facts["device"].startswith("Device(")
     assert facts["memory"]["total_bytes"] > facts["memory"]["available_bytes"] > 0
-    assert facts["store"] == {"path": str(isolated_home), "exists": False, "writable": True}
+    assert facts["store"] == {"path": str(isolated_home), "exists": True, "writable": True}
     plain = zyquo_cli("doctor")
     assert "mlx-lm" in plain.stdout and str(isolated_home) in plain.stdout
 
@@ -85,7 +85,7 @@ def test_an_unusable_store_location_is_one_sentence_and_exit_2(tmp_path):
 
 
 def test_a_file_where_the_runs_folder_should_be_leaves_other_files_alone(isolated_home):
-    isolated_home.mkdir()
+    isolated_home.mkdir(exist_ok=True)
     (isolated_home / "runs").write_text("precious")
     message = _one_sentence_exit_2(zyquo_cli("runs", "list"))
     assert "is a file" in message

@@ -116,7 +116,7 @@ def test_a_damaged_record_is_listed_with_its_reason_and_kept(content, reason):
 
 
 def test_a_file_where_the_runs_folder_should_be_is_a_clear_error(isolated_home):
-    isolated_home.mkdir()
+    isolated_home.mkdir(exist_ok=True)
     (isolated_home / "runs").write_text("oops")
     with pytest.raises(UserError, match="is a file"):
         RunStore().ensure()

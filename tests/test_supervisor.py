@@ -240,3 +240,32 @@ def test_cancel_still_works_when_the_runner_is_gone(tiny_model):
     assert done.returncode == 0, done.stderr
     cancelled = read_events(store.events_path(run.id))[-1]
     assert cancelled["type"] == "cancelled" and cancelled["checkpoint"] is not None
+
+
+def test_a_run_that_wont_fit_needs_an_explicit_override_which_is_recorded(tiny_model):
+    store, run = make_run(tiny_model, COMPLETIONS, batch_size=200_000, max_seq_length=65_536)
+
+    refused = zyquo_cli("runs", "start", run.id)
+
+    assert refused.returncode == 1, refused.stderr
+    assert "won't fit in memory" in refused.stderr and "override" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    record = store.get(run.id)
+    assert record.state is RunState.CONFIGURED
+    assert record.memory is None or record.memory["verdict"] == "won't fit"
+
+    started = zyquo_cli("runs", "start", run.id, "--override-memory", "--wait")
+    record = store.get(run.id)
+    assert record.memory["verdict"] == "won't fit" and record.memory["override"] is True
+    assert record.memory["estimate_bytes"] > record.memory["budget_bytes"]
+    # 200,000 rows per batch is more than the data has: the trainer refuses it, safely.
+    assert started.returncode == 1 and record.state is RunState.FAILED
+    assert record.failure["cause"] == "data"
+
+
+def test_a_run_that_fits_records_its_verdict(tiny_model):
+    store, run = make_run(tiny_model, COMPLETIONS, iters=4)
+    Supervisor(store).start(run.id)
+    memory = store.get(run.id).memory
+    assert memory["verdict"] == "fits" and 0 < memory["estimate_bytes"] < memory["budget_bytes"]
+    assert wait_state(Supervisor(store), run.id).state is RunState.COMPLETED

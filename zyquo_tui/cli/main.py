@@ -20,8 +20,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"zyquo-tui: {message}; see `{self.prog} --help`.\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from . import doctor, runs, sample
+# Command name -> module. Only the module of the command given is imported (each brings its part
+# of core), so `runs list` does not pay for the memory model or the dataset validator.
+COMMAND_MODULES = {"runs": "runs", "plan": "plan_cmd", "models": "models_cmd",
+                   "data": "data_cmd", "sample": "sample", "doctor": "doctor"}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    import importlib
 
     parser = _Parser(
         prog="zyquo-tui",
@@ -30,29 +36,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"zyquo-tui {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (doctor, runs, sample):
-        module.register(subparsers)
-    _register_optional(subparsers)
+    names = [command] if command in COMMAND_MODULES else list(COMMAND_MODULES)
+    for name in names:
+        importlib.import_module(f"{__package__}.{COMMAND_MODULES[name]}").register(subparsers)
     return parser
 
 
-def _register_optional(subparsers) -> None:
-    # Command groups that other modules add; each is optional so the CLI keeps working
-    # while one is being built.
-    import importlib
-
-    for name in ("models_cmd", "data_cmd", "plan_cmd"):
-        try:
-            module = importlib.import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError as error:
-            if error.name == f"{__package__}.{name}":
-                continue
-            raise
-        module.register(subparsers)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     try:
         if args.command is None:

@@ -70,6 +70,10 @@ def register(subparsers) -> None:
         if name in ("start", "resume"):
             p.add_argument("--queue-if-busy", action="store_true",
                            help="queue the run when another is active (default: refuse)")
+        if name in ("start", "queue"):
+            p.add_argument("--override-memory", action="store_true",
+                           help="start even though the memory verdict is \"won't fit\" "
+                                "(recorded in the run)")
         if name == "resume":
             p.add_argument("--step", type=int, help="the checkpoint step (default: latest)")
         if name == "queue":
@@ -214,7 +218,8 @@ def _report_unknown(unknown: list[str], source) -> None:
 
 def cmd_start(args) -> int:
     supervisor = Supervisor()
-    run = supervisor.start(args.id, queue_if_busy=args.queue_if_busy)
+    run = supervisor.start(args.id, queue_if_busy=args.queue_if_busy,
+                           override_memory=args.override_memory)
     print(f"{run.id} {run.state.value}")
     return _wait_for(supervisor, run.id, RunState.COMPLETED) if args.wait else 0
 
@@ -225,7 +230,7 @@ def cmd_queue(args) -> int:
         order = supervisor.move(args.id, args.to)
         print("\n".join(f"{i + 1}. {run_id}" for i, run_id in enumerate(order)))
         return 0
-    run = supervisor.enqueue(args.id)
+    run = supervisor.enqueue(args.id, override_memory=args.override_memory)
     position = supervisor.queue.position(run.id)
     print(f"{run.id} {run.state.value}" + (f" (position {position})" if position else ""))
     return _wait_for(supervisor, run.id, RunState.COMPLETED) if args.wait else 0

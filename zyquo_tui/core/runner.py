@@ -150,9 +150,17 @@ class Runner:
                            "ended_at": time.time()}
             record_end(run, run_dir, returncode)
         try:
-            self.store.update(run_id, settle)
+            run = self.store.update(run_id, settle)
         except Exception as error:
             print(f"runner: cannot record the end of {run_id}: {error}", flush=True)
+            return
+        try:
+            # The measured peak beside the gate's estimate: the memory advisor learns from it.
+            from .memory import MemoryHistory
+
+            MemoryHistory.load(self.store.home).record_run(run)
+        except Exception as error:  # a figure for later estimates, never worth a failure
+            print(f"runner: memory history not updated for {run_id}: {error}", flush=True)
 
 
 def record_end(run: Run, run_dir: Path, returncode: int | None) -> None:

@@ -76,8 +76,12 @@ class Supervisor:
 
     # -- starting ----------------------------------------------------------------------------
 
-    def start(self, run_id: str, *, queue_if_busy: bool = False) -> Run:
-        """Start a configured run now; when another run is active, queue it or refuse."""
+    def start(self, run_id: str, *, queue_if_busy: bool = False,
+              override_memory: bool = False) -> Run:
+        """Start a configured run now; when another run is active, queue it or refuse.
+
+        A run whose memory verdict is "won't fit" is refused unless `override_memory`.
+        """
         run = self.refresh(self.store.get(run_id))
         if run.state is not RunState.CONFIGURED:
             hint = {RunState.QUEUED: "it is already queued",
@@ -87,12 +91,34 @@ class Supervisor:
                         run.state, f"use `zyquo-tui runs resume {run_id}`")
             raise UserError(f"Run {run_id} is {run.state.value} and cannot be started: {hint}.")
         self._check_settings(run)
+        self.check_memory(run, override=override_memory)
         return self._launch(run, queue_if_busy)
 
     def _check_settings(self, run: Run) -> None:
         errors, _ = run.problems()
         if errors:
             raise UserError(f"Run {run.id} cannot start: {errors[0]}")
+
+    def check_memory(self, run: Run, *, override: bool = False) -> Run:
+        """The memory gate: record the verdict in the run; refuse "won't fit" without override.
+
+        The first estimate assumes rows as long as max_seq_length, which needs no tokenizer.
+        Only when that does not fit is the data tokenized (a subprocess, seconds) to judge
+        again with its real longest row, so a generous cap alone never blocks a run.
+        """
+        from .errors import EXIT_PROBLEMS
+        from .memory import MemoryAdvisor, dataset_token_lengths, gate
+
+        advisor = MemoryAdvisor.for_machine(self.store.home)
+        try:
+            gate(run, advisor, override=override)
+        except UserError as error:
+            if error.exit_status != EXIT_PROBLEMS:
+                raise
+            lengths = dataset_token_lengths(run.model, run.data, extra_config=run.extra_config,
+                                            mask_prompt=run.hyperparameters.mask_prompt)
+            gate(run, advisor, override=override, longest_row_tokens=max(lengths, default=None))
+        return self.store.update(run.id, lambda r: setattr(r, "memory", run.memory))
 
     def _wait_for_winding_down_runner(self, timeout: float = 10.0) -> None:
         """A runner whose last run just ended holds the machine for a moment more (it records
@@ -133,7 +159,7 @@ class Supervisor:
             r.queued_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.store.update(run_id, queued)
 
-    def enqueue(self, run_id: str) -> Run:
+    def enqueue(self, run_id: str, *, override_memory: bool = False) -> Run:
         """Add a configured run to the end of the queue; start the queue if the machine is free."""
         run = self.refresh(self.store.get(run_id))
         if run.state is RunState.QUEUED:
@@ -143,6 +169,7 @@ class Supervisor:
             raise UserError(f"Run {run_id} is {run.state.value}; only a configured run can be "
                             "queued (resume or fork the others).")
         self._check_settings(run)
+        self.check_memory(run, override=override_memory)
         self._queue_and_kick(run_id)
         return self.store.get(run_id)
 

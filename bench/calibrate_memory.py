@@ -1,0 +1,370 @@
+"""Calibrate the memory estimate against real training: measure, store, print the table.
+
+    python bench/calibrate_memory.py                 # the table from the stored measurements
+    python bench/calibrate_memory.py --measure       # measure the configs not measured yet
+    python bench/calibrate_memory.py --measure ID..  # (re)measure these configs
+    python bench/calibrate_memory.py --measure --all # measure every config again
+    python bench/calibrate_memory.py --markdown      # the table as Markdown (docs/memory.md)
+
+The matrix (bench/memory_calibration/matrix.json) names generated llama models of different
+widths, depths, vocabularies, head counts and quantization, and training configs on them. Each
+config is measured with `python -m zyquo_tui.trainer.measure`: real mlx-lm training, a few
+steps, `mx.get_peak_memory()`, one process at a time. The models' config.json and tensor tables
+are stored beside the measurements (models.json), so the estimate can be checked against them
+without building a model (tests/test_memory.py does so).
+
+Measurements take minutes on a CPU; keep new models small (quantized ones smaller still).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+CALIBRATION = REPO / "bench" / "memory_calibration"
+MATRIX = CALIBRATION / "matrix.json"
+MEASUREMENTS = CALIBRATION / "measurements.json"
+MODELS = CALIBRATION / "models.json"
+
+
+def load_json(path: Path, default):
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else default
+
+
+def write_json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_suffix(".tmp")
+    temp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(temp, path)
+
+
+def build_model(name: str, shape: dict, models_dir: Path, tokenizer_dir: Path) -> Path:
+    """The generated model `name` (built once into models_dir; reused while its shape holds)."""
+    folder = models_dir / name
+    stamp = folder / "shape.json"
+    if stamp.is_file() and json.loads(stamp.read_text()) == shape:
+        return folder
+    code = (
+        "import json, sys\n"
+        "from zyquo_tui.trainer.sample_model import build_model, build_tokenizer\n"
+        "from pathlib import Path\n"
+        "shape = json.loads(sys.argv[3])\n"
+        "tok = Path(sys.argv[2])\n"
+        "if not (tok / 'tokenizer.json').is_file(): build_tokenizer(tok)\n"
+        "build_model(sys.argv[1], tokenizer_dir=tok, **shape)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(folder), str(tokenizer_dir), json.dumps(shape)],
+                   check=True, cwd=REPO, stdin=subprocess.DEVNULL)
+    stamp.write_text(json.dumps(shape))
+    return folder
+
+
+def model_record(folder: Path) -> dict:
+    """config.json and the tensor table of a model, as ModelFacts.from_record reads them."""
+    from zyquo_tui.core.safetensors_header import read_headers
+
+    table = read_headers(sorted(folder.glob("model*.safetensors")))
+    return {
+        "config": json.loads((folder / "config.json").read_text()),
+        "tensors": [[t.name, t.dtype, list(t.shape), t.nbytes] for t in table],
+    }
+
+
+def spec_of(config: dict, model_path: Path) -> dict:
+    hp = {
+        "batch_size": config["batch_size"],
+        "max_seq_length": config["seq"],
+        "num_layers": config.get("num_layers", 16),
+        "grad_checkpoint": config.get("grad_checkpoint", False),
+        "optimizer": config.get("optimizer", "adam"),
+        "grad_accumulation_steps": config.get("grad_accumulation_steps", 1),
+        "lora_parameters": {"rank": config.get("rank", 8), "dropout": 0.0, "scale": 20.0},
+        "learning_rate": 1e-5,
+    }
+    return {"model": str(model_path), "method": config.get("method", "lora"),
+            "hyperparameters": hp, "synthetic_tokens": config["seq"],
+            "steps": config.get("steps", 3)}
+
+
+def training_config(config: dict):
+    from zyquo_tui.core.memory import TrainingConfig
+
+    spec = spec_of(config, Path("."))
+    return TrainingConfig.from_hyperparameters(spec["method"], spec["hyperparameters"],
+                                               longest_row_tokens=config["seq"])
+
+
+def measure_one(config: dict, model_path: Path) -> dict:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump(spec_of(config, model_path), handle)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "zyquo_tui.trainer.measure", handle.name],
+            capture_output=True, text=True, cwd=REPO, stdin=subprocess.DEVNULL,
+        )
+    finally:
+        os.unlink(handle.name)
+    try:
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise SystemExit(f"{config['id']}: the measurement failed:\n{done.stderr[-2000:]}")
+    if "error" in result:
+        raise SystemExit(f"{config['id']}: {result['error']}")
+    return result
+
+
+def machine() -> dict:
+    from importlib.metadata import version
+
+    return {"platform": platform.platform(), "machine": platform.machine(),
+            "processor": platform.processor(), "cpus": os.cpu_count(),
+            "mlx": version("mlx"), "mlx_lm": version("mlx-lm")}
+
+
+def table_rows(matrix: dict, stored: dict, models: dict, advisor) -> list[dict]:
+    from zyquo_tui.core.memory import ModelFacts
+
+    rows = []
+    for config in matrix["configs"]:
+        measured = stored.get("measurements", {}).get(config["id"])
+        if measured is None or config["model"] not in models:
+            continue
+        facts = ModelFacts.from_record(models[config["model"]], path=config["model"])
+        estimate = advisor.estimate(facts, training_config(config))
+        peak = measured["peak_memory_bytes"]
+        rows.append({"id": config["id"], "config": config, "estimate": estimate.total_bytes,
+                     "measured": peak, "error": (estimate.total_bytes - peak) / peak,
+                     "seconds": measured.get("seconds")})
+    return rows
+
+
+def describe(config: dict) -> str:
+    parts = [config["model"], config.get("method", "lora"), f"b{config['batch_size']}",
+             f"s{config['seq']}", f"L{config.get('num_layers', 16)}"]
+    if config.get("method", "lora") != "full":
+        parts.append(f"r{config.get('rank', 8)}")
+    if config.get("grad_checkpoint"):
+        parts.append("ckpt")
+    if config.get("grad_accumulation_steps", 1) > 1:
+        parts.append(f"acc{config['grad_accumulation_steps']}")
+    if config.get("optimizer", "adam") != "adam":
+        parts.append(config["optimizer"])
+    return " ".join(parts)
+
+
+def print_table(rows: list[dict], markdown: bool) -> None:
+    mib = 1024 * 1024
+    if markdown:
+        print("| config | settings | estimate MiB | measured MiB | error |")
+        print("| --- | --- | ---: | ---: | ---: |")
+        for row in rows:
+            print(f"| {row['id']} | {describe(row['config'])} | {row['estimate'] / mib:.1f} | "
+                  f"{row['measured'] / mib:.1f} | {row['error'] * 100:+.1f}% |")
+    else:
+        print(f"{'config':<16} {'settings':<44} {'estimate':>10} {'measured':>10} {'error':>7}")
+        for row in rows:
+            print(f"{row['id']:<16} {describe(row['config']):<44} {row['estimate'] / mib:>9.1f}M "
+                  f"{row['measured'] / mib:>9.1f}M {row['error'] * 100:>+6.1f}%")
+    errors = [abs(row["error"]) for row in rows]
+    if errors:
+        summary = (f"{len(rows)} configs: max error {max(errors) * 100:.1f}%, "
+                   f"median {statistics.median(errors) * 100:.1f}%")
+        print(f"\n{summary}" if not markdown else f"\n{summary}.")
+
+
+# The multipliers fitted by --fit, and those held at their physical value: kept_lora (x @ A is
+# kept), kept_lora_inputs (the float32 copy of each input), checkpoint_hidden (one input per
+# layer).
+FITTED = ("kept_hidden", "kept_mlp", "kept_attention", "kept_full_inputs", "dora_outputs",
+          "checkpoint_mlp", "working_hidden", "working_mlp", "working_attention",
+          "working_outputs", "dora_weights", "loss", "fixed_bytes")
+PHYSICAL = {"kept_lora": 1.0, "kept_lora_inputs": 1.0, "checkpoint_hidden": 1.0}
+
+
+def nnls(a, b, iterations: int = 500):
+    """Non-negative least squares (Lawson-Hanson): min |a x - b| with x >= 0."""
+    import numpy as np
+
+    m, n = a.shape
+    passive = np.zeros(n, dtype=bool)
+    x = np.zeros(n)
+    w = a.T @ (b - a @ x)
+    for _ in range(iterations):
+        if passive.all() or w[~passive].max() <= 1e-12:
+            break
+        j = np.argmax(np.where(passive, -np.inf, w))
+        passive[j] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if (z[passive] > 0).all():
+                x = z
+                break
+            mask = passive & (z <= 0)
+            alpha = np.min(x[mask] / (x[mask] - z[mask]))
+            x = x + alpha * (z - x)
+            passive &= x > 1e-12
+        w = a.T @ (b - a @ x)
+    return x
+
+
+def fit_rows(matrix: dict, stored: dict, models: dict):
+    """(id, features, measured peak) of every measured config."""
+    from zyquo_tui.core.memory import features
+
+    rows = []
+    for config in matrix["configs"]:
+        measured = stored["measurements"].get(config["id"])
+        if measured is not None:
+            facts = ModelFacts_from(models, config)
+            rows.append((config["id"], features(facts, training_config(config)),
+                         measured["peak_memory_bytes"]))
+    return rows
+
+
+def solve(rows, fixed: dict[str, float]) -> dict[str, float]:
+    """Multipliers minimising the relative error of every row.
+
+    The backward pass's multipliers enter linearly (non-negative least squares over the rows
+    whose peak is the backward pass); each `update_*` is then the median that explains the rows
+    whose peak is the optimizer's step. A few rounds settle which rows are which.
+    """
+    import numpy as np
+
+    from zyquo_tui.core.memory import _EXACT, CPU_COEFFICIENTS, combine
+
+    values = {**{f: 0.0 for f in FITTED}, **PHYSICAL, "update_lora": 1.5, "update_full": 1.5,
+              **fixed}
+    free = [name for name in FITTED if name not in fixed]
+    for _ in range(6):
+        coefficients = dataclasses.replace(CPU_COEFFICIENTS, **values)
+        backward_rows, step_rows = [], []
+        for name, q, peak in rows:
+            breakdown = combine(q, coefficients)
+            (step_rows if breakdown["overhead"] > coefficients.fixed_bytes else
+             backward_rows).append((name, q, peak))
+        a = np.array([[q[f] / peak for f in free] for _, q, peak in backward_rows])
+        b = np.array([(peak - sum(q[e] for e in _EXACT)
+                       - sum(v * q[f] for f, v in values.items()
+                             if f not in free and f in q and not f.startswith("update"))) / peak
+                      for _, q, peak in backward_rows])
+        x = nnls(a, b)
+        values.update({f: float(v) for f, v in zip(free, x)})
+        for update in ("update_lora", "update_full"):
+            ratios = [(peak - sum(q[e] for e in _EXACT) - values["fixed_bytes"]) / q[update]
+                      for _, q, peak in step_rows if q[update] > 0]
+            if ratios and update not in fixed:
+                values[update] = float(np.median(ratios))
+    return values
+
+
+def errors_of(rows, values: dict[str, float]) -> list[float]:
+    from zyquo_tui.core.memory import CPU_COEFFICIENTS, combine
+
+    coefficients = dataclasses.replace(CPU_COEFFICIENTS, **values)
+    return [(sum(combine(q, coefficients).values()) - peak) / peak for _, q, peak in rows]
+
+
+def fit(matrix: dict, stored: dict, models: dict, fixed: dict[str, float]) -> None:
+    """Fit the multipliers to the measurements; print them, the errors and held-out errors."""
+    import numpy as np
+
+    rows = fit_rows(matrix, stored, models)
+    values = solve(rows, fixed)
+    errors = np.array(errors_of(rows, values))
+    print("fitted:", {name: round(v, 3) for name, v in values.items()})
+    print(f"in-sample ({len(rows)} configs): max {np.abs(errors).max() * 100:.1f}%, "
+          f"median {np.median(np.abs(errors)) * 100:.1f}%")
+    held_out = []
+    for i in range(len(rows)):
+        others = rows[:i] + rows[i + 1:]
+        held_out.append(errors_of([rows[i]], solve(others, fixed))[0])
+    held_out = np.abs(np.array(held_out))
+    print(f"leave-one-out: max {held_out.max() * 100:.1f}%, "
+          f"median {np.median(held_out) * 100:.1f}%")
+    worst = set(np.argsort(-np.abs(errors))[:6]) | set(np.argsort(-held_out)[:4])
+    for i in sorted(worst, key=lambda i: -max(abs(errors[i]), held_out[i])):
+        print(f"  {rows[i][0]:<22} in-sample {errors[i] * 100:+.1f}%  "
+              f"held out {held_out[i] * 100:.1f}%")
+
+
+def ModelFacts_from(models: dict, config: dict):
+    from zyquo_tui.core.memory import ModelFacts
+
+    return ModelFacts.from_record(models[config["model"]], path=config["model"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--measure", nargs="*", metavar="ID",
+                        help="measure these configs (none: those without a measurement)")
+    parser.add_argument("--all", action="store_true", help="with --measure: every config")
+    parser.add_argument("--matrix", type=Path, default=MATRIX)
+    parser.add_argument("--out", type=Path, default=CALIBRATION,
+                        help="folder of measurements.json and models.json")
+    parser.add_argument("--models-dir", type=Path,
+                        default=Path(tempfile.gettempdir()) / "zyquo-calibration-models")
+    parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--no-table", action="store_true", help="measure only")
+    parser.add_argument("--fit", action="store_true",
+                        help="fit the multipliers to the stored measurements and print them")
+    parser.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
+                        help="with --fit: hold a multiplier at a value")
+    args = parser.parse_args(argv)
+
+    matrix = load_json(args.matrix, None)
+    if matrix is None:
+        raise SystemExit(f"{args.matrix}: no such matrix")
+    measurements_path = args.out / "measurements.json"
+    models_path = args.out / "models.json"
+    stored = load_json(measurements_path, {"machine": machine(), "measurements": {}})
+    models = load_json(models_path, {})
+
+    if args.measure is not None:
+        wanted = [c for c in matrix["configs"]
+                  if (args.all or (c["id"] in args.measure if args.measure
+                                   else c["id"] not in stored["measurements"]))]
+        tokenizer_dir = args.models_dir / "tokenizer"
+        for number, config in enumerate(wanted, start=1):
+            shape = matrix["models"][config["model"]]
+            folder = build_model(config["model"], shape, args.models_dir, tokenizer_dir)
+            models[config["model"]] = model_record(folder)
+            write_json(models_path, models)
+            started = time.perf_counter()
+            result = measure_one(config, folder)
+            result["measured_at"] = time.strftime("%Y-%m-%d")
+            stored["measurements"][config["id"]] = result
+            stored["machine"] = machine()
+            write_json(measurements_path, stored)
+            print(f"[{number}/{len(wanted)}] {config['id']}: "
+                  f"{result['peak_memory_bytes'] / 2**20:.1f} MiB "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)
+
+    if args.fit:
+        fixed = {k: float(v) for k, v in (item.split("=", 1) for item in args.fix)}
+        fit(matrix, stored, models, fixed)
+        return 0
+    if args.no_table:
+        return 0
+    from zyquo_tui.core.memory import MemoryAdvisor
+
+    advisor = MemoryAdvisor.for_calibration(device="cpu")
+    print_table(table_rows(matrix, stored, models, advisor), args.markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,706 @@
+"""The memory advisor: each term of the estimate, each method, the verdict, suggestions, the gate,
+the machine's history, the budget, and the estimate against real measured peaks."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from zyquo_tui.core import memory_budget
+from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE, UserError
+from zyquo_tui.core.memory import (
+    CPU_COEFFICIENTS, GPU_COEFFICIENTS, HISTORY_FILE, LORA_BYTES, TIGHT_FRACTION, MemoryAdvisor,
+    MemoryHistory, ModelFacts, TrainingConfig, Verdict, features, gate,
+)
+from zyquo_tui.core.memory_budget import MemoryBudget, budget_from, cached_probe
+from zyquo_tui.core.runs import Hyperparameters, Method, Run, RunState
+
+REPO = Path(__file__).resolve().parent.parent
+CALIBRATION = REPO / "bench" / "memory_calibration"
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+# A llama-shaped model: hidden 256, 4 layers, 8 heads of 32, 2 kv heads, MLP 512, vocab 1000.
+HIDDEN, LAYERS, HEADS, KV_HEADS, MLP, VOCAB = 256, 4, 8, 2, 512, 1000
+HEAD_DIM = HIDDEN // HEADS
+KV = KV_HEADS * HEAD_DIM
+# (name, out, in) of each Linear in a block
+MATRICES = [("self_attn.q_proj", HIDDEN, HIDDEN), ("self_attn.k_proj", KV, HIDDEN),
+            ("self_attn.v_proj", KV, HIDDEN), ("self_attn.o_proj", HIDDEN, HIDDEN),
+            ("mlp.gate_proj", MLP, HIDDEN), ("mlp.up_proj", MLP, HIDDEN),
+            ("mlp.down_proj", HIDDEN, MLP)]
+IN_PLUS_OUT = sum(o + i for _, o, i in MATRICES)  # LoRA parameters per rank, per block
+OUTPUTS = sum(o for _, o, _ in MATRICES)
+BLOCK_PARAMETERS = sum(o * i for _, o, i in MATRICES) + 2 * HIDDEN
+
+
+def llama_config(**changes) -> dict:
+    config = {"model_type": "llama", "hidden_size": HIDDEN, "num_hidden_layers": LAYERS,
+              "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
+              "intermediate_size": MLP, "vocab_size": VOCAB, "torch_dtype": "bfloat16",
+              "tie_word_embeddings": True}
+    config.update(changes)
+    return config
+
+
+def llama_tensors(dtype: str = "BF16", bits: int | None = None, group: int = 64) -> list:
+    """[name, dtype, shape, nbytes] of every tensor, as a safetensors header lists them."""
+    size = {"BF16": 2, "F16": 2, "F32": 4}[dtype]
+    tensors = []
+
+    def add(name, shape, quantize=False):
+        if quantize and bits:
+            out, inp = shape
+            tensors.append([f"{name}.weight", "U32", [out, inp * bits // 32],
+                            out * inp * bits // 8])
+            for aux in ("scales", "biases"):
+                tensors.append([f"{name}.{aux}", dtype, [out, inp // group],
+                                out * inp // group * size])
+        else:
+            n = 1
+            for d in shape:
+                n *= d
+            tensors.append([f"{name}.weight", dtype, list(shape), n * size])
+
+    add("model.embed_tokens", [VOCAB, HIDDEN], quantize=True)
+    add("model.norm", [HIDDEN])
+    for layer in range(LAYERS):
+        for name, out, inp in MATRICES:
+            add(f"model.layers.{layer}.{name}", [out, inp], quantize=True)
+        add(f"model.layers.{layer}.input_layernorm", [HIDDEN])
+        add(f"model.layers.{layer}.post_attention_layernorm", [HIDDEN])
+    return tensors
+
+
+def facts(dtype: str = "BF16", bits: int | None = None, **config_changes) -> ModelFacts:
+    config = llama_config(**config_changes)
+    if bits:
+        config["quantization"] = {"bits": bits, "group_size": 64, "mode": "affine"}
+    return ModelFacts.from_record({"config": config, "tensors": llama_tensors(dtype, bits)},
+                                  path="/models/test")
+
+
+def write_model(folder: Path, config: dict | None = None, tensors: list | None = None) -> Path:
+    """A model folder whose safetensors file has a real header and sparse (unwritten) data."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config or llama_config()))
+    header, offset = {}, 0
+    for name, dtype, shape, nbytes in tensors or llama_tensors():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header).encode()
+    with open(folder / "model.safetensors", "wb") as handle:
+        handle.write(len(raw).to_bytes(8, "little") + raw)
+        handle.truncate(8 + len(raw) + offset)
+    return folder
+
+
+def advisor(budget_bytes: int = 64 * GIB, available: int | None = None, device: str = "cpu",
+            history: MemoryHistory | None = None) -> MemoryAdvisor:
+    budget = MemoryBudget.fixed(budget_bytes, device=device, available_bytes=available,
+                                total_bytes=max(budget_bytes, available or 0))
+    return MemoryAdvisor(budget, history=history or MemoryHistory())
+
+
+def config(**changes) -> TrainingConfig:
+    values = {"method": Method.LORA, "batch_size": 4, "max_seq_length": 512, "num_layers": 4}
+    values.update(changes)
+    return TrainingConfig(**values)
+
+
+# --- the model's facts ---------------------------------------------------------------------------
+
+
+def test_base_weights_are_the_exact_bytes_of_every_tensor_in_the_headers(tmp_path):
+    folder = write_model(tmp_path / "m")
+    model = ModelFacts.from_folder(folder)
+    expected = sum(t[3] for t in llama_tensors())
+    assert model.weights_bytes == expected
+    assert advisor().estimate(model, config()).breakdown["base_weights"] == expected
+
+
+def test_quantized_weights_count_packed_words_scales_and_biases(tmp_path):
+    tensors = llama_tensors("BF16", bits=4)
+    cfg = llama_config(quantization={"bits": 4, "group_size": 64})
+    model = ModelFacts.from_folder(write_model(tmp_path / "q", cfg, tensors))
+    assert model.quantized and model.quantization_bits == 4
+    assert model.weights_bytes == sum(t[3] for t in tensors)
+    # 4 bits plus a bf16 scale and bias per 64 weights: 0.5625 bytes a weight
+    dense = facts()
+    matrices = dense.quantizable_elements
+    assert model.weights_bytes == pytest.approx(
+        dense.weights_bytes - dense.quantizable_bytes + matrices * 0.5625, rel=1e-6)
+    # the layers' shapes come out unpacked
+    assert model.layers[0].in_plus_out == IN_PLUS_OUT
+
+
+def test_float32_weights_take_four_bytes_and_activations_follow_the_dtype():
+    f32, bf16 = facts("F32"), facts("BF16")
+    assert f32.weights_bytes == 2 * bf16.weights_bytes
+    assert f32.compute_dtype == "float32" and bf16.compute_dtype == "bfloat16"
+    a = advisor()
+    assert a.estimate(f32, config()).breakdown["loss"] == 2 * a.estimate(
+        bf16, config()).breakdown["loss"]
+
+
+def test_a_folder_without_config_json_is_not_a_model(tmp_path):
+    folder = write_model(tmp_path / "m")
+    (folder / "config.json").unlink()
+    with pytest.raises(UserError, match="no config.json") as caught:
+        ModelFacts.from_folder(folder)
+    assert caught.value.exit_status == EXIT_USAGE
+
+
+def test_a_folder_without_safetensors_says_to_convert(tmp_path):
+    folder = write_model(tmp_path / "m")
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(UserError, match="no model\\*.safetensors"):
+        ModelFacts.from_folder(folder)
+
+
+def test_a_truncated_safetensors_file_is_reported(tmp_path):
+    folder = write_model(tmp_path / "m")
+    with open(folder / "model.safetensors", "r+b") as handle:
+        handle.truncate(100)
+    with pytest.raises(UserError, match="model.safetensors"):
+        ModelFacts.from_folder(folder)
+
+
+def test_an_unknown_architecture_is_estimated_from_config_json_and_says_so(tmp_path):
+    folder = write_model(tmp_path / "m", llama_config(model_type="zyquo-unknown-arch"))
+    model = ModelFacts.from_folder(folder)
+    assert not model.architecture_known
+    estimate = advisor().estimate(model, config())
+    assert estimate.total_bytes > model.weights_bytes
+    assert any("does not know model_type 'zyquo-unknown-arch'" in n for n in estimate.notes)
+
+
+def test_layers_missing_from_the_headers_are_built_from_config_json():
+    tensors = [t for t in llama_tensors() if ".layers." not in t[0]]
+    model = ModelFacts.from_record({"config": llama_config(), "tensors": tensors})
+    assert len(model.layers) == LAYERS
+    assert model.layers[0].in_plus_out == IN_PLUS_OUT
+    assert model.layers[0].parameters == BLOCK_PARAMETERS
+
+
+def test_model_facts_are_cached_until_the_files_change(tmp_path):
+    folder = write_model(tmp_path / "m")
+    first = ModelFacts.from_folder(folder)
+    assert ModelFacts.from_folder(folder) is first
+    time.sleep(0.01)
+    write_model(folder, llama_config(vocab_size=VOCAB))  # rewritten: a new mtime
+    assert ModelFacts.from_folder(folder) is not first
+
+
+# --- each term -----------------------------------------------------------------------------------
+
+
+def test_lora_trains_rank_times_inputs_plus_outputs_in_float32_per_trained_layer():
+    model = facts()
+    for layers, rank in ((4, 8), (2, 8), (1, 16)):
+        estimate = advisor().estimate(model, config(num_layers=layers, rank=rank))
+        parameters = layers * rank * IN_PLUS_OUT
+        assert estimate.trainable_parameters == parameters
+        assert estimate.breakdown["trainable_parameters"] == parameters * LORA_BYTES
+        assert estimate.breakdown["gradients"] == parameters * LORA_BYTES
+
+
+def test_num_layers_minus_one_trains_every_layer():
+    estimate = advisor().estimate(facts(), config(num_layers=-1))
+    assert estimate.trained_layers == LAYERS
+    assert estimate.trainable_parameters == LAYERS * 8 * IN_PLUS_OUT
+
+
+def test_dora_adds_a_magnitude_per_output():
+    estimate = advisor().estimate(facts(), config(method=Method.DORA, num_layers=2))
+    assert estimate.trainable_parameters == 2 * (8 * IN_PLUS_OUT + OUTPUTS)
+    lora = advisor().estimate(facts(), config(num_layers=2))
+    assert estimate.breakdown["activations"] > lora.breakdown["activations"]
+
+
+def test_full_fine_tuning_trains_the_blocks_in_the_model_dtype():
+    estimate = advisor().estimate(facts(), config(method=Method.FULL, num_layers=2))
+    assert estimate.trainable_parameters == 2 * BLOCK_PARAMETERS
+    assert estimate.breakdown["trainable_parameters"] == 0  # already in base_weights
+    assert estimate.breakdown["gradients"] == 2 * BLOCK_PARAMETERS * 2  # bf16
+    assert estimate.breakdown["optimizer_state"] == 2 * 2 * BLOCK_PARAMETERS * 2  # adam: m, v
+
+
+def test_qlora_estimates_a_quantized_model_and_needs_one():
+    q4 = facts(bits=4)
+    estimate = advisor().estimate(q4, config(method=Method.QLORA))
+    assert not estimate.problems
+    assert estimate.breakdown["base_weights"] == q4.weights_bytes
+    assert estimate.breakdown["base_weights"] < facts().weights_bytes / 3
+    assert estimate.trainable_parameters == LAYERS * 8 * IN_PLUS_OUT
+    problems = advisor().estimate(facts(), config(method=Method.QLORA)).problems
+    assert problems and "qlora needs a quantized base" in problems[0]
+
+
+def test_full_fine_tuning_of_a_quantized_model_is_a_problem():
+    problems = advisor().estimate(facts(bits=4), config(method=Method.FULL)).problems
+    assert problems and "full fine-tuning needs an unquantized model" in problems[0]
+
+
+@pytest.mark.parametrize("optimizer, moments", [("adam", 2), ("adamw", 2), ("sgd", 1),
+                                                ("muon", 1)])
+def test_optimizer_state_by_optimizer(optimizer, moments):
+    estimate = advisor().estimate(facts(), config(optimizer=optimizer))
+    parameters = LAYERS * 8 * IN_PLUS_OUT
+    assert estimate.breakdown["optimizer_state"] == moments * parameters * LORA_BYTES
+
+
+def test_adafactor_keeps_a_row_and_a_column_per_matrix():
+    estimate = advisor().estimate(facts(), config(optimizer="adafactor", method=Method.FULL))
+    rows_and_cols = LAYERS * (IN_PLUS_OUT + 2 * HIDDEN)  # the norms are vectors: kept whole
+    assert estimate.breakdown["optimizer_state"] == rows_and_cols * 2
+    adam = advisor().estimate(facts(), config(method=Method.FULL))
+    assert estimate.breakdown["optimizer_state"] < adam.breakdown["optimizer_state"] / 50
+    with_beta1 = advisor().estimate(
+        facts(), config(optimizer="adafactor", method=Method.FULL, adafactor_first_moment=True))
+    assert (with_beta1.breakdown["optimizer_state"] - estimate.breakdown["optimizer_state"]
+            == LAYERS * BLOCK_PARAMETERS * 2)
+
+
+def test_adafactor_beta_1_comes_from_optimizer_config():
+    hp = Hyperparameters(optimizer="adafactor", optimizer_config={"adafactor": {"beta_1": 0.9}})
+    assert TrainingConfig.from_hyperparameters("full", hp).adafactor_first_moment
+    assert not TrainingConfig.from_hyperparameters("full", Hyperparameters()).adafactor_first_moment
+
+
+def test_grad_accumulation_keeps_a_second_gradient():
+    one = advisor().estimate(facts(), config())
+    two = advisor().estimate(facts(), config(grad_accumulation_steps=2))
+    assert two.breakdown["gradients"] == 2 * one.breakdown["gradients"]
+
+
+def test_activations_grow_with_batch_and_with_trained_layers():
+    a = advisor()
+    model = facts()
+    b2, b4 = (a.estimate(model, config(batch_size=b)).breakdown["activations"] for b in (2, 4))
+    assert b4 == pytest.approx(2 * b2, rel=0.01)
+    by_layers = [a.estimate(model, config(num_layers=n)).breakdown["activations"]
+                 for n in (1, 2, 3, 4)]
+    steps = [later - earlier for earlier, later in zip(by_layers, by_layers[1:])]
+    assert all(step > 0 for step in steps)
+    assert max(steps) == pytest.approx(min(steps), rel=0.01)  # the same per trained layer
+
+
+def test_grad_checkpointing_keeps_only_each_layers_input():
+    a = advisor()
+    model = facts(num_hidden_layers=16)  # layers 4-15 take their shape from config.json
+    plain = a.estimate(model, config(num_layers=16)).breakdown["activations"]
+    checkpointed = a.estimate(model, config(num_layers=16, grad_checkpoint=True))
+    assert checkpointed.breakdown["activations"] < plain / 3
+    one = a.estimate(model, config(grad_checkpoint=True, num_layers=1)).breakdown["activations"]
+    # each further layer keeps its input only: one hidden-size vector per token
+    tokens = 4 * 511
+    per_layer = CPU_COEFFICIENTS.checkpoint_hidden * tokens * HIDDEN * 2
+    assert checkpointed.breakdown["activations"] - one == pytest.approx(15 * per_layer, rel=0.01)
+
+
+def test_attention_grows_with_the_square_of_the_sequence():
+    a = advisor()
+    short, long = (a.estimate(facts(), config(max_seq_length=n)).breakdown["attention"]
+                   for n in (257, 513))
+    assert long / short == pytest.approx((512 / 256) ** 2, rel=0.01)
+    activations_short, activations_long = (
+        a.estimate(facts(), config(max_seq_length=n)).breakdown["activations"] for n in (257, 513))
+    assert activations_long / activations_short == pytest.approx(2, rel=0.01)
+
+
+def test_the_attention_term_is_per_device_and_metal_is_marked_uncalibrated():
+    # MLX differentiates attention unfused on Metal too (mlx PR 2054): the CPU fit is the prior.
+    a = advisor(device="cpu").estimate(facts(), config())
+    gpu_advisor = advisor(device="gpu")
+    gpu = gpu_advisor.estimate(facts(), config())
+    assert gpu_advisor.coefficients is GPU_COEFFICIENTS and not GPU_COEFFICIENTS.calibrated
+    assert gpu.breakdown["attention"] == a.breakdown["attention"]
+    assert any("not calibrated" in note for note in gpu.notes)
+    assert not any("not calibrated" in note for note in a.notes)
+    # a device whose attention backward is fused keeps no matrix per layer
+    fused = MemoryAdvisor(MemoryBudget.fixed(64 * GIB, device="gpu"), history=MemoryHistory(),
+                          coefficients=dataclasses.replace(GPU_COEFFICIENTS, kept_attention=0))
+    assert fused.estimate(facts(), config()).breakdown["attention"] < gpu.breakdown["attention"]
+
+
+def test_the_loss_term_is_batch_times_tokens_times_vocabulary():
+    a = advisor()
+    small = a.estimate(facts(), config()).breakdown["loss"]
+    big_vocab = a.estimate(facts(vocab_size=2 * VOCAB), config()).breakdown["loss"]
+    assert big_vocab == pytest.approx(2 * small, rel=1e-6)
+    assert small == pytest.approx(CPU_COEFFICIENTS.loss * 4 * 511 * VOCAB * 2, rel=1e-6)
+
+
+def test_the_overhead_is_fixed_plus_what_the_optimizer_step_needs_beyond_the_backward_pass():
+    a = advisor()
+    small = a.estimate(facts(), config(batch_size=1, max_seq_length=64))
+    big = a.estimate(facts(), config(batch_size=8, max_seq_length=1024))
+    assert small.breakdown["overhead"] == big.breakdown["overhead"]
+    assert small.breakdown["overhead"] == round(CPU_COEFFICIENTS.fixed_bytes)
+    # Full fine-tuning with adam on short rows: the step's new moments outweigh the activations
+    short = config(method=Method.FULL, batch_size=1, max_seq_length=33)
+    estimate = a.estimate(facts(), short)
+    grads = LAYERS * BLOCK_PARAMETERS * 2
+    backward = sum(estimate.breakdown[t] for t in ("activations", "attention", "loss"))
+    step = CPU_COEFFICIENTS.update_full * 2 * grads  # m and v written anew
+    assert step > backward
+    assert estimate.breakdown["overhead"] == pytest.approx(
+        CPU_COEFFICIENTS.fixed_bytes + step - backward, abs=2)
+    # sgd without momentum rewrites no state: nothing beyond the backward pass
+    sgd = a.estimate(facts(), short.replace(optimizer="sgd"))
+    assert sgd.breakdown["overhead"] == round(CPU_COEFFICIENTS.fixed_bytes)
+    momentum = a.estimate(facts(), short.replace(optimizer="sgd", sgd_momentum=True))
+    assert momentum.breakdown["overhead"] > sgd.breakdown["overhead"]
+
+
+def test_every_fitted_quantity_has_a_multiplier_on_every_device():
+    quantities = features(facts(), config(method=Method.DORA, grad_checkpoint=True))
+    fields = {f.name for f in dataclasses.fields(CPU_COEFFICIENTS)} - {"calibrated"}
+    fitted = {k for k in quantities if not k.startswith("_")} - {
+        "base_weights", "trainable_parameters", "gradients", "optimizer_state"}
+    assert fitted == fields
+    for name in fields:
+        assert getattr(GPU_COEFFICIENTS, name) >= 0 and getattr(CPU_COEFFICIENTS, name) >= 0
+
+
+def test_the_breakdown_adds_up_to_the_total():
+    estimate = advisor().estimate(facts(), config(method=Method.DORA, grad_checkpoint=True))
+    assert sum(estimate.breakdown.values()) == estimate.total_bytes
+
+
+def test_the_longest_row_not_the_cap_sets_the_width():
+    cap_only = config(max_seq_length=2048)
+    assert cap_only.batch_width == 2048
+    short_rows = config(max_seq_length=2048, longest_row_tokens=300)
+    assert short_rows.batch_width == 1 + 32 * 10  # padded like trainer/batches.py
+    assert config(max_seq_length=256, longest_row_tokens=300).batch_width == 256
+    a = advisor()
+    assert a.estimate(facts(), short_rows).total_bytes < a.estimate(facts(), cap_only).total_bytes
+    notes = a.estimate(facts(), cap_only).notes
+    assert any("row lengths unknown" in note for note in notes)
+
+
+@pytest.mark.parametrize("field, value", [("batch_size", 0), ("batch_size", -2),
+                                          ("max_seq_length", 0), ("grad_accumulation_steps", 0),
+                                          ("num_layers", 0), ("rank", 0), ("optimizer", "lion")])
+def test_impossible_settings_are_problems_not_estimates(field, value):
+    estimate = advisor().estimate(facts(), config(**{field: value}))
+    assert estimate.problems and field.split("_")[0] in estimate.problems[0]
+    assert estimate.total_bytes == 0
+
+
+def test_more_layers_than_the_model_has_is_a_problem():
+    problems = advisor().estimate(facts(), config(num_layers=16)).problems
+    assert problems and "has only 4 layers" in problems[0]
+
+
+# --- verdicts ------------------------------------------------------------------------------------
+
+
+def test_verdict_thresholds():
+    model = facts()
+    need = advisor().estimate(model, config()).total_bytes
+    fits = advisor(budget_bytes=int(need / TIGHT_FRACTION) + MIB).assess(model, config())
+    assert fits.verdict is Verdict.FITS and "needs about" in fits.reason
+    tight = advisor(budget_bytes=int(need / 0.95)).assess(model, config())
+    assert tight.verdict is Verdict.TIGHT and "95%" in tight.reason
+    wont = advisor(budget_bytes=need - 1).assess(model, config())
+    assert wont.verdict is Verdict.WONT_FIT
+    assert "more than the" in wont.reason and wont.reason.count(".") >= 1
+
+
+def test_other_processes_using_the_memory_make_it_tight():
+    model = facts()
+    need = advisor().estimate(model, config()).total_bytes
+    busy = advisor(budget_bytes=10 * need, available=need // 2).assess(model, config())
+    assert busy.verdict is Verdict.TIGHT
+    assert "other processes use" in busy.reason and "free" in busy.reason
+
+
+# --- suggestions ---------------------------------------------------------------------------------
+
+
+def test_suggestions_keep_the_effective_batch_first_and_each_fits():
+    model = facts()
+    base = config(batch_size=4, max_seq_length=1024)
+    need = advisor().estimate(model, base).total_bytes
+    smaller = advisor().estimate(model, base.replace(batch_size=2,
+                                                     grad_accumulation_steps=2)).total_bytes
+    a = advisor(budget_bytes=int((smaller + need) / 2 / TIGHT_FRACTION))
+    plan = a.plan(model, base)
+    assert plan.assessment.verdict is not Verdict.FITS
+    first = plan.suggestions[0]
+    assert first.changes == {"batch_size": 2, "grad_accumulation_steps": 2}
+    for suggestion in plan.suggestions:
+        assert suggestion.verdict is Verdict.FITS
+        assert a.judge(a.estimate(model, suggestion.config)).verdict is Verdict.FITS
+        assert suggestion.estimate.total_bytes < need
+
+
+def test_suggestions_go_on_to_checkpointing_shorter_rows_layers_and_quantization():
+    model = facts()
+    base = config(batch_size=4, max_seq_length=2048, num_layers=4)
+    lengths = [100] * 90 + [700] * 8 + [1900, 2000]
+    a = advisor(budget_bytes=int(advisor().estimate(model, base.replace(
+        batch_size=1, grad_accumulation_steps=4, grad_checkpoint=True,
+        max_seq_length=512, num_layers=1)).total_bytes / TIGHT_FRACTION) + MIB)
+    plan = a.plan(model, base, lengths)
+    titles = [s.title for s in plan.suggestions]
+    assert plan.suggestions, titles
+    shorter = [s for s in plan.suggestions if "max_seq_length" in s.changes]
+    assert shorter, titles
+    cut = shorter[0]
+    expected_cut = sum(1 for n in lengths if n > cut.changes["max_seq_length"])
+    assert cut.truncated_rows == expected_cut
+    assert f"cuts {expected_cut} of 100 rows" in cut.title
+    # later stages combine the earlier changes that were not enough alone
+    assert cut.changes.get("grad_checkpoint") is True
+    assert cut.changes.get("batch_size") == 1
+    assert all(s.estimate.total_bytes <= a.budget.budget_bytes * TIGHT_FRACTION
+               for s in plan.suggestions)
+
+
+def test_a_quantized_base_is_suggested_when_the_weights_are_the_problem():
+    model = facts()
+    base = config(batch_size=1, max_seq_length=64, num_layers=1, rank=4)
+    need = advisor().estimate(model, base).total_bytes
+    quantized = base.replace(method=Method.QLORA, quantize_base=(4, 64))
+    need_q = advisor().estimate(model, quantized).total_bytes
+    assert need_q < need
+    a = advisor(budget_bytes=int(need_q / TIGHT_FRACTION) + 1024)
+    plan = a.plan(model, base)
+    assert plan.suggestions[-1].changes["method"] == "qlora"
+    assert plan.suggestions[-1].changes["quantize_base"] == {"bits": 4, "group_size": 64}
+    assert "mlx_lm convert" in plan.suggestions[-1].title
+
+
+def test_nothing_is_suggested_when_it_fits():
+    assert advisor().plan(facts(), config()).suggestions == []
+
+
+# --- the gate ------------------------------------------------------------------------------------
+
+
+def _run(model_path: str, **hp) -> Run:
+    values = {"batch_size": 4, "max_seq_length": 512, "num_layers": 4, **hp}
+    return Run.new(model=model_path, data="/data",
+                   hyperparameters=Hyperparameters.from_dict(values))
+
+
+def test_a_run_that_wont_fit_needs_an_explicit_override(tmp_path):
+    folder = write_model(tmp_path / "m")
+    run = _run(str(folder))
+    tiny = advisor(budget_bytes=MIB)
+    with pytest.raises(UserError, match="won't fit") as caught:
+        gate(run, tiny)
+    assert caught.value.exit_status == EXIT_PROBLEMS
+    assert run.memory["verdict"] == "won't fit" and run.memory["override"] is False
+
+    assessment = gate(run, tiny, override=True)
+    assert assessment.verdict is Verdict.WONT_FIT
+    assert run.memory["override"] is True
+    assert run.memory["estimate_bytes"] == assessment.estimate.total_bytes
+    assert run.memory["budget_bytes"] == MIB
+    assert set(run.memory["breakdown"]) >= {"base_weights", "activations", "attention", "loss"}
+    # the record survives run.json
+    assert Run.from_dict(json.loads(json.dumps(run.to_dict()))).memory == run.memory
+
+
+def test_a_run_that_fits_passes_the_gate_and_records_it(tmp_path):
+    run = _run(str(write_model(tmp_path / "m")))
+    assessment = gate(run, advisor(), longest_row_tokens=200)
+    assert assessment.verdict is Verdict.FITS
+    assert run.memory["verdict"] == "fits" and run.memory["override"] is False
+    assert run.memory["exact_sequence"] is True
+    assert run.memory["settings"]["batch_size"] == 4
+
+
+# --- this machine's history ----------------------------------------------------------------------
+
+
+def test_measured_history_corrects_later_estimates_and_says_so(isolated_home):
+    model = facts()
+    cfg = config()
+    raw = advisor().estimate(model, cfg)
+    history = MemoryHistory.load(isolated_home)
+    a = advisor(history=history)
+    for ratio in (1.20, 1.25, 1.30):
+        a.record_measurement(model, raw, int(raw.model_bytes * ratio))
+    assert (isolated_home / HISTORY_FILE).is_file()
+
+    again = advisor(history=MemoryHistory.load(isolated_home)).estimate(model, cfg)
+    assert again.correction == pytest.approx(1.25, abs=1e-3)
+    assert again.model_bytes == raw.model_bytes
+    assert again.total_bytes == pytest.approx(raw.total_bytes * 1.25, rel=1e-3)
+    assert again.breakdown["history_correction"] == again.total_bytes - raw.total_bytes
+    assert any("measured run" in note for note in again.notes)
+
+
+def test_history_of_other_machines_and_damaged_lines_are_ignored(isolated_home):
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"host": "another-mac", "device": "cpu", "model": "/models/test",
+                         "estimate_bytes": 100, "measured_peak_bytes": 200}),
+             "{not json", json.dumps({"host": socket.gethostname(), "device": "cpu"})]
+    (isolated_home / HISTORY_FILE).write_text("\n".join(lines) + "\n")
+    history = MemoryHistory.load(isolated_home)
+    assert len(history.records) == 1
+    assert history.correction("cpu", "/models/test") is None
+
+
+def test_finished_runs_add_their_measured_peak_once(isolated_home):
+    history = MemoryHistory.load(isolated_home)
+    run = _run("/models/test")
+    run.state = RunState.COMPLETED
+    run.memory = {"model_estimate_bytes": 100 * MIB, "exact_sequence": True, "device": "cpu",
+                  "settings": {}}
+    run.summary = {"peak_memory_bytes": 110 * MIB}
+    run.process = {"host": socket.gethostname()}
+    unexact = _run("/models/test")
+    unexact.state = RunState.COMPLETED
+    unexact.memory = {**run.memory, "exact_sequence": False}
+    unexact.summary = dict(run.summary)
+    assert history.import_runs([run, unexact, run]) == 1
+    record = MemoryHistory.load(isolated_home).records[0]
+    assert record["source"] == "run" and record["run_id"] == run.id
+    assert record["measured_peak_bytes"] == 110 * MIB
+
+
+# --- the budget ----------------------------------------------------------------------------------
+
+
+def test_metal_budget_is_the_wired_limit_when_set_else_the_recommended_working_set():
+    probe = {"device": "Device(gpu, 0)", "recommended_working_set_bytes": 48 * GIB,
+             "memory_limit_bytes": 72 * GIB}
+    recommended = budget_from(probe, total_bytes=64 * GIB, available_bytes=40 * GIB,
+                              wired_limit=None)
+    assert recommended.device == "gpu" and recommended.budget_bytes == 48 * GIB
+    assert "recommended working set" in recommended.budget_source
+    assert recommended.used_by_others_bytes == 24 * GIB
+    wired = budget_from(probe, total_bytes=64 * GIB, available_bytes=40 * GIB,
+                        wired_limit=56 * GIB)
+    assert wired.budget_bytes == 56 * GIB and wired.budget_source == "iogpu.wired_limit_mb"
+
+
+def test_cpu_budget_is_mlx_memory_limit_capped_by_ram():
+    probe = {"device": "Device(cpu, 0)", "memory_limit_bytes": 20 * GIB,
+             "recommended_working_set_bytes": None}
+    budget = budget_from(probe, total_bytes=24 * GIB, available_bytes=23 * GIB, wired_limit=None)
+    assert budget.device == "cpu" and budget.budget_bytes == 20 * GIB
+    capped = budget_from({**probe, "memory_limit_bytes": 99 * GIB}, total_bytes=24 * GIB,
+                         available_bytes=23 * GIB, wired_limit=None)
+    assert capped.budget_bytes == 24 * GIB
+    failed = budget_from(None, total_bytes=24 * GIB, available_bytes=23 * GIB, wired_limit=None)
+    assert not failed.probed and "probe failed" in failed.budget_source
+
+
+def test_the_probe_runs_once_per_machine_and_is_cached(isolated_home):
+    calls = []
+
+    def probe():
+        calls.append(1)
+        return {"device": "Device(cpu, 0)", "memory_limit_bytes": 8 * GIB}
+
+    (isolated_home / memory_budget.PROBE_CACHE_FILE).unlink(missing_ok=True)  # a new machine
+    assert cached_probe(isolated_home, probe=probe)["memory_limit_bytes"] == 8 * GIB
+    assert cached_probe(isolated_home, probe=probe)["memory_limit_bytes"] == 8 * GIB
+    assert len(calls) == 1
+    cache = json.loads((isolated_home / memory_budget.PROBE_CACHE_FILE).read_text())
+    assert cache["key"]["host"] == socket.gethostname()
+    cache["key"]["mlx"] = "0.0.1"  # another MLX version: probe again
+    (isolated_home / memory_budget.PROBE_CACHE_FILE).write_text(json.dumps(cache))
+    cached_probe(isolated_home, probe=probe)
+    assert len(calls) == 2
+
+
+# --- accuracy against real training --------------------------------------------------------------
+
+
+def _calibration():
+    matrix = json.loads((CALIBRATION / "matrix.json").read_text())
+    measured = json.loads((CALIBRATION / "measurements.json").read_text())["measurements"]
+    models = json.loads((CALIBRATION / "models.json").read_text())
+    return matrix, measured, models
+
+
+def _calibration_config(entry: dict) -> TrainingConfig:
+    return TrainingConfig(
+        method=Method(entry.get("method", "lora")), batch_size=entry["batch_size"],
+        max_seq_length=entry["seq"], num_layers=entry.get("num_layers", 16),
+        rank=entry.get("rank", 8), grad_checkpoint=entry.get("grad_checkpoint", False),
+        optimizer=entry.get("optimizer", "adam"),
+        grad_accumulation_steps=entry.get("grad_accumulation_steps", 1),
+        longest_row_tokens=entry["seq"])
+
+
+def test_estimates_are_within_15_percent_of_measured_peaks_median_within_7():
+    matrix, measured, models = _calibration()
+    a = MemoryAdvisor.for_calibration("cpu")
+    errors = {}
+    for entry in matrix["configs"]:
+        if entry["id"] not in measured:
+            continue
+        model = ModelFacts.from_record(models[entry["model"]], path=entry["model"])
+        estimate = a.estimate(model, _calibration_config(entry))
+        peak = measured[entry["id"]]["peak_memory_bytes"]
+        errors[entry["id"]] = abs(estimate.total_bytes - peak) / peak
+    assert len(errors) >= 20
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= 0.15, f"{worst}: {errors[worst]:.1%}"
+    assert statistics.median(errors.values()) <= 0.07
+    # the matrix covers every method, checkpointing, quantization and several optimizers
+    entries = [e for e in matrix["configs"] if e["id"] in errors]
+    assert {e.get("method", "lora") for e in entries} == {"lora", "dora", "qlora", "full"}
+    assert any(e.get("grad_checkpoint") for e in entries)
+    assert {e.get("optimizer", "adam") for e in entries} >= {"adam", "adamw", "sgd", "adafactor",
+                                                             "muon"}
+    assert any("quantize_bits" in matrix["models"][e["model"]] for e in entries)
+
+
+def test_an_estimate_takes_under_20_ms():
+    matrix, _, models = _calibration()
+    model = ModelFacts.from_record(next(iter(models.values())))
+    a = advisor()
+    cfg = config(num_layers=-1)
+    times = []
+    for _ in range(50):
+        started = time.perf_counter()
+        a.estimate(model, cfg)
+        times.append(time.perf_counter() - started)
+    assert statistics.median(times) < 0.020
+
+
+def test_core_memory_imports_neither_mlx_nor_textual():
+    code = ("import sys, zyquo_tui.core.memory, zyquo_tui.core.memory_budget;"
+            "bad = [m for m in ('mlx', 'mlx_lm', 'textual', 'transformers') if m in sys.modules];"
+            "print(bad)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=REPO)
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config_id", ["base", "base-ckpt", "q4-b4", "f32-dora-l2"])
+def test_measuring_again_reproduces_the_stored_peak_and_the_estimate_holds(config_id, tmp_path):
+    """Real mlx-lm training of a few calibration configs (minutes on a CPU)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import calibrate_memory
+
+    matrix, measured, models = _calibration()
+    entry = next(e for e in matrix["configs"] if e["id"] == config_id)
+    folder = calibrate_memory.build_model(entry["model"], matrix["models"][entry["model"]],
+                                          tmp_path, tmp_path / "tokenizer")
+    result = calibrate_memory.measure_one(entry, folder)
+    stored = measured[config_id]["peak_memory_bytes"]
+    assert result["peak_memory_bytes"] == pytest.approx(stored, rel=0.05)
+    model = ModelFacts.from_folder(folder)
+    estimate = MemoryAdvisor.for_calibration("cpu").estimate(model, _calibration_config(entry))
+    assert estimate.total_bytes == pytest.approx(result["peak_memory_bytes"], rel=0.15)

@@ -1,0 +1,237 @@
+"""`zyquo-tui plan`: will this training config fit in memory, and what would?
+
+Prints the estimated peak with its breakdown, the machine's budget, a verdict (fits, tight,
+won't fit) with its reason, and changed configs that fit. `--measure` trains a few real steps
+and prints the measured peak beside the estimate (and remembers it, to correct later
+estimates on this machine). Exit status: 0 fits or tight, 1 won't fit, 2 bad input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UserError
+from ..core.memory import (
+    TERMS, MemoryAdvisor, Measurement, ModelFacts, Plan, TrainingConfig, Verdict,
+    dataset_token_lengths, fmt_bytes, measure_peak,
+)
+from ..core.mlx_config import load_mlx_yaml, run_from_mlx_config
+from ..core.runs import OPTIMIZERS, Hyperparameters, Method
+from .output import print_json, print_table
+
+_FLAGS = (
+    ("--batch-size", "batch_size"),
+    ("--max-seq-length", "max_seq_length"),
+    ("--num-layers", "num_layers"),
+    ("--grad-accumulation-steps", "grad_accumulation_steps"),
+)
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "plan", help="estimate a training config's peak memory, judge it, suggest what fits")
+    parser.add_argument("--model", help="model folder (MLX format), or a name from "
+                        "`zyquo-tui models`")
+    parser.add_argument("--data", help="dataset folder: its longest tokenized row sets the "
+                        "sequence length, and suggestions count the rows they cut")
+    parser.add_argument("--method", choices=[m.value for m in Method])
+    for flag, dest in _FLAGS:
+        parser.add_argument(flag, dest=dest, type=int)
+    parser.add_argument("--rank", type=int, help="LoRA rank (lora_parameters.rank)")
+    parser.add_argument("--grad-checkpoint", action="store_true", default=None)
+    parser.add_argument("--optimizer", choices=OPTIMIZERS)
+    parser.add_argument("--config", type=Path, help="an mlx-lm YAML config to start from "
+                        "(flags override it)")
+    parser.add_argument("--measure", action="store_true",
+                        help="also train a few real steps and report the measured peak")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(handler=run)
+
+
+def _resolve_model(name_or_path: str) -> str:
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        return str(path.resolve())
+    from ..core.models import find_model
+
+    found = find_model(name_or_path)
+    if found is None:
+        raise UserError(f"{name_or_path}: no such model folder or model name; "
+                        "`zyquo-tui models` lists the models found.")
+    return str(found.path)
+
+
+def _settings(args) -> tuple[str, str | None, Method | None, Hyperparameters, dict[str, Any]]:
+    """Model, data, method, hyperparameters and pass-through keys from --config and flags."""
+    model = args.model
+    data = args.data
+    method: Method | None = None
+    hp = Hyperparameters()
+    extra: dict[str, Any] = {}
+    if args.config is not None:
+        config = load_mlx_yaml(args.config)
+        if model:
+            config["model"] = model
+        if not config.get("model"):
+            raise UserError(f"{args.config}: the config has no model; add `model: PATH` or "
+                            "give --model.")
+        if data:
+            config["data"] = data
+        placeholder = not config.get("data")
+        if placeholder:
+            config["data"] = "-"  # plan needs no data; run_from_mlx_config does
+        run, _unknown = run_from_mlx_config(config, source=str(args.config),
+                                            base_dir=args.config.parent)
+        model = run.model
+        data = None if placeholder else run.data
+        method = run.method if "fine_tune_type" in config else None
+        hp = run.hyperparameters
+        extra = run.extra_config
+    if not model:
+        raise UserError("plan needs --model PATH (or --config FILE naming a model).")
+    values = hp.to_dict()
+    for _, dest in _FLAGS:
+        if getattr(args, dest) is not None:
+            values[dest] = getattr(args, dest)
+    if args.grad_checkpoint:
+        values["grad_checkpoint"] = True
+    if args.optimizer:
+        values["optimizer"] = args.optimizer
+    hp = Hyperparameters.from_dict(values)
+    if args.rank is not None:
+        hp.lora_parameters["rank"] = args.rank
+    if args.method:
+        method = Method(args.method)
+    return _resolve_model(model), data, method, hp, extra
+
+
+def _check_data(data: str) -> str:
+    folder = Path(data).expanduser()
+    if not folder.is_dir():
+        raise UserError(f"{data}: no such dataset folder; give the folder that holds "
+                        "train.jsonl.")
+    if not (folder / "train.jsonl").is_file():
+        raise UserError(f"{folder} has no train.jsonl; give the folder that holds it.")
+    return str(folder.resolve())
+
+
+def run(args) -> int:
+    model_path, data, method, hp, extra = _settings(args)
+    facts = ModelFacts.from_folder(model_path)
+    if method is None:
+        method = Method.QLORA if facts.quantized else Method.LORA
+    elif method is Method.LORA and facts.quantized:
+        method = Method.QLORA  # LoRA on a quantized base is QLoRA: same training
+    config = TrainingConfig.from_hyperparameters(method, hp)
+    bad = config.problems()
+    if bad:
+        raise UserError(bad[0])
+
+    lengths: list[int] | None = None
+    if data is not None:
+        data = _check_data(data)
+        try:
+            lengths = dataset_token_lengths(model_path, data, extra_config=extra,
+                                            mask_prompt=hp.mask_prompt)
+        except UserError as error:
+            raise UserError(f"The rows of {data} could not be tokenized: {error.message}",
+                            EXIT_USAGE) from None
+        if not lengths:
+            raise UserError(f"{data}/train.jsonl has no rows.")
+
+    advisor = MemoryAdvisor.for_machine()
+    try:
+        from ..core.store import RunStore
+
+        advisor.history.import_runs(RunStore().iter_runs())
+    except (OSError, UserError):
+        pass  # a store that cannot be read costs the correction, not the plan
+    plan = advisor.plan(facts, config, lengths)
+    if plan.estimate.problems:
+        raise UserError(plan.estimate.problems[0])
+
+    measurement: Measurement | None = None
+    skipped = None
+    if args.measure:
+        if plan.assessment.verdict is Verdict.WONT_FIT:
+            skipped = ("not measured: the config won't fit, and training it could exhaust the "
+                       "machine's memory")
+        else:
+            measurement = measure_peak(model_path, plan.estimate.config, data=data,
+                                       hyperparameters=hp, extra_config=extra)
+            advisor.record_measurement(facts, plan.estimate, measurement.peak_bytes)
+
+    if args.json:
+        print_json(_json(plan, measurement, skipped, lengths))
+    else:
+        _print(plan, facts, measurement, skipped, lengths)
+    return EXIT_PROBLEMS if plan.assessment.verdict is Verdict.WONT_FIT else EXIT_OK
+
+
+def _json(plan: Plan, measurement: Measurement | None, skipped: str | None,
+          lengths: list[int] | None) -> dict[str, Any]:
+    data = plan.to_json()
+    data["longest_row_tokens"] = max(lengths) if lengths else None
+    data["rows"] = len(lengths) if lengths else None
+    if measurement is not None or skipped is not None:
+        data["measured_peak_bytes"] = measurement.peak_bytes if measurement else None
+        if measurement is not None:
+            data["measured_error"] = round(
+                (plan.estimate.total_bytes - measurement.peak_bytes) / measurement.peak_bytes, 4)
+            data["measure_seconds"] = measurement.seconds
+        else:
+            data["measure_skipped"] = skipped
+    return data
+
+
+def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipped: str | None,
+           lengths: list[int] | None) -> None:
+    estimate = plan.estimate
+    config = estimate.config
+    budget = plan.assessment.budget
+    quantized = f", {facts.quantization_bits}-bit" if facts.quantized else ""
+    print(f"model     {facts.path} ({facts.model_type or 'unknown'}, {facts.num_layers} layers, "
+          f"{facts.compute_dtype}{quantized})")
+    parts = [config.method.value, f"batch {config.batch_size}"]
+    if config.grad_accumulation_steps > 1:
+        parts[-1] += f" x {config.grad_accumulation_steps} accumulated"
+    sequence = f"{estimate.batch_width} tokens per row"
+    if lengths:
+        sequence += f" (longest of {len(lengths)} rows: {max(lengths)} tokens)"
+    parts += [sequence, f"{estimate.trained_layers} layers trained"]
+    if config.method is not Method.FULL:
+        parts.append(f"rank {config.rank}")
+    if config.grad_checkpoint:
+        parts.append("grad checkpointing")
+    parts.append(config.optimizer)
+    print(f"config    {', '.join(parts)}")
+    print()
+    rows = [[name.replace("_", " "), fmt_bytes(estimate.breakdown.get(name, 0))]
+            for name in TERMS]
+    if "history_correction" in estimate.breakdown:
+        rows.append(["history correction", fmt_bytes(estimate.breakdown["history_correction"])])
+    rows.append(["estimated peak", fmt_bytes(estimate.total_bytes)])
+    if measurement is not None:
+        error = (estimate.total_bytes - measurement.peak_bytes) / measurement.peak_bytes
+        rows.append(["measured peak", f"{fmt_bytes(measurement.peak_bytes)} "
+                     f"(estimate {error:+.0%}, {measurement.seconds:.0f} s)"])
+    print_table(["TERM", "BYTES"], rows)
+    print()
+    print(f"budget    {fmt_bytes(budget.budget_bytes)} ({budget.budget_source}); "
+          f"{fmt_bytes(budget.available_bytes)} free now, other processes use "
+          f"{fmt_bytes(budget.used_by_others_bytes)}")
+    print(f"verdict   {plan.assessment.verdict.value}: {plan.assessment.reason}")
+    for note in estimate.notes:
+        print(f"note      {note}")
+    if skipped:
+        print(f"measure   {skipped}")
+    if plan.suggestions:
+        print()
+        print("Changes that fit:")
+        for number, suggestion in enumerate(plan.suggestions, start=1):
+            print(f"  {number}. {suggestion.title}: about "
+                  f"{fmt_bytes(suggestion.estimate.total_bytes)}")
+    elif plan.assessment.verdict is not Verdict.FITS:
+        print()
+        print("No change the search tries makes it fit; use a smaller model or a bigger machine.")
