@@ -100,7 +100,10 @@ class Supervisor:
             raise UserError(f"Run {run.id} cannot start: {errors[0]}")
 
     def check_memory(self, run: Run, *, override: bool = False) -> Run:
-        """The memory gate: record the verdict in the run; refuse "won't fit" without override.
+        """The memory gate: put the verdict in `run.memory`; refuse "won't fit" without override.
+
+        The verdict is saved with the state change that starts or queues the run, so a refused
+        start leaves the record as it was.
 
         The first estimate assumes rows as long as max_seq_length, which needs no tokenizer.
         Only when that does not fit is the data tokenized (a subprocess, seconds) to judge
@@ -118,7 +121,7 @@ class Supervisor:
             lengths = dataset_token_lengths(run.model, run.data, extra_config=run.extra_config,
                                             mask_prompt=run.hyperparameters.mask_prompt)
             gate(run, advisor, override=override, longest_row_tokens=max(lengths, default=None))
-        return self.store.update(run.id, lambda r: setattr(r, "memory", run.memory))
+        return run
 
     def _wait_for_winding_down_runner(self, timeout: float = 10.0) -> None:
         """A runner whose last run just ended holds the machine for a moment more (it records
@@ -139,13 +142,14 @@ class Supervisor:
                     raise UserError(
                         f"Another run is active on this machine, so run {run.id} was not "
                         "started; try again when it ends, or add --queue-if-busy to queue it.")
-                self._mark_queued(run.id)
+                self._mark_queued(run.id, run.memory)
                 order.append(run.id)
                 return self.store.get(run.id)
             try:
                 def starting(r: Run) -> None:
                     r.set_state(RunState.STARTING)
                     r.process = {"requested_at": time.time(), "host": os.uname().nodename}
+                    r.memory = run.memory or r.memory
                 self.store.update(run.id, starting)
             except BaseException:
                 os.close(fd)
@@ -153,9 +157,10 @@ class Supervisor:
             self._spawn_runner(fd, run.id)
         return self.store.get(run.id)
 
-    def _mark_queued(self, run_id: str) -> None:
+    def _mark_queued(self, run_id: str, memory: dict | None = None) -> None:
         def queued(r: Run) -> None:
             r.set_state(RunState.QUEUED)
+            r.memory = memory or r.memory
             r.queued_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.store.update(run_id, queued)
 
@@ -170,12 +175,12 @@ class Supervisor:
                             "queued (resume or fork the others).")
         self._check_settings(run)
         self.check_memory(run, override=override_memory)
-        self._queue_and_kick(run_id)
+        self._queue_and_kick(run_id, run.memory)
         return self.store.get(run_id)
 
-    def _queue_and_kick(self, run_id: str) -> None:
+    def _queue_and_kick(self, run_id: str, memory: dict | None = None) -> None:
         with self.queue.locked() as order:
-            self._mark_queued(run_id)
+            self._mark_queued(run_id, memory)
             order.append(run_id)
             fd = self._try_take_machine()
             if fd is not None:
