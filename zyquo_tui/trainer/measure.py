@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.runs import Hyperparameters, Method, Run
-from .loading import TrainerFailure, fail
+from .loading import TrainerFailure, fail, prepare_model
 
 
 class _Rows:
@@ -100,37 +100,6 @@ def _worst_batch(run: Run, tokenizer, spec: dict[str, Any]) -> tuple[list[Any], 
     lengths = loading.tokenize_all(dataset, Path(run.data) / "train.jsonl")
     longest = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)[:batch_size]
     return [dataset[i] for i in longest], lengths
-
-
-def prepare_model(model, run: Run):
-    """Freeze, add adapters (or unfreeze layers) and make the optimizer.
-
-    The same steps as TrainingSession._prepare_model (and mlx_lm.lora.train_model), without
-    the files a real run writes.
-    """
-    import mlx.optimizers as optim
-    from mlx_lm.tuner.utils import build_schedule, linear_to_lora_layers
-
-    hp = run.hyperparameters
-    model.freeze()
-    if hp.num_layers > len(model.layers):
-        raise fail("config", f"num_layers is {hp.num_layers}, but the model has only "
-                   f"{len(model.layers)} layers.", "use -1 to train all layers, or fewer")
-    if run.method is Method.FULL:
-        for layer in model.layers[-max(hp.num_layers, 0):]:
-            layer.unfreeze()
-    else:
-        linear_to_lora_layers(model, hp.num_layers, dict(hp.lora_parameters),
-                              use_dora=run.method is Method.DORA)
-    lr = build_schedule(hp.lr_schedule) if hp.lr_schedule else hp.learning_rate
-    classes = {"adam": optim.Adam, "adamw": optim.AdamW, "muon": optim.Muon,
-               "sgd": optim.SGD, "adafactor": optim.Adafactor}
-    options = (hp.optimizer_config or {}).get(hp.optimizer, {})
-    try:
-        return classes[hp.optimizer](learning_rate=lr, **options)
-    except TypeError as error:
-        raise fail("config", f"optimizer_config for {hp.optimizer} is not accepted: "
-                   f"{error}.") from None
 
 
 def measure(spec: dict[str, Any]) -> dict[str, Any]:

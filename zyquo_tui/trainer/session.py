@@ -230,37 +230,15 @@ class TrainingSession:
                            longest=max(lengths))
 
     def _prepare_model(self, model, run: Run, config: dict[str, Any], adapters: Path):
-        """Freeze, add adapters (or unfreeze layers), write adapter_config.json, make the optimizer.
-
-        The same steps, in the same order, as mlx_lm.lora.train_model.
-        """
-        import mlx.optimizers as optim
+        """Adapters and optimizer as mlx-lm makes them, and adapter_config.json as it writes it."""
         from mlx_lm.lora import CONFIG_DEFAULTS
-        from mlx_lm.tuner.utils import build_schedule, linear_to_lora_layers
         from mlx_lm.utils import save_config
 
-        hp = run.hyperparameters
-        model.freeze()
-        if hp.num_layers > len(model.layers):
-            raise fail("config", f"num_layers is {hp.num_layers}, but the model has only "
-                       f"{len(model.layers)} layers.", "use -1 to train all layers, or fewer")
-        if run.method is Method.FULL:
-            for layer in model.layers[-max(hp.num_layers, 0):]:
-                layer.unfreeze()
-        else:
-            linear_to_lora_layers(model, hp.num_layers, dict(hp.lora_parameters),
-                                  use_dora=run.method is Method.DORA)
+        from .loading import prepare_model
+
+        optimizer = prepare_model(model, run)
         args = {**CONFIG_DEFAULTS, **config}
         if run.method is Method.FULL:
             args["lora_parameters"] = None
         save_config(dict(args), adapters / "adapter_config.json")
-
-        lr = build_schedule(hp.lr_schedule) if hp.lr_schedule else hp.learning_rate
-        classes = {"adam": optim.Adam, "adamw": optim.AdamW, "muon": optim.Muon,
-                   "sgd": optim.SGD, "adafactor": optim.Adafactor}
-        options = (hp.optimizer_config or {}).get(hp.optimizer, {})
-        try:
-            return classes[hp.optimizer](learning_rate=lr, **options)
-        except TypeError as error:
-            raise fail("config", f"optimizer_config for {hp.optimizer} is not accepted: "
-                       f"{error}.") from None
+        return optimizer
