@@ -1,0 +1,419 @@
+"""The dashboard's parts one by one: history loading, display series, retention, notifications,
+keys and palette, quitting, run endings, and that the dashboard never imports mlx."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import math
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from test_dashboard_fixtures import (NOW, T0, event, make, training_events, write_checkpoints,
+                                     write_events, write_showcase_store)
+from zyquo_tui.app import ZyquoApp
+from zyquo_tui.core.checkpoints import list_checkpoints
+from zyquo_tui.core.events import read_events
+from zyquo_tui.core.liveness import identity
+from zyquo_tui.core.metrics import RunMetrics, Series
+from zyquo_tui.core.runs import RunState
+from zyquo_tui.core.store import RunStore
+from zyquo_tui.notify import (NotificationSettings, Notifier, desktop_protocol, osc_sequence,
+                              post_webhook)
+from zyquo_tui.retention import RetentionPolicy, apply_retention, doomed, save_policy
+from zyquo_tui.run_feed import DisplaySeries, RunFeed, load_history
+from zyquo_tui.screens.adapter_command_screen import adapter_commands
+from zyquo_tui.screens.live_metrics_screen import LiveMetricsScreen
+from zyquo_tui.screens.runs_screen import RunsScreen
+
+QUIET = NotificationSettings(desktop="off", bell=False)
+REPO = Path(__file__).resolve().parent.parent
+
+
+# -- loading a long history -------------------------------------------------------------------
+
+
+def random_stream(seed: int) -> list[dict]:
+    """Sessions with resumes (which rewrite later steps), warnings, checkpoints, odd events."""
+    rng = random.Random(seed)
+    events = training_events(300, rng.randint(20, 300), start=T0, report=rng.choice([1, 2, 5]))
+    resume_at = rng.choice([c["iteration"] for c in events if c["type"] == "checkpoint"] or [0])
+    events.append(event("cancelled", T0 + 500, iteration=resume_at, checkpoint=resume_at))
+    events += training_events(300, 300, start=T0 + 600, resumed_from=resume_at or None,
+                              report=2, seed=3)
+    events.insert(rng.randint(1, len(events) - 1),
+                  event("warning", T0 + 1, code="truncated", message="rows were cut"))
+    events.insert(rng.randint(1, len(events) - 1),
+                  event("train", T0 + 2, iteration=7, train_loss=1.0, rank=1))  # another shape
+    events.append(event("completed", T0 + 900, iteration=300))
+    return events
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_history_load_matches_run_metrics(tmp_path, seed):
+    path = tmp_path / "events.jsonl"
+    stream = random_stream(seed)
+    text = "".join(json.dumps(e) + "\n" for e in stream)
+    path.write_text(text + '{"v": 1, "type": "train", "iter')  # a write in progress
+    expected = RunMetrics()
+    expected.ingest(read_events(path))
+
+    history = load_history(path)
+
+    assert history.offset == len(text.encode())
+    got = history.metrics
+    for name, series in expected.series.items():
+        assert list(got.series[name].steps) == series.steps, name
+        assert list(got.series[name].values) == pytest.approx(series.values), name
+    assert got.summary() == expected.summary()
+    assert got.checkpoints.keys() == expected.checkpoints.keys()
+    assert len(got.warnings) == len(expected.warnings)
+
+
+def test_feed_folds_live_bursts_like_a_full_reload(tmp_path):
+    stream = random_stream(1)
+    feed = RunFeed("r")
+    feed.adopt(load_history(tmp_path / "missing.jsonl"))
+    for start in range(0, len(stream), 37):
+        feed.ingest(stream[start:start + 37])
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in stream))
+    reloaded = RunFeed("r")
+    reloaded.adopt(load_history(path))
+    for name in feed.display:
+        assert feed.display[name].in_order() == pytest.approx(
+            reloaded.display[name].in_order()), name
+
+
+def test_display_series_keeps_extremes_of_100000_points():
+    steps = list(range(1, 100_001))
+    values = [2.0 + 0.1 * math.sin(i / 50) for i in steps]
+    values[31_337] = 9.5  # one spike
+    values[77_777] = -3.0  # one dip
+    live = DisplaySeries()
+    for step, value in zip(steps, values):
+        live.add(step, value)
+    bulk = DisplaySeries()
+    bulk.fill(steps, values)
+    for series in (live, bulk):
+        assert len(series) <= series.capacity
+        shown = series.in_order()
+        assert max(shown) == 9.5 and min(shown) == -3.0
+        assert shown.index(9.5) < shown.index(-3.0)  # in the order they happened
+        assert series.points()[0][0] == 1 and series.points()[-1][1] == 100_000
+
+
+def test_display_series_rebuilds_when_a_resume_rewrites_steps():
+    source = Series()
+    for step in range(1, 51):
+        source.add(step, float(step))
+    display = DisplaySeries()
+    display.sync(source)
+    source.truncate_after(20)
+    for step in range(21, 31):
+        source.add(step, -float(step))
+    display.sync(source)
+    assert display.in_order()[-1] == -30.0 and len(display.in_order()) == 30
+
+
+def test_smoothing_follows_a_falling_loss_without_lag():
+    display = DisplaySeries()
+    steps = list(range(1, 201))
+    display.fill(steps, [10 - s / 20 + (0.5 if s % 2 else -0.5) for s in steps])
+    smoothed = dict(display.smoothed(0.6))
+    assert smoothed[100] == pytest.approx(5.0, abs=0.2)  # a one-way EMA would lag above
+
+
+# -- retention ------------------------------------------------------------------------------------
+
+
+def test_retention_keeps_the_best_and_the_last_n(tmp_path):
+    store = write_showcase_store(tmp_path / "home", with_running=False)
+    run_id = "20251129-080000-000-a1b2"  # checkpoints 100..400, best 300
+    checkpoints = list_checkpoints(store.adapters_dir(run_id))
+    assert [c.step for c in doomed(checkpoints, RetentionPolicy(1), 300)] == [100, 200]
+    assert [c.step for c in doomed(checkpoints, RetentionPolicy(1, keep_best=False), 300)] == \
+        [100, 200, 300]
+
+    assert apply_retention(store, run_id) == []  # no policy: keep everything
+    save_policy(store.run_dir(run_id), RetentionPolicy(1))
+    assert apply_retention(store, run_id) == [100, 200]
+    assert [c.step for c in list_checkpoints(store.adapters_dir(run_id))] == [300, 400]
+    assert (store.adapters_dir(run_id) / "adapters.safetensors").exists()
+    assert not list(store.adapters_dir(run_id).glob("0000100_*"))
+
+
+def test_retention_leaves_a_cancelled_run_alone(tmp_path):
+    store = write_showcase_store(tmp_path / "home", with_running=False)
+    run_id = "20251129-081000-000-a7b8"
+    save_policy(store.run_dir(run_id), RetentionPolicy(1))
+    assert apply_retention(store, run_id) == []
+    assert len(list_checkpoints(store.adapters_dir(run_id))) == 2
+
+
+# -- notifications --------------------------------------------------------------------------------
+
+
+def test_desktop_notification_protocol_follows_the_terminal():
+    assert desktop_protocol("auto", {"LC_TERMINAL": "iTerm2", "TERM": "xterm-256color"}) == "osc9"
+    assert desktop_protocol("auto", {"TERM": "foot"}) == "osc777"
+    assert desktop_protocol("auto", {"TERM": "xterm-256color"}) is None
+    assert desktop_protocol("osc777", {}) == "osc777"
+    assert desktop_protocol("off", {"LC_TERMINAL": "iTerm2"}) is None
+
+
+def test_osc_sequences_pass_through_tmux_and_screen():
+    plain = osc_sequence("osc9", "zyquo-tui", "run done\x07;", {})
+    assert plain == "\x1b]9;zyquo-tui: run done,\x07"
+    assert osc_sequence("osc777", "t", "b", {}) == "\x1b]777;notify;t;b\x07"
+    tmux = osc_sequence("osc9", "t", "b", {"TMUX": "/tmp/tmux-0/default,1,0"})
+    assert tmux == "\x1bPtmux;\x1b\x1b]9;t: b\x07\x1b\\"
+    assert osc_sequence("osc9", "t", "b", {"STY": "123.pts"}) == "\x1bP\x1b]9;t: b\x07\x1b\\"
+
+
+class _Hook(http.server.BaseHTTPRequestHandler):
+    received: list = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        _Hook.received.append((dict(self.headers), body.decode()))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_webhook_posts_like_ntfy_and_failures_are_only_logged(caplog):
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Hook)
+    threading.Thread(target=server.handle_request, daemon=True).start()
+    post_webhook(f"http://127.0.0.1:{server.server_port}/topic", "zyquo-tui: run failed",
+                 "sample failed at step 3", failed=True)
+    headers, body = _Hook.received[-1]
+    assert body == "sample failed at step 3"
+    assert headers["Title"] == "zyquo-tui: run failed" and headers["Priority"] == "high"
+    server.server_close()
+
+    class FakeApp:
+        is_headless = True
+        _driver = None
+
+        def notify(self, *args, **kwargs):
+            self.notified = (args, kwargs)
+
+        def bell(self):
+            pass
+    notifier = Notifier(FakeApp(), NotificationSettings(
+        desktop="osc9", webhook_url=f"http://127.0.0.1:{server.server_port}/closed"))
+    notifier.send("zyquo-tui: run completed", "done", failed=False)
+    for thread in notifier.webhook_threads:
+        thread.join(15)
+    assert notifier.webhook_errors and "failed" in caplog.text
+    assert not notifier.desktop_enabled()  # no terminal under the test driver
+
+
+def test_notification_settings_from_config_toml(tmp_path):
+    (tmp_path / "config.toml").write_text(
+        '[notifications]\ndesktop = "osc777"\nbell = false\n'
+        'webhook_url = "https://ntfy.sh/zyquo-test"\n')
+    settings = NotificationSettings.load(tmp_path)
+    assert (settings.desktop, settings.bell, settings.webhook_url) == \
+        ("osc777", False, "https://ntfy.sh/zyquo-test")
+
+
+# -- the mlx-lm commands ----------------------------------------------------------------------
+
+
+def test_adapter_commands_copy_a_step_into_its_own_folder(tmp_path):
+    store = write_showcase_store(tmp_path / "home", with_running=False)
+    run_id = "20251129-080000-000-a1b2"
+    adapters = store.adapters_dir(run_id)
+    checkpoints = {c.step: c for c in list_checkpoints(adapters)}
+    latest = adapter_commands("/models/m", adapters, checkpoints[400], latest_step=400)
+    assert latest.startswith(f"RUN={adapters.parent}\nMODEL=/models/m\n")
+    assert 'mlx_lm generate --model "$MODEL" --adapter-path "$RUN/adapters" \\' in latest
+    older = adapter_commands("/models/m", adapters, checkpoints[300], latest_step=400)
+    assert '--adapter-path "$RUN/adapters"' not in older
+    assert 'cp "$RUN/adapters/adapter_config.json" "$RUN/step-0000300/"' in older
+    assert 'cp "$RUN/adapters/0000300_adapters.safetensors" \\\n' \
+        '    "$RUN/step-0000300/adapters.safetensors"' in older
+
+
+def test_adapter_commands_run_in_a_shell(tmp_path):
+    """The block pastes into sh as it is: mkdir and cp leave the step's adapter where
+    --adapter-path points (mlx_lm itself replaced by a stub that prints its arguments)."""
+    store = write_showcase_store(tmp_path / "my home", with_running=False)  # a space, too
+    adapters = store.adapters_dir("20251129-080000-000-a1b2")
+    checkpoint = {c.step: c for c in list_checkpoints(adapters)}[300]
+    script = adapter_commands("/models/m", adapters, checkpoint, latest_step=400)
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "mlx_lm").write_text('#!/bin/sh\nprintf "%s|" "$@"; echo\n')
+    (stub / "mlx_lm").chmod(0o755)
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
+                          env={"PATH": f"{stub}:/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    target = adapters.parent / "step-0000300"
+    copied = (target / "adapters.safetensors").stat().st_size
+    assert copied == checkpoint.adapter_path.stat().st_size
+    assert (target / "adapter_config.json").exists()
+    assert f"generate|--model|/models/m|--adapter-path|{target}|--prompt|" in done.stdout
+
+
+# -- keys, footer, palette, quitting --------------------------------------------------------------
+
+
+async def listed(pilot):
+    deadline = time.monotonic() + 20
+    while not pilot.app.service.loaded:
+        assert time.monotonic() < deadline
+        await pilot.pause(0.05)
+    await pilot.pause()
+
+
+def footer_keys(app) -> set[str]:
+    return {key for key, active in app.screen.active_bindings.items()
+            if active.enabled and active.binding.show}
+
+
+async def test_footer_offers_only_the_verbs_valid_for_the_selected_run(tmp_path):
+    store = write_showcase_store(tmp_path / "home", with_running=False)
+    app = ZyquoApp(store, clock=lambda: NOW, notifications=QUIET)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await listed(pilot)
+        table = app.screen.table
+        table.select_run("20251129-080000-000-a1b2")  # completed
+        await pilot.pause()
+        keys = footer_keys(app)
+        assert {"enter", "slash", "l", "k"} <= keys and not keys & {"c", "r", "s"}
+        table.select_run("20251129-081000-000-a7b8")  # cancelled
+        await pilot.pause()
+        assert "r" in footer_keys(app) and "c" not in footer_keys(app)
+        table.select_run("20251129-093000-000-c9d0")  # queued
+        await pilot.pause()
+        assert "c" in footer_keys(app) and "r" not in footer_keys(app)
+        table.select_run("20251129-094500-000-e1f2")  # configured
+        await pilot.pause()
+        assert "s" in footer_keys(app)
+
+
+async def test_palette_names_every_command_area_colon_action(tmp_path):
+    store = write_showcase_store(tmp_path / "home", with_running=False)
+    app = ZyquoApp(store, clock=lambda: NOW, notifications=QUIET)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await listed(pilot)
+        app.screen.table.select_run("20251129-081000-000-a7b8")
+        await pilot.pause()
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Runs: Resume" in titles and "Runs: Filter" in titles
+        assert "Dashboard: Help" in titles and "Dashboard: Quit" in titles
+        assert all(re.fullmatch(r"[A-Z][a-z]+: [A-Z].*", title) for title in titles), titles
+        await pilot.press("enter")
+        await pilot.pause()
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Run: Smoothing" in titles and "Run: Resume" in titles
+
+
+async def test_number_keys_move_between_the_views_of_a_run(tmp_path):
+    store = write_showcase_store(tmp_path / "home", with_running=False)
+    app = ZyquoApp(store, clock=lambda: NOW, notifications=QUIET)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await listed(pilot)
+        app.screen.table.select_run("20251129-080000-000-a1b2")
+        for key, name in (("2", "LiveMetricsScreen"), ("3", "CheckpointsScreen"),
+                          ("4", "LogsScreen"), ("2", "LiveMetricsScreen"), ("1", "RunsScreen")):
+            await pilot.press(key)
+            await pilot.pause()
+            assert type(app.screen).__name__ == name, key
+        assert len(app.screen_stack) == 1
+        await pilot.press("enter", "l", "escape")
+        assert isinstance(app.screen, LiveMetricsScreen)
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunsScreen)
+
+
+async def test_q_quits_saying_that_training_goes_on(tmp_path, capsys):
+    store = write_showcase_store(tmp_path / "home")  # has a running run
+    app = ZyquoApp(store, clock=lambda: NOW, notifications=QUIET)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await listed(pilot)
+        await pilot.press("q")
+        await pilot.pause()
+    said = " ".join(capsys.readouterr().err.split())
+    assert "Still training in the background: support-chat dora" in said
+    assert app.return_code == 0
+
+
+async def test_a_run_ending_notifies_and_applies_retention(tmp_path):
+    store = RunStore(tmp_path / "home").ensure()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                               stdin=subprocess.DEVNULL)
+    try:
+        me = identity(sleeper.pid)
+        run_id = "20251129-100000-000-abcd"
+        events = training_events(400, 400, start=T0)  # best validation at 300
+        make(store, run_id, "ending", RunState.RUNNING, iters=400,
+             process={"pid": me["pid"], "start_time": me["start_time"]})
+        write_events(store, run_id, events)
+        write_checkpoints(store, run_id, [100, 200, 300, 400])
+        save_policy(store.run_dir(run_id), RetentionPolicy(1))
+        app = ZyquoApp(store, clock=lambda: NOW, notifications=QUIET, poll_interval=0.2)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await listed(pilot)
+            write_events(store, run_id, [event("completed", T0 + 400, iteration=400)])
+            store.update(run_id, lambda r: r.set_state(RunState.COMPLETED))
+            deadline = time.monotonic() + 20
+            while (run_id, "completed") not in app.ended_runs or \
+                    len(list_checkpoints(store.adapters_dir(run_id))) != 2:
+                assert time.monotonic() < deadline, app.ended_runs
+                await pilot.pause(0.1)
+            messages = [n.message for n in app._notifications]
+            assert any("ending completed 400 steps" in m for m in messages), messages
+        assert [c.step for c in list_checkpoints(store.adapters_dir(run_id))] == [300, 400]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+# -- the dashboard never imports mlx --------------------------------------------------------------
+
+SESSION = r"""
+import asyncio, sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from test_dashboard_fixtures import write_showcase_store, NOW
+from zyquo_tui.app import ZyquoApp
+from zyquo_tui.notify import NotificationSettings
+
+async def main():
+    store = write_showcase_store(Path({home!r}))
+    app = ZyquoApp(store, clock=lambda: NOW,
+                   notifications=NotificationSettings(desktop="off", bell=False))
+    async with app.run_test(size=(100, 30)) as pilot:
+        while not app.service.loaded:
+            await pilot.pause(0.05)
+        for keys in (["slash", "c", "escape"], ["o", "O"], ["enter"], ["s", "question_mark"],
+                     ["escape", "k"], ["enter"], ["escape", "t"], ["escape", "l"], ["g"],
+                     ["1"], ["ctrl+p"], ["escape"]):
+            await pilot.press(*keys)
+            await pilot.pause(0.3)
+        await pilot.press("q")
+    print(sorted(m for m in sys.modules if m.split(".")[0] in ("mlx", "mlx_lm")))
+
+asyncio.run(main())
+"""
+
+
+def test_a_full_dashboard_session_never_imports_mlx(tmp_path):
+    script = SESSION.format(tests=str(REPO / "tests"), home=str(tmp_path / "home"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"

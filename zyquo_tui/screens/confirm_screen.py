@@ -1,0 +1,61 @@
+"""ConfirmScreen: a yes/no question before anything that cannot be undone."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Asks a question; dismisses with True for `y` (or the confirm button) and False for `n`
+    or escape. The safe button has the focus, so a stray enter keeps things as they are."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes", id="confirm.yes"),
+        Binding("n,escape", "answer(False)", "No", id="confirm.no"),
+    ]
+    DEFAULT_CSS = """
+    ConfirmScreen { align: center middle; }
+    ConfirmScreen > Vertical {
+        width: 64;
+        max-width: 95%;
+        height: auto;
+        border: thick $warning;
+        background: $surface;
+        padding: 1 2;
+    }
+    ConfirmScreen .question { text-style: bold; margin-bottom: 1; }
+    ConfirmScreen Horizontal { height: auto; margin-top: 1; align-horizontal: right; }
+    ConfirmScreen Button { margin-left: 2; }
+    """
+
+    def __init__(self, question: str, detail: str = "", *, confirm_label: str = "Yes",
+                 keep_label: str = "No") -> None:
+        super().__init__()
+        self.question = question
+        self.detail = detail
+        self.confirm_label = confirm_label
+        self.keep_label = keep_label
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(self.question, classes="question", markup=False)
+            if self.detail:
+                yield Static(self.detail, markup=False)
+            with Horizontal():
+                yield Button(f"{self.keep_label} (n)", id="keep")
+                yield Button(f"{self.confirm_label} (y)", id="confirm", variant="error")
+
+    def on_mount(self) -> None:
+        self.query_one("#keep", Button).focus()
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+    @on(Button.Pressed)
+    def button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "confirm")
