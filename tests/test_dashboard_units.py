@@ -27,7 +27,7 @@ from zyquo_tui.core.runs import RunState
 from zyquo_tui.core.store import RunStore
 from zyquo_tui.notify import (NotificationSettings, Notifier, desktop_protocol, osc_sequence,
                               post_webhook)
-from zyquo_tui.retention import RetentionPolicy, apply_retention, doomed, save_policy
+from zyquo_tui.core.retention import RetentionPolicy, apply_retention, doomed, save_policy
 from zyquo_tui.run_feed import DisplaySeries, RunFeed, load_history
 from zyquo_tui.screens.adapter_command_screen import adapter_commands
 from zyquo_tui.screens.live_metrics_screen import LiveMetricsScreen

@@ -269,3 +269,23 @@ def test_a_run_that_fits_records_its_verdict(tiny_model):
     memory = store.get(run.id).memory
     assert memory["verdict"] == "fits" and 0 < memory["estimate_bytes"] < memory["budget_bytes"]
     assert wait_state(Supervisor(store), run.id).state is RunState.COMPLETED
+
+
+def test_retention_is_applied_when_a_run_completes_without_a_dashboard(tiny_model):
+    from zyquo_tui.core.metrics import RunMetrics
+    from zyquo_tui.core.retention import RetentionPolicy, save_policy
+    from zyquo_tui.core.checkpoints import list_checkpoints
+
+    store, run = make_run(tiny_model, COMPLETIONS, iters=24, save_every=4, steps_per_eval=4)
+    save_policy(store.run_dir(run.id), RetentionPolicy(keep_last=1, keep_best=True))
+    supervisor = Supervisor(store)
+    supervisor.start(run.id)
+    assert wait_state(supervisor, run.id).state is RunState.COMPLETED
+    metrics = RunMetrics()
+    metrics.ingest(read_events(store.events_path(run.id)))
+    expected = {24, metrics.best_checkpoint_step()}
+    deadline = time.monotonic() + 30  # the runner prunes just after recording the end
+    while {c.step for c in list_checkpoints(store.adapters_dir(run.id))} != expected:
+        assert time.monotonic() < deadline, list_checkpoints(store.adapters_dir(run.id))
+        time.sleep(0.2)
+    assert (store.adapters_dir(run.id) / "adapters.safetensors").is_file()

@@ -35,7 +35,7 @@ from .core.settings import Settings
 from .core.store import RUN_FILE, DamagedRun, RunStore
 from .core.supervisor import Supervisor
 from .messages import MetricsReceived, RunEnded, RunsRefreshed, SampleChanged
-from .retention import apply_retention, delete_checkpoint
+from .core.retention import apply_retention, delete_checkpoint
 from .run_feed import RunFeed, load_history_parallel
 
 if TYPE_CHECKING:

@@ -155,6 +155,12 @@ class Runner:
             print(f"runner: cannot record the end of {run_id}: {error}", flush=True)
             return
         try:
+            from .retention import apply_retention
+
+            apply_retention(self.store, run_id)  # keep-best-and-last-N, when the run chose it
+        except Exception as error:
+            print(f"runner: retention not applied to {run_id}: {error}", flush=True)
+        try:
             # The measured peak beside the gate's estimate: the memory advisor learns from it.
             from .memory import MemoryHistory
 

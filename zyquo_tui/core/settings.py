@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomli_w
 
+from .atomic import write_atomic
 from .errors import UserError
 from .paths import settings_file
+
+
+def toml_error_line(error: tomllib.TOMLDecodeError, text: str) -> int:
+    """The line of a TOML error (Python 3.11's tomllib gives it only inside the message)."""
+    match = re.search(r"at line (\d+)", str(error))
+    return int(match.group(1)) if match else max(1, len(text.splitlines()))
 
 
 @dataclass
@@ -26,13 +34,12 @@ class Settings:
         path = settings_file(home)
         if not path.exists():
             return cls()
+        text = path.read_text(encoding="utf-8")
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as error:
-            raise UserError(
-                f"{path}:{getattr(error, 'lineno', '?')}: not valid TOML ({error}); "
-                "fix or remove the file."
-            ) from None
+            raise UserError(f"{path}:{toml_error_line(error, text)}: not valid TOML ({error}); "
+                            "fix or remove the file.") from None
         settings = cls()
         folders = data.get("models", {}).get("folders", [])
         if not isinstance(folders, list) or not all(isinstance(f, str) for f in folders):
@@ -45,15 +52,20 @@ class Settings:
         return settings
 
     def save(self, home: Path | None = None) -> None:
+        """Write these settings into config.toml, keeping every other key the file holds
+        (the dashboard's [keys] and notification choices, a user's own notes)."""
         path = settings_file(home)
-        data = {
-            "models": {"folders": list(self.model_folders)},
-            "runs": {
-                "cancel_grace_seconds": self.cancel_grace_seconds,
-                "one_active_run": self.one_active_run,
-            },
-        }
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, tomllib.TOMLDecodeError):
+            data = {}
+        data.setdefault("models", {})["folders"] = list(self.model_folders)
+        runs = data.setdefault("runs", {})
+        runs["cancel_grace_seconds"] = self.cancel_grace_seconds
+        runs["one_active_run"] = self.one_active_run
         if self.webhook_url:
-            data["notifications"] = {"webhook_url": self.webhook_url}
+            data.setdefault("notifications", {})["webhook_url"] = self.webhook_url
+        elif "notifications" in data:
+            data["notifications"].pop("webhook_url", None)
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path.write_text(tomli_w.dumps(data), encoding="utf-8")
+        write_atomic(path, tomli_w.dumps(data))

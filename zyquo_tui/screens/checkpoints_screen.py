@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Footer, Static
 from ..core.checkpoints import list_checkpoints
 from ..formatting import fmt_bytes, fmt_loss
 from ..messages import MetricsReceived, RunsRefreshed
-from ..retention import RetentionPolicy, load_policy, save_policy
+from ..core.retention import RetentionPolicy, load_policy, save_policy
 from ..widgets.checkpoint_table import CheckpointTable
 from ..widgets.title_bar import TitleBar
 from .adapter_command_screen import AdapterCommandScreen, adapter_commands

@@ -10,7 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from ..retention import KEEP_LAST_CHOICES, RetentionPolicy
+from ..core.retention import KEEP_LAST_CHOICES, RetentionPolicy
 
 KEEP_EVERYTHING = "keep-everything"
 

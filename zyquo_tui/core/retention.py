@@ -1,12 +1,12 @@
 """Checkpoint retention: keep the best and the last N checkpoints of a run when it completes.
 
 The choice lives in the run's folder as retention.json, `{"keep_last": N, "keep_best": true}`
-(no file: keep everything). Whoever sees the run complete applies it: the dashboard does today;
-the runner can call `apply_retention(store, run_id)` the same way. Applying it twice is harmless.
+(no file: keep everything). The runner applies it when the run completes, with or without a
+dashboard; a dashboard that sees the end applies it too. Applying it twice is harmless.
 
 Only completed runs are pruned: a cancelled, failed or interrupted run keeps every checkpoint,
 since the user may want to resume it from any of them. The final adapters.safetensors and
-adapter_config.json are never touched. No Textual here.
+adapter_config.json are never touched.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .core import events as ev
-from .core.atomic import write_json_atomic
-from .core.checkpoints import Checkpoint, list_checkpoints
-from .core.metrics import RunMetrics
-from .core.store import RunStore
+from . import events as ev
+from .atomic import write_json_atomic
+from .checkpoints import Checkpoint, list_checkpoints
+from .metrics import RunMetrics
+from .store import RunStore
 
 RETENTION_FILE = "retention.json"
 KEEP_LAST_CHOICES = (1, 2, 3, 5, 10)
