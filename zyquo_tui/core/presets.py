@@ -19,6 +19,7 @@ from .atomic import write_atomic
 from .errors import UserError
 from .paths import ensure_dir, presets_dir
 from .runs import Hyperparameters, Method, Run
+from .settings import toml_error_line
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$")
 
@@ -71,11 +72,14 @@ def save_preset(preset: Preset, home: Path | None = None) -> Path:
 def load_preset(name: str, home: Path | None = None) -> Preset:
     path = preset_path(name, home)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"There is no preset {name!r} in {path.parent}.") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        raise UserError(f"{path}: not valid TOML ({error}); fix or delete the file.") from None
+        raise UserError(f"{path}:{toml_error_line(error, text)}: not valid TOML ({error}); "
+                        "fix or delete the file.") from None
     try:
         method = Method(data.get("method", "lora"))
     except ValueError:
