@@ -1,4 +1,8 @@
-"""User settings from $ZYQUO_HOME/config.toml: model folders, notifications, cancel grace."""
+"""User settings from $ZYQUO_HOME/config.toml: model folders, notifications, cancel grace.
+
+One run trains at a time on a machine, always: runs share the unified memory the memory
+verdict was made for, so a second one would invalidate it. More runs wait in the queue.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +31,6 @@ class Settings:
     model_folders: list[str] = field(default_factory=list)
     webhook_url: str | None = None
     cancel_grace_seconds: float = 30.0
-    one_active_run: bool = True
 
     @classmethod
     def load(cls, home: Path | None = None) -> "Settings":
@@ -48,7 +51,6 @@ class Settings:
         settings.webhook_url = data.get("notifications", {}).get("webhook_url")
         runs = data.get("runs", {})
         settings.cancel_grace_seconds = float(runs.get("cancel_grace_seconds", 30.0))
-        settings.one_active_run = bool(runs.get("one_active_run", True))
         return settings
 
     def save(self, home: Path | None = None) -> None:
@@ -62,7 +64,6 @@ class Settings:
         data.setdefault("models", {})["folders"] = list(self.model_folders)
         runs = data.setdefault("runs", {})
         runs["cancel_grace_seconds"] = self.cancel_grace_seconds
-        runs["one_active_run"] = self.one_active_run
         if self.webhook_url:
             data.setdefault("notifications", {})["webhook_url"] = self.webhook_url
         elif "notifications" in data:
