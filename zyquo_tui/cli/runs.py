@@ -10,18 +10,20 @@ import sys
 import time
 from pathlib import Path
 
-from ..core import events as ev
-from ..core.checkpoints import list_checkpoints
+from typing import TYPE_CHECKING
+
 from ..core.errors import EXIT_PROBLEMS, UserError
-from ..core.metrics import RunMetrics
-from ..core.mlx_config import (dump_mlx_yaml, load_mlx_yaml, run_from_mlx_config,
-                               run_to_mlx_config)
 from ..core.run_index import listing_row, listing_rows
 from ..core.run_queue import RunQueue
 from ..core.runs import Hyperparameters, Method, Run, RunState
 from ..core.store import RunStore
-from ..core.supervisor import Supervisor
 from .output import fmt_bytes, fmt_loss, print_json, print_table
+
+if TYPE_CHECKING:
+    from ..core.metrics import RunMetrics
+
+# The supervisor, the YAML config and the metrics are imported by the commands that use them:
+# `runs list` over 10,000 runs must start fast (bench/bench_runs_list.py).
 
 # mlx-lm's training flags, as `mlx_lm lora` spells them: (flag, key, type)
 TRAINING_FLAGS = [
@@ -124,7 +126,16 @@ def register(subparsers) -> None:
 
 # -- helpers ------------------------------------------------------------------------------------
 
-def _metrics(store: RunStore, run_id: str) -> RunMetrics:
+def _supervisor(store: RunStore | None = None):
+    from ..core.supervisor import Supervisor
+
+    return Supervisor(store)
+
+
+def _metrics(store: RunStore, run_id: str) -> "RunMetrics":
+    from ..core import events as ev
+    from ..core.metrics import RunMetrics
+
     metrics = RunMetrics()
     metrics.ingest(ev.read_events(store.events_path(run_id)))
     return metrics
@@ -139,7 +150,7 @@ def _settings_from_args(args) -> dict:
     return values
 
 
-def _wait_for(supervisor: Supervisor, run_id: str, wanted: RunState) -> int:
+def _wait_for(supervisor, run_id: str, wanted: RunState) -> int:
     import asyncio
 
     run = asyncio.run(supervisor.wait(run_id))
@@ -151,12 +162,12 @@ def _wait_for(supervisor: Supervisor, run_id: str, wanted: RunState) -> int:
 
 def cmd_list(args) -> int:
     store = RunStore()
-    supervisor = Supervisor(store)
     positions = {run_id: i + 1 for i, run_id in enumerate(RunQueue(store.home).ids())}
     rows = listing_rows(store)
     for i, row in enumerate(rows):
         if row["state"] in (RunState.STARTING.value, RunState.RUNNING.value):
-            rows[i] = listing_row(supervisor.refresh(store.get(row["id"])))  # trainer gone?
+            run = _supervisor(store).refresh(store.get(row["id"]))  # is its trainer gone?
+            rows[i] = listing_row(run)
         rows[i]["queue_position"] = positions.get(row["id"])
     if args.json:
         print_json(rows)
@@ -174,6 +185,8 @@ def cmd_list(args) -> int:
 
 
 def cmd_new(args) -> int:
+    from ..core.mlx_config import load_mlx_yaml, run_from_mlx_config
+
     store = RunStore().ensure()
     if args.config:
         config = load_mlx_yaml(args.config)
@@ -217,7 +230,7 @@ def _report_unknown(unknown: list[str], source) -> None:
 
 
 def cmd_start(args) -> int:
-    supervisor = Supervisor()
+    supervisor = _supervisor()
     run = supervisor.start(args.id, queue_if_busy=args.queue_if_busy,
                            override_memory=args.override_memory)
     print(f"{run.id} {run.state.value}")
@@ -225,7 +238,7 @@ def cmd_start(args) -> int:
 
 
 def cmd_queue(args) -> int:
-    supervisor = Supervisor()
+    supervisor = _supervisor()
     if args.to is not None:
         order = supervisor.move(args.id, args.to)
         print("\n".join(f"{i + 1}. {run_id}" for i, run_id in enumerate(order)))
@@ -237,13 +250,13 @@ def cmd_queue(args) -> int:
 
 
 def cmd_dequeue(args) -> int:
-    run = Supervisor().dequeue(args.id)
+    run = _supervisor().dequeue(args.id)
     print(f"{run.id} {run.state.value}")
     return 0
 
 
 def cmd_cancel(args) -> int:
-    supervisor = Supervisor()
+    supervisor = _supervisor()
     run = supervisor.cancel(args.id)
     if run.state is RunState.CONFIGURED:
         print(f"{run.id} removed from the queue")
@@ -253,14 +266,14 @@ def cmd_cancel(args) -> int:
 
 
 def cmd_resume(args) -> int:
-    supervisor = Supervisor()
+    supervisor = _supervisor()
     run = supervisor.resume(args.id, args.step, queue_if_busy=args.queue_if_busy)
     print(f"{run.id} {run.state.value} (from step {run.resume_from_step})")
     return _wait_for(supervisor, run.id, RunState.COMPLETED) if args.wait else 0
 
 
 def cmd_fork(args) -> int:
-    run = Supervisor().fork(args.id, args.from_step, name=args.name)
+    run = _supervisor().fork(args.id, args.from_step, name=args.name)
     if args.json:
         print_json({"id": run.id, "name": run.name, "lineage": run.lineage})
     else:
@@ -269,6 +282,8 @@ def cmd_fork(args) -> int:
 
 
 def show_data(store: RunStore, run: Run) -> dict:
+    from ..core.checkpoints import list_checkpoints
+
     metrics = _metrics(store, run.id)
     best_step = metrics.best_checkpoint_step()
     checkpoints = [
@@ -294,7 +309,7 @@ def show_data(store: RunStore, run: Run) -> dict:
 
 def cmd_show(args) -> int:
     store = RunStore()
-    run = Supervisor(store).get(args.id)
+    run = _supervisor(store).get(args.id)
     data = show_data(store, run)
     if args.json:
         print_json(data)
@@ -329,7 +344,7 @@ def cmd_show(args) -> int:
     return 0
 
 
-def progress_line(run_id: str, metrics: RunMetrics) -> str:
+def progress_line(run_id: str, metrics: "RunMetrics") -> str:
     s = metrics.summary()
     parts = [f"{run_id}", f"step {s['step']}/{s['iters'] or '?'}"]
     if s["last_train_loss"] is not None:
@@ -344,7 +359,9 @@ def progress_line(run_id: str, metrics: RunMetrics) -> str:
 
 
 def cmd_watch(args) -> int:
-    supervisor = Supervisor()
+    from ..core.metrics import RunMetrics
+
+    supervisor = _supervisor()
     run = supervisor.get(args.id)
     metrics = RunMetrics()
 
@@ -370,7 +387,7 @@ def cmd_watch(args) -> int:
 
 def cmd_logs(args) -> int:
     store = RunStore()
-    supervisor = Supervisor(store)
+    supervisor = _supervisor(store)
     run = supervisor.get(args.id)
     path = store.log_path(run.id)
     offset = 0
@@ -395,7 +412,7 @@ def cmd_logs(args) -> int:
 
 def cmd_delete(args) -> int:
     store = RunStore()
-    supervisor = Supervisor(store)
+    supervisor = _supervisor(store)
     run = supervisor.get(args.id)
     if run.state.is_active:
         raise UserError(f"Run {run.id} is {run.state.value}; cancel it before deleting it.")
@@ -407,6 +424,8 @@ def cmd_delete(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from ..core.mlx_config import dump_mlx_yaml, run_to_mlx_config
+
     store = RunStore()
     run = store.get(args.id)
     # adapter_path stays mlx-lm's relative default, so running the export never writes into
@@ -421,6 +440,8 @@ def cmd_export(args) -> int:
 
 
 def cmd_import(args) -> int:
+    from ..core.mlx_config import load_mlx_yaml, run_from_mlx_config
+
     store = RunStore().ensure()
     config = load_mlx_yaml(args.file)
     run, unknown = run_from_mlx_config(config, source=str(args.file), base_dir=args.file.parent)
