@@ -6,6 +6,8 @@ import json
 import sys
 from typing import Any, Iterable, Sequence
 
+from ..formatting import fmt_bytes, fmt_loss  # noqa: F401  (one way to write figures, everywhere)
+
 
 def print_json(data: Any) -> None:
     """Indented for a person at a terminal, compact (and faster) for a pipe or a script."""
@@ -22,18 +24,3 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     print(line.format(*headers).rstrip())
     for row in rows:
         print(line.format(*row).rstrip())
-
-
-def fmt_loss(value: float | None) -> str:
-    return "" if value is None else f"{value:.4f}"
-
-
-def fmt_bytes(value: int | None) -> str:
-    if value is None:
-        return "?"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{value} B"

@@ -321,8 +321,8 @@ def cmd_show(args) -> int:
     print(f"method     {run.method.value} on {run.model}")
     print(f"data       {run.data}")
     print(f"step       {p['step']}/{p['iters']}")
-    print(f"train loss {fmt_loss(p['last_train_loss']) or '-'}   val loss "
-          f"{fmt_loss(p['last_val_loss']) or '-'}   best val {fmt_loss(p['best_val_loss']) or '-'}"
+    print(f"train loss {fmt_loss(p['last_train_loss'])}   val loss "
+          f"{fmt_loss(p['last_val_loss'])}   best val {fmt_loss(p['best_val_loss'])}"
           + (f" @ {p['best_val_step']}" if p["best_val_step"] is not None else ""))
     if p["peak_memory_bytes"]:
         print(f"peak mem   {fmt_bytes(int(p['peak_memory_bytes']))}")
@@ -336,7 +336,7 @@ def cmd_show(args) -> int:
         for c in data["checkpoints"]:
             mark = " best" if c["best"] else ""
             resumable = "" if c["resumable"] else " (weights only)"
-            print(f"  step {c['step']:>7}  val {fmt_loss(c['val_loss']) or '-':>8}  "
+            print(f"  step {c['step']:>7}  val {fmt_loss(c['val_loss']):>8}  "
                   f"{fmt_bytes(c['bytes'])}{resumable}{mark}")
     if run.process and run.process.get("pid"):
         print(f"process    pid {run.process['pid']} on {run.process.get('host')}")
