@@ -27,14 +27,20 @@ from .notify import NotificationSettings, Notifier
 from .resources import styles_dir
 from .run_service import RunService
 from .screens.checkpoints_screen import CheckpointsScreen
+from .screens.datasets_screen import DatasetsScreen
 from .screens.help_screen import HelpScreen
 from .screens.live_metrics_screen import LiveMetricsScreen
 from .screens.logs_screen import LogsScreen
+from .screens.machine_screen import MachineScreen
+from .screens.models_screen import ModelsScreen
+from .screens.new_run_screen import NewRunScreen
 from .screens.runs_screen import RunsScreen
 
 log = logging.getLogger(__name__)
 
 RUN_VIEWS = {"run": LiveMetricsScreen, "checkpoints": CheckpointsScreen, "logs": LogsScreen}
+SETUP_SCREENS = {"new_run": NewRunScreen, "machine": MachineScreen, "models": ModelsScreen,
+                 "datasets": DatasetsScreen}
 
 
 class ZyquoApp(App[None]):
@@ -46,7 +52,9 @@ class ZyquoApp(App[None]):
     """
 
     TITLE = "zyquo-tui"
-    CSS_PATH = str(styles_dir() / "dashboard.tcss")
+    # setup.tcss is read here too, with the rest: read when the first setup screen opens, it
+    # would restyle every screen of the app then.
+    CSS_PATH = [str(styles_dir() / "dashboard.tcss"), str(styles_dir() / "setup.tcss")]
     BINDINGS = [
         Binding("question_mark", "help", "Help", id="app.help",
                 tooltip="Every key that works here"),
@@ -57,6 +65,17 @@ class ZyquoApp(App[None]):
         Binding("3", "show_view('checkpoints')", "Go to checkpoints", show=False,
                 id="app.view.checkpoints"),
         Binding("4", "show_view('logs')", "Go to logs", show=False, id="app.view.logs"),
+        # The setup screens (docs/setup.md); out of the footer, in ? help and the palette.
+        Binding("n", "new_run", "New run", show=False, id="app.new_run",
+                tooltip="Set up a new run, with its memory verdict as you type"),
+        Binding("N", "new_run_like", "New run like this one", show=False,
+                id="app.new_run_like", tooltip="A new run with the selected run's settings"),
+        Binding("m", "machine", "Machine", show=False, id="app.machine",
+                tooltip="Memory, MLX budget, swap, load and GPU; what training uses now"),
+        Binding("M", "models", "Models", show=False, id="app.models",
+                tooltip="The models found, their facts, and the folders searched"),
+        Binding("D", "datasets", "Datasets", show=False, id="app.datasets",
+                tooltip="The datasets found, their problems and token statistics"),
     ]
 
     def __init__(self, store: RunStore | None = None, *, clock: Callable[[], float] = time.time,
@@ -177,6 +196,23 @@ class ZyquoApp(App[None]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.screen))
 
+    def action_new_run(self) -> None:
+        self.push_screen(NewRunScreen())
+
+    def action_new_run_like(self) -> None:
+        run = self.service.run(self.screen_run_id())
+        if run is not None:
+            self.push_screen(NewRunScreen(like=run))
+
+    def action_machine(self) -> None:
+        self.push_screen(MachineScreen())
+
+    def action_models(self) -> None:
+        self.push_screen(ModelsScreen())
+
+    def action_datasets(self) -> None:
+        self.push_screen(DatasetsScreen())
+
     def action_quit_dashboard(self) -> None:
         active = self.service.active_runs()
         if active:
@@ -190,6 +226,10 @@ class ZyquoApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "show_view" and parameters and parameters[0] != "runs":
             return self.screen_run_id() is not None
+        if action == "new_run_like":
+            return self.service.run(self.screen_run_id()) is not None
+        if action in SETUP_SCREENS:  # not one on top of itself
+            return not isinstance(self.screen, SETUP_SCREENS[action])
         return True
 
     # -- the command palette ----------------------------------------------------------------------

@@ -154,3 +154,41 @@ def writable(folder: Path) -> bool:
             return False
         probe = probe.parent
     return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
+
+
+# -- macOS: GPU use from macmon (sudoless; `brew install macmon`) -------------------------------
+
+@dataclass
+class GpuUse:
+    """One `macmon pipe` sample: how busy the GPU is, and what the machine draws."""
+
+    gpu_percent: float  # of the time the GPU was busy over the sample
+    gpu_mhz: int | None = None
+    gpu_watts: float | None = None
+    total_watts: float | None = None  # CPU + GPU + ANE (macmon's all_power)
+
+
+def parse_macmon_pipe(output: str | None) -> GpuUse | None:
+    """The last JSON line of `macmon pipe -s N`: `gpu_usage` is [MHz, busy fraction 0-1]."""
+    if not output:
+        return None
+    for line in reversed(output.strip().splitlines()):
+        try:
+            sample = json.loads(line)
+            mhz, busy = sample["gpu_usage"]
+            power = sample.get("gpu_power")
+            total = sample.get("all_power")
+            return GpuUse(gpu_percent=round(float(busy) * 100, 1), gpu_mhz=int(mhz),
+                          gpu_watts=float(power) if power is not None else None,
+                          total_watts=float(total) if total is not None else None)
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def gpu_use(interval_ms: int = 500) -> GpuUse | None:
+    """GPU use over one sample of `macmon pipe` (needs no sudo); None where it is missing."""
+    if not IS_MACOS:
+        return None
+    return parse_macmon_pipe(run_command(["macmon", "pipe", "-s", "1", "-i", str(interval_ms)],
+                                         timeout=5.0 + interval_ms / 1000))

@@ -1,0 +1,343 @@
+"""Setting up runs from the keyboard: the new-run form, its memory verdict, and what it makes.
+
+The sample models are real (built once per session) and copied into the test's $ZYQUO_HOME;
+one test trains for real through the Supervisor. The others fix the memory budget (and the
+dataset's row lengths) so their verdicts do not depend on this machine.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from conftest import SAMPLE_DATA
+from test_setup_helpers import (GIB, FixedSources, install_models, open_new_run, settle,
+                                type_into, until)
+from zyquo_tui.app import ZyquoApp
+from zyquo_tui.core.memory import Verdict
+from zyquo_tui.core.mlx_config import load_mlx_yaml, run_to_mlx_config
+from zyquo_tui.core.presets import list_presets, load_preset
+from zyquo_tui.core.runs import Hyperparameters, Method, Run, RunState
+from zyquo_tui.core.store import RunStore
+from zyquo_tui.notify import NotificationSettings
+from zyquo_tui.screens.confirm_screen import ConfirmScreen
+from zyquo_tui.screens.live_metrics_screen import LiveMetricsScreen
+from zyquo_tui.screens.new_run_screen import NewRunScreen
+from zyquo_tui.screens.preset_picker_screen import PresetPickerScreen
+from zyquo_tui.screens.text_prompt_screen import TextPromptScreen
+from zyquo_tui.widgets.method_picker import MethodPicker
+
+QUIET = NotificationSettings(desktop="off", bell=False)
+COMPLETIONS = str(SAMPLE_DATA / "completions")
+
+
+@pytest.fixture
+def models(isolated_home, sample_models):
+    return install_models(isolated_home, sample_models)
+
+
+def dashboard(sources_factory=None) -> ZyquoApp:
+    app = ZyquoApp(notifications=QUIET, poll_interval=0.3)
+    if sources_factory is not None:
+        app.setup_sources = sources_factory(app.store.home)
+    return app
+
+
+def shown(screen, selector: str) -> str:
+    return str(screen.query_one(selector).render())
+
+
+async def choose(pilot, select_id: str, label_start: str) -> None:
+    """Open a Select with the keyboard and pick the option whose label starts so."""
+    screen = pilot.app.screen
+    if select_id.startswith("hp-"):
+        await screen.form.reveal(select_id[3:])
+        await pilot.pause()
+    select = screen.query_one(f"#{select_id}")
+    select.focus()
+    await pilot.press("enter")
+    await pilot.pause()
+    labels = [str(prompt) for prompt, _ in select._options]
+    target = next(i for i, label in enumerate(labels) if label.startswith(label_start))
+    current = next((i for i, (_, value) in enumerate(select._options)
+                    if value == select.value), 0)
+    step = "down" if target >= current else "up"
+    await pilot.press(*[step] * abs(target - current), "enter")
+    await pilot.pause()
+
+
+async def test_a_run_set_up_in_the_form_starts_and_trains(models):
+    """Pick the sample model and dataset from the lists, type a few settings, press s: the
+    run is created, started through the Supervisor, opens in the live metrics, and trains to
+    the end. Nothing is fixed here: the real budget, the real row count."""
+    app = dashboard()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot)
+        await choose(pilot, "model", "zyquo-tiny")
+        assert screen.model_path == str(models["zyquo-tiny"])
+        await choose(pilot, "dataset", "completions")
+        await type_into(pilot, screen, "iters", "30")
+        await type_into(pilot, screen, "learning_rate", "5e-4")
+        await type_into(pilot, screen, "steps_per_eval", "10")
+        await type_into(pilot, screen, "save_every", "10")
+        await type_into(pilot, screen, "val_batches", "2")
+        await pilot.press("escape")  # leave the field: letters act again
+        await settle(pilot, screen)
+        assert screen.lengths, "the rows were counted with the model's tokenizer"
+        assert screen.plan.assessment.verdict is Verdict.FITS
+        assert "num_layers" not in screen.field_errors  # 16 became -1 for a 2-layer model
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, LiveMetricsScreen),
+                    "the new run's live metrics")
+        run_id = app.screen.run_id
+        run = RunStore().get(run_id)
+        assert run.name == "zyquo-tiny lora" and run.data == COMPLETIONS
+        assert run.hyperparameters.iters == 30 and run.hyperparameters.num_layers == -1
+        assert run.hyperparameters.learning_rate == 5e-4
+        assert run.memory["verdict"] == "fits" and not run.memory["override"]
+        await until(pilot, lambda: (app.service.run(run_id) is not None
+                                    and app.service.run(run_id).state is RunState.COMPLETED),
+                    "the run to complete", timeout=240)
+
+
+async def test_wont_fit_turns_to_fits_with_the_first_suggestion(models):
+    """A huge batch and sequence on an 8 GiB budget shows won't fit; the suggestions keep the
+    effective batch, and key 1 applies the first one: the form changes and the verdict is
+    fits."""
+    app = dashboard(lambda home: FixedSources(home, budget=8 * GIB))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]))
+        await type_into(pilot, screen, "batch_size", "64")
+        await type_into(pilot, screen, "max_seq_length", "8192")
+        await pilot.pause()
+        assert screen.plan.assessment.verdict is Verdict.WONT_FIT
+        assert "won't fit" in shown(screen, "#memory-title")
+        first = screen.plan.suggestions[0]
+        assert first.verdict is Verdict.FITS
+        await pilot.press("escape", "1")
+        await pilot.pause()
+        assert screen.plan.assessment.verdict is Verdict.FITS
+        assert "fits" in shown(screen, "#memory-title")
+        values = screen.form.values
+        assert int(values["batch_size"]) * int(values["grad_accumulation_steps"]) == 64
+        assert int(values["batch_size"]) == first.changes["batch_size"]
+
+
+async def test_qlora_is_refused_on_the_unquantized_sample_and_offered_on_the_quantized(models):
+    """The unquantized model offers lora, dora and full, and says why qlora is not offered;
+    the 4-bit model turns the method to qlora, offers it, and refuses full with the reason."""
+    app = dashboard(lambda home: FixedSources(home))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]))
+        picker = screen.query_one(MethodPicker)
+        assert Method.QLORA not in picker.allowed and Method.FULL in picker.allowed
+        assert "qlora is not offered" in shown(screen, "#method-note")
+        picker.focus()
+        seen = []
+        for _ in range(3):  # → walks the offered methods round to lora, never qlora
+            await pilot.press("right")
+            seen.append(screen.method)
+        assert seen == [Method.DORA, Method.FULL, Method.LORA]
+        await choose(pilot, "model", "zyquo-tiny-4bit")
+        assert screen.method is Method.QLORA
+        assert Method.QLORA in picker.allowed and Method.FULL not in picker.allowed
+        assert "full is refused" in shown(screen, "#method-note")
+        assert "quantized (4-bit)" in shown(screen, "#method-note")
+        assert screen.plan is not None and not screen.plan.estimate.problems
+
+
+async def test_a_bad_dataset_shows_its_file_line_problems_and_blocks_the_start(models, tmp_path):
+    """A dataset with an empty line and invalid JSON: the form lists train.jsonl:N problems,
+    and s refuses to create the run, saying why."""
+    bad = tmp_path / "bad-chat"
+    bad.mkdir()
+    lines = (SAMPLE_DATA / "chat" / "train.jsonl").read_text().splitlines()[:20]
+    lines[2] = ""
+    lines[6] = '{"messages": [{"role": "user", "content": "unfinished'
+    (bad / "train.jsonl").write_text("\n".join(lines) + "\n")
+    shutil.copy(SAMPLE_DATA / "chat" / "valid.jsonl", bad / "valid.jsonl")
+    app = dashboard(lambda home: FixedSources(home, lengths=[60]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=str(bad))
+        await settle(pilot, screen)
+        problems = shown(screen, "#dataset-problems")
+        assert "train.jsonl:3: empty line" in problems
+        assert "train.jsonl:7: invalid JSON" in problems
+        assert "2 errors" in shown(screen, "#dataset-summary")
+        screen.query_one("#setup-form").focus()
+        await pilot.press("s")
+        await pilot.pause()
+        assert app.screen is screen
+        assert RunStore().list() == []
+        messages = [n.message for n in app._notifications]
+        assert any("The dataset has 2 errors" in m and "train.jsonl:3" in m for m in messages)
+
+
+async def test_a_preset_saved_and_loaded_again_is_equal(models):
+    """p saves the form as a TOML preset; a fresh form with l and enter loads it: the same
+    method, hyperparameters (schedule included), model and dataset."""
+    app = dashboard(lambda home: FixedSources(home, lengths=[60]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
+        await type_into(pilot, screen, "batch_size", "2")
+        await type_into(pilot, screen, "learning_rate", "3e-4")
+        await type_into(pilot, screen, "rank", "16")
+        await type_into(pilot, screen, "seed", "7")
+        screen.query_one(MethodPicker).focus()
+        await pilot.press("right")  # lora → dora
+        await choose(pilot, "hp-schedule", "cosine_decay")
+        await pilot.pause()
+        await type_into(pilot, screen, "warmup", "5")
+        await pilot.press("escape", "p")
+        await until(pilot, lambda: isinstance(app.screen, TextPromptScreen), "the name prompt")
+        await pilot.press("end", "ctrl+u", *"my preset", "enter")
+        await until(pilot, lambda: list_presets() == ["my preset"], "the preset file")
+        saved_hp, saved_method = screen.hp, screen.method
+        assert saved_hp.lr_schedule == {"name": "cosine_decay", "arguments": [3e-4, 1000, 0],
+                                        "warmup": 5}
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is not screen, "the form to close")
+
+        fresh = await open_new_run(pilot)
+        fresh.query_one("#setup-form").focus()
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, PresetPickerScreen), "the presets")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.screen is fresh and fresh.model_path is not None,
+                    "the preset in the form")
+        await pilot.pause()
+        assert fresh.method is saved_method is Method.DORA
+        assert fresh.hp == saved_hp
+        assert fresh.model_path == str(models["zyquo-tiny"]) and fresh.data_path == COMPLETIONS
+        preset = load_preset("my preset")
+        assert preset.hyperparameters == saved_hp and preset.method is Method.DORA
+
+
+async def test_exported_yaml_is_the_runs_mlx_config_and_imports_back(models, tmp_path):
+    """e writes the mlx-lm YAML of the form's run; i reads it into a fresh form, which then
+    holds the same settings."""
+    target = tmp_path / "exported.yaml"
+    app = dashboard(lambda home: FixedSources(home, lengths=[60]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
+        await type_into(pilot, screen, "iters", "120")
+        await type_into(pilot, screen, "grad_accumulation_steps", "4")
+        await pilot.press("escape", "e")
+        await until(pilot, lambda: isinstance(app.screen, TextPromptScreen), "the path prompt")
+        app.screen.query_one("Input").value = str(target)  # a path: typed as one paste
+        await pilot.press("enter")
+        await until(pilot, target.exists, "the YAML file")
+        made = screen.build_run()
+        assert load_mlx_yaml(target) == run_to_mlx_config(made)
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is not screen, "the form to close")
+
+        fresh = await open_new_run(pilot)
+        fresh.query_one("#setup-form").focus()
+        await pilot.press("i")
+        await until(pilot, lambda: isinstance(app.screen, TextPromptScreen), "the path prompt")
+        app.screen.query_one("Input").value = str(target)  # a path: typed as one paste
+        await pilot.press("enter")
+        await until(pilot, lambda: fresh.model_path is not None, "the imported settings")
+        assert fresh.hp == screen.hp and fresh.method is Method.LORA
+        assert fresh.data_path == COMPLETIONS
+
+
+async def test_starting_a_run_that_wont_fit_asks_then_overrides(models, monkeypatch):
+    """On a budget too small for the sample, s asks first; n keeps the form; y starts the run
+    with override_memory=True (the Supervisor records the override)."""
+    app = dashboard(lambda home: FixedSources(home, budget=1 << 20, lengths=[60]))
+    calls = []
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        supervisor = app.service.supervisor
+
+        def start(run_id, **options):
+            calls.append(options)
+            return supervisor.store.get(run_id)  # recorded, not trained
+        monkeypatch.setattr(supervisor, "start", start)
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
+        await settle(pilot, screen)
+        assert screen.plan.assessment.verdict is Verdict.WONT_FIT
+        screen.query_one("#setup-form").focus()
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        await pilot.press("n")
+        await until(pilot, lambda: app.screen is screen, "the form again")
+        assert calls == [] and RunStore().list() == []
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        await pilot.press("y")
+        await until(pilot, lambda: calls, "the start")
+        assert calls == [{"queue_if_busy": True, "override_memory": True}]
+        await until(pilot, lambda: isinstance(app.screen, LiveMetricsScreen), "the run view")
+
+
+async def test_a_draft_is_a_configured_run_and_the_queue_takes_the_next(models, monkeypatch):
+    """d saves a configured run and goes back; a second form's a queues its run (the
+    Supervisor's enqueue, stubbed here so nothing trains)."""
+    app = dashboard(lambda home: FixedSources(home, lengths=[60]))
+    queued = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        supervisor = app.service.supervisor
+        monkeypatch.setattr(supervisor, "enqueue", lambda run_id, **options: (
+            queued.append((run_id, options)) or supervisor.store.get(run_id)))
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
+        await settle(pilot, screen)
+        screen.query_one("#setup-form").focus()
+        await pilot.press("d")
+        await until(pilot, lambda: app.screen is not screen, "the form to close")
+        (draft,) = RunStore().list()
+        assert draft.state is RunState.CONFIGURED and draft.name == "zyquo-tiny lora"
+
+        second = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
+        await settle(pilot, second)
+        second.query_one("#setup-form").focus()
+        await pilot.press("a")
+        await until(pilot, lambda: queued, "the queue")
+        assert queued[0][1] == {"override_memory": False}
+
+
+async def test_new_run_like_an_existing_one_copies_its_settings(models):
+    """N on a selected run opens the form filled with its model, dataset, method and
+    hyperparameters, named "... (again)"."""
+    store = RunStore().ensure()
+    hp = Hyperparameters.from_dict({"iters": 77, "batch_size": 2, "num_layers": -1,
+                                    "learning_rate": 2e-4,
+                                    "lora_parameters": {"rank": 4, "scale": 10.0}})
+    run = Run.new(model=str(models["zyquo-tiny"]), data=COMPLETIONS, method=Method.DORA,
+                  name="first try", hyperparameters=hp)
+    store.create(run)
+    app = dashboard(lambda home: FixedSources(home, lengths=[60]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: run.id in app.service.runs, "the run in the list")
+        app.screen.table.select_run(run.id)
+        await pilot.press("N")
+        await until(pilot, lambda: isinstance(app.screen, NewRunScreen), "the form")
+        screen = app.screen
+        await until(pilot, lambda: screen.ready and screen.model_path, "the copied settings")
+        assert screen.query_one("#run-name").value == "first try (again)"
+        assert screen.method is Method.DORA and screen.data_path == COMPLETIONS
+        assert screen.hp == hp
+
+
+async def test_measure_runs_the_real_probe_and_shows_it_beside_the_estimate(models):
+    """t trains a few real steps in a subprocess (a worker thread: the form keeps answering)
+    and the panel shows the measured peak against the estimate."""
+    app = dashboard(lambda home: FixedSources(home, lengths=[60]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
+        await settle(pilot, screen)
+        screen.query_one("#setup-form").focus()
+        await pilot.press("t")
+        await until(pilot, lambda: screen.measure_state.running, "the measurement to start")
+        assert "Measuring" in shown(screen, "#memory-measure")
+        await type_into(pilot, screen, "iters", "50")  # the form answers meanwhile
+        assert screen.form.values["iters"] == "50"
+        await until(pilot, lambda: not screen.measure_state.running, "the measurement",
+                    timeout=180)
+        state = screen.measure_state
+        assert state.error is None and state.measurement.peak_bytes > 0
+        line = shown(screen, "#memory-measure")
+        assert line.startswith("Measured ") and "estimated" in line

@@ -1,0 +1,109 @@
+"""What the setup tests share: the sample models in the store, sources with fixed figures,
+and waiting for the new-run screen to settle. (Its one test checks the fixed sources.)"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from zyquo_tui.core.errors import UserError
+from zyquo_tui.core.machine import GpuUse
+from zyquo_tui.core.memory import MemoryAdvisor, MemoryHistory
+from zyquo_tui.core.memory_budget import MemoryBudget
+from zyquo_tui.screens.new_run_screen import NewRunScreen
+from zyquo_tui.screens.setup_sources import MachineReading, SetupSources, TrainerUse
+
+GIB = 1 << 30
+
+
+def install_models(home: Path, sample_models: dict[str, Path]) -> dict[str, Path]:
+    """Copy the sample models into $ZYQUO_HOME/models, where discovery finds them."""
+    target = home / "models"
+    target.mkdir(parents=True, exist_ok=True)
+    placed = {}
+    for name, folder in sample_models.items():
+        shutil.copytree(folder, target / name, dirs_exist_ok=True)
+        placed[name] = target / name
+    return placed
+
+
+class FixedSources(SetupSources):
+    """Real discovery and validation; a fixed budget, row lengths and machine figures."""
+
+    def __init__(self, home: Path, *, budget: int = 8 * GIB, lengths: list[int] | None = None,
+                 count_rows: bool = False) -> None:
+        super().__init__(home)
+        self.budget = budget
+        self.lengths = lengths
+        self.count_rows = count_rows  # True: count with the real tokenizer (a subprocess)
+        self.measured: list = []
+
+    def advisor(self) -> MemoryAdvisor:
+        return MemoryAdvisor(MemoryBudget.fixed(self.budget, available_bytes=self.budget,
+                                                total_bytes=2 * self.budget),
+                             history=MemoryHistory())
+
+    def token_lengths(self, model, data, extra_config, mask_prompt):
+        if self.count_rows:
+            return super().token_lengths(model, data, extra_config, mask_prompt)
+        if self.lengths is None:
+            raise UserError("not counted in this test")
+        return list(self.lengths)
+
+    def machine(self, active_runs=()) -> MachineReading:
+        return fixed_machine()
+
+
+def fixed_machine() -> MachineReading:
+    """A 64 GB Mac mini in the middle of a run: the machine panel's snapshot figures."""
+    return MachineReading(
+        platform="macOS", total_bytes=64 * GIB, available_bytes=41 * GIB,
+        swap_used_bytes=int(1.2 * GIB), swap_total_bytes=4 * GIB,
+        budget=MemoryBudget(device="gpu", budget_bytes=48 * GIB,
+                            budget_source="Metal's recommended working set",
+                            total_bytes=64 * GIB, available_bytes=41 * GIB,
+                            used_by_others_bytes=23 * GIB),
+        cpu_load=2.15, cpu_count=10, free_percent=63,
+        gpu=GpuUse(gpu_percent=41.0, gpu_mhz=1398, gpu_watts=12.3, total_watts=18.0),
+        trainers=[TrainerUse("20251129-091500-000-c3d4", "support-chat dora", 4242,
+                             int(3.1 * GIB))])
+
+
+async def until(pilot, predicate, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        await pilot.pause(0.05)
+
+
+async def open_new_run(pilot, **kwargs) -> NewRunScreen:
+    """Push the new-run screen and wait until its lists and budget are read."""
+    screen = NewRunScreen(**kwargs)
+    pilot.app.push_screen(screen)
+    await until(pilot, lambda: screen.ready and screen.advisor is not None,
+                "the new-run screen to read models, datasets and the budget")
+    await pilot.pause()
+    return screen
+
+
+async def settle(pilot, screen: NewRunScreen, timeout: float = 60.0) -> None:
+    """Wait for the dataset check and the row count in flight."""
+    await until(pilot, lambda: not screen.workers or all(
+        w.is_finished for w in screen.workers), "the screen's workers", timeout)
+    await pilot.pause()
+
+
+async def type_into(pilot, screen: NewRunScreen, key: str, text: str) -> None:
+    """Focus a hyperparameter field, clear it and type `text`, key by key."""
+    row = await screen.form.reveal(key)
+    await pilot.pause()
+    row.control.focus()
+    await pilot.press("end", "ctrl+u", *text)
+
+
+def test_fixed_sources_give_fixed_figures(tmp_path):
+    sources = FixedSources(tmp_path, budget=3 * GIB, lengths=[7])
+    assert sources.advisor().budget.budget_bytes == 3 * GIB
+    assert sources.token_lengths("m", "d", {}, False) == [7]
+    assert sources.machine().trainers[0].pid == 4242

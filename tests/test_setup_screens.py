@@ -1,0 +1,261 @@
+"""The models, datasets and machine screens, and the keys that open the setup screens."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import threading
+import time
+
+import psutil
+import pytest
+from rich.console import Console
+
+from conftest import SAMPLE_DATA
+from test_setup_helpers import FixedSources, install_models, until
+from zyquo_tui.app import ZyquoApp
+from zyquo_tui.core.liveness import identity
+from zyquo_tui.core.runs import Run, RunState
+from zyquo_tui.core.settings import Settings
+from zyquo_tui.core.token_stats import TokenStats
+from zyquo_tui.notify import NotificationSettings
+from zyquo_tui.screens.datasets_screen import DatasetsScreen
+from zyquo_tui.screens.machine_screen import MachineScreen
+from zyquo_tui.screens.models_screen import ModelsScreen
+from zyquo_tui.screens.new_run_screen import NewRunScreen
+from zyquo_tui.screens.setup_sources import SetupSources, trainer_use
+from zyquo_tui.screens.text_prompt_screen import TextPromptScreen
+
+QUIET = NotificationSettings(desktop="off", bell=False)
+
+
+@pytest.fixture
+def models(isolated_home, sample_models):
+    return install_models(isolated_home, sample_models)
+
+
+def dashboard(sources=None) -> ZyquoApp:
+    app = ZyquoApp(notifications=QUIET, poll_interval=0.3)
+    if sources is not None:
+        app.setup_sources = sources(app.store.home)
+    return app
+
+
+def text_of(screen, selector: str) -> str:
+    """What a Static shows, as plain text (tables too)."""
+    content = screen.query_one(selector).content
+    if isinstance(content, str):
+        return content
+    console = Console(width=200, record=True, file=io.StringIO(), color_system=None)
+    console.print(content)
+    return console.export_text()
+
+
+# -- keys from anywhere -------------------------------------------------------------------------
+
+
+async def test_setup_keys_open_their_screens_from_the_runs_list(models):
+    app = dashboard(FixedSources)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.service.loaded, "the store")
+        for key, screen_type in (("n", NewRunScreen), ("M", ModelsScreen),
+                                 ("D", DatasetsScreen), ("m", MachineScreen)):
+            await pilot.press(key)
+            await until(pilot, lambda: isinstance(app.screen, screen_type), screen_type.__name__)
+            await pilot.press("escape")
+            await until(pilot, lambda: len(app.screen_stack) == 1, "the runs list again")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for title in ("Dashboard: New run", "Dashboard: Machine", "Dashboard: Models",
+                      "Dashboard: Datasets"):
+            assert title in titles
+        assert "Dashboard: New run like this one" not in titles  # no run selected
+
+
+async def test_the_new_run_screen_names_its_commands_setup_colon_action(models):
+    app = dashboard(FixedSources)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("n")
+        await until(pilot, lambda: isinstance(app.screen, NewRunScreen), "the form")
+        app.screen.query_one("#setup-form").focus()
+        await pilot.pause()
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for title in ("Setup: Start", "Setup: Queue", "Setup: Draft", "Setup: Measure",
+                      "Setup: Export", "Setup: Import", "Setup: Preset", "Setup: Load"):
+            assert title in titles
+        assert all(re.fullmatch(r"[A-Z][a-z]+: [A-Z].*", title) for title in titles), titles
+
+
+# -- models -------------------------------------------------------------------------------------
+
+
+async def test_models_screen_lists_the_models_with_their_facts(models):
+    app = dashboard(FixedSources)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = ModelsScreen()
+        app.push_screen(screen)
+        await until(pilot, lambda: screen.models, "the models")
+        assert [m.name for m in screen.models] == ["zyquo-tiny", "zyquo-tiny-4bit"]
+        detail = text_of(screen, "#model-detail")
+        assert "hidden 64 · layers 2 · heads 4 · kv heads 2 · vocab 512" in detail
+        assert "Searched:" in detail and str(models["zyquo-tiny"].parent) in detail
+        await pilot.press("down")
+        await pilot.pause()
+        assert "4-bit, group 64, affine" in text_of(screen, "#model-detail")
+        await pilot.press("enter")  # a new run with the highlighted model
+        await until(pilot, lambda: isinstance(app.screen, NewRunScreen), "the form")
+        await until(pilot, lambda: app.screen.model_path == str(models["zyquo-tiny-4bit"]),
+                    "the model chosen")
+
+
+async def test_adding_a_folder_saves_it_in_config_toml_and_finds_its_models(
+        isolated_home, sample_models, tmp_path):
+    (isolated_home / "config.toml").write_text('[keys]\n"run.cancel" = "x"\n')
+    elsewhere = tmp_path / "elsewhere"
+    install_models(elsewhere, sample_models)  # elsewhere/models/zyquo-tiny...
+    app = dashboard(FixedSources)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = ModelsScreen()
+        app.push_screen(screen)
+        await until(pilot, lambda: screen.discovered, "an empty list")
+        assert screen.models == []
+        await pilot.press("a")
+        await until(pilot, lambda: isinstance(app.screen, TextPromptScreen), "the prompt")
+        app.screen.query_one("Input").value = str(elsewhere / "models")
+        await pilot.press("enter")
+        await until(pilot, lambda: len(screen.models) == 2, "the folder's models")
+        assert {m.source for m in screen.models} == {"config"}
+    assert Settings.load().model_folders == [str((elsewhere / "models").resolve())]
+    assert '"run.cancel" = "x"' in (isolated_home / "config.toml").read_text()
+
+
+# -- datasets -----------------------------------------------------------------------------------
+
+
+class SlowTokens(FixedSources):
+    """Token statistics that wait for the test: the UI must go on meanwhile."""
+
+    def __init__(self, home):
+        super().__init__(home)
+        self.release = threading.Event()
+        self.cancelled_seen = threading.Event()
+        self.calls = []
+
+    def token_stats(self, data, model, max_seq_length, preview_line, cancelled):
+        self.calls.append((data, preview_line))
+        while not self.release.wait(0.02):
+            if cancelled():
+                self.cancelled_seen.set()
+                raise RuntimeError("cancelled")
+        return TokenStats.from_json({
+            "data": data, "model": model, "format": "chat", "max_seq_length": max_seq_length,
+            "splits": {"train": {"rows": 225, "min": 25, "median": 41, "p95": 50, "max": 53,
+                                 "total_tokens": 8736, "truncated_rows": 0}},
+            "preview": {"split": "train", "line": preview_line, "tokens": 25, "spans": [
+                {"kind": "masked", "text": "<|im_start|>user\nWhat is 9 minus 4?", "tokens": 17},
+                {"kind": "trained", "text": "9 minus 4 is 5.<|im_end|>", "tokens": 8}]},
+            "note": ""})
+
+
+async def test_token_statistics_count_in_a_worker_while_the_screen_responds(models):
+    app = dashboard(SlowTokens)
+    sources = app.setup_sources
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.push_screen(DatasetsScreen())
+        await until(pilot, lambda: app.screen.datasets and app.screen.report, "the report")
+        screen = app.screen
+        assert screen.current().name == "chat"
+        await pilot.press("t")
+        await until(pilot, lambda: sources.calls, "counting to begin")
+        assert "Counting" in text_of(screen, "#tokens")
+        started = time.monotonic()
+        await pilot.press("right_square_bracket")  # the next row: the first count is dropped
+        await until(pilot, lambda: sources.cancelled_seen.is_set(), "the first count cancelled")
+        assert time.monotonic() - started < 1.0, "the key waited for the worker"
+        sources.release.set()
+        await until(pilot, lambda: screen.stats is not None, "the statistics")
+        assert sources.calls[-1][1] == 2 and screen.preview_line == 2
+        tokens = text_of(screen, "#tokens")
+        assert "train" in tokens and "8736" in tokens
+        preview = text_of(screen, "#preview")
+        assert "train.jsonl line 2: 25 tokens" in preview and "9 minus 4 is 5." in preview
+
+
+async def test_real_token_statistics_and_a_masked_preview(models):
+    """The real subprocess with the sample model's tokenizer and chat template."""
+    app = dashboard(FixedSources)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.push_screen(DatasetsScreen())
+        await until(pilot, lambda: app.screen.datasets and app.screen.report, "the report")
+        screen = app.screen
+        await pilot.press("t")
+        await until(pilot, lambda: screen.stats is not None, "the statistics", timeout=120)
+        assert screen.stats.splits["train"].rows == 225
+        kinds = [span.kind for span in screen.stats.preview.spans]
+        assert kinds[0] == "masked" and "trained" in kinds
+        assert "masked" in text_of(screen, "#preview")
+
+
+async def test_a_bad_dataset_folder_lists_every_problem_with_file_and_line(models, tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    rows = (SAMPLE_DATA / "text" / "train.jsonl").read_text().splitlines()[:10]
+    rows[4] = '{"txt": "a misspelt key"}'
+    (bad / "train.jsonl").write_text("\n".join(rows) + "\n\n")
+    app = dashboard(FixedSources)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.push_screen(DatasetsScreen())
+        await until(pilot, lambda: app.screen.datasets, "the list")
+        screen = app.screen
+        await pilot.press("o")
+        await until(pilot, lambda: isinstance(app.screen, TextPromptScreen), "the prompt")
+        app.screen.query_one("Input").value = str(bad)
+        await pilot.press("enter")
+        await until(pilot, lambda: any(d.name == "bad" for d in screen.datasets), "the folder")
+        table = screen.query_one("DataTable")
+        table.move_cursor(row=[d.name for d in screen.datasets].index("bad"))
+        await until(pilot, lambda: screen.report is not None and screen.report.errors,
+                    "the report")
+        problems = text_of(screen, "#problems")
+        assert "train.jsonl:5:" in problems and "train.jsonl:11: empty line" in problems
+        assert "wait until the errors above are fixed" in text_of(screen, "#tokens")
+
+
+# -- the machine --------------------------------------------------------------------------------
+
+
+def test_trainer_memory_is_the_recorded_process_and_its_children():
+    me = identity(os.getpid())
+    run = Run.new(model="m", data="d")
+    run.state = RunState.RUNNING
+    run.process = {"pid": me["pid"], "start_time": me["start_time"]}
+    use = trainer_use(run)
+    assert use.pid == os.getpid()
+    assert use.rss_bytes >= psutil.Process().memory_info().rss
+    run.process = {"pid": me["pid"], "start_time": me["start_time"] - 100}  # a reused pid
+    assert trainer_use(run) is None
+    run.process = None
+    assert trainer_use(run) is None
+
+
+def test_reading_this_machine_fails_soft_off_macos(isolated_home):
+    reading = SetupSources(isolated_home).machine()
+    assert reading.total_bytes > 0 and reading.available_bytes > 0
+    assert reading.budget is not None and reading.budget.budget_bytes > 0
+    if reading.platform != "macOS":
+        assert reading.gpu is None and reading.gpu_note and reading.free_percent is None
+
+
+async def test_the_machine_panel_shows_each_figure_and_closes_with_m(isolated_home):
+    app = dashboard(FixedSources)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("m")
+        await until(pilot, lambda: isinstance(app.screen, MachineScreen)
+                    and app.screen.reading is not None, "the machine panel")
+        figures = text_of(app.screen, "#machine-figures")
+        for expected in ("41.0 GiB available", "48.0 GiB training may use", "1.2 GiB in use",
+                         "2.15 (1 minute) on 10 cores", "63% free", "41% busy at 1398 MHz",
+                         "3.1 GiB resident: support-chat dora (pid 4242)"):
+            assert expected in figures
+        await pilot.press("m")
+        await until(pilot, lambda: not isinstance(app.screen, MachineScreen), "it to close")
