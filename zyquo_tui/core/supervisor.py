@@ -331,10 +331,18 @@ class Supervisor:
                 last_check = now
                 run = self.get(run_id)
                 if not run.state.is_active and run.state is not RunState.QUEUED:
-                    rest = reader.read_new()
-                    if rest:
-                        yield rest
-                    return
+                    # The trainer saves its final state a moment before its final event:
+                    # give that event a little time to arrive, so no follower misses it.
+                    grace_end = time.monotonic() + 2.0
+                    while True:
+                        rest = reader.read_new()
+                        if rest:
+                            yield rest
+                            if rest[-1]["type"] in ev.TERMINAL_TYPES:
+                                return
+                        if time.monotonic() > grace_end:
+                            return
+                        await _sleep(0.05)
             await _sleep(poll)
 
     def _restarting(self, run_id: str) -> bool:

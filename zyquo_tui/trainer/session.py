@@ -118,18 +118,20 @@ class TrainingSession:
         tail = traceback.format_exception(type(error), error, error.__traceback__)
         lines = "".join(tail).strip().splitlines()[-12:]
         step = self.loop.step if self.loop is not None else self.step
-        self.events.write(ev.FAILED, iteration=step, **cause.to_dict(), traceback=lines)
-        print(f"failed ({cause.cause}): {cause.message}", file=sys.stderr, flush=True)
+        # run.json first, then the event: whoever sees the end in the events finds the record
+        # already saying so.
         try:
             self._update(RunState.FAILED, failure=cause.to_dict())
-        except Exception as update_error:  # the event above is the record that matters
+        except Exception as update_error:  # the event below is the record that matters
             print(f"could not update run.json: {update_error}", file=sys.stderr)
+        self.events.write(ev.FAILED, iteration=step, **cause.to_dict(), traceback=lines)
+        print(f"failed ({cause.cause}): {cause.message}", file=sys.stderr, flush=True)
         return EXIT_FAILED
 
     def _cancelled(self, checkpoint: dict[str, Any] | None) -> int:
+        self._update(RunState.CANCELLED)
         self.events.write(ev.CANCELLED, iteration=self.step,
                           checkpoint=checkpoint["iteration"] if checkpoint else None)
-        self._update(RunState.CANCELLED)
         print(f"cancelled at step {self.step}", flush=True)
         return EXIT_DONE
 
@@ -215,8 +217,8 @@ class TrainingSession:
         result = loop.run()
         if result.stopped:
             return self._cancelled(result.checkpoint)
-        self.events.write(ev.COMPLETED, iteration=result.step, summary=self.summary)
         self._update(RunState.COMPLETED)
+        self.events.write(ev.COMPLETED, iteration=result.step, summary=self.summary)
         print(f"completed {result.step} steps", flush=True)
         return EXIT_DONE
 
