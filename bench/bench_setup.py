@@ -145,7 +145,8 @@ async def measure(home: Path, count: int, presses: int, repeat: int = 5) -> dict
         refresh_layout = screen._refresh_layout
 
         def counted(*args, **kwargs):
-            layouts[0] += 1
+            if screen._layout_required:  # not a scroll-only reflow
+                layouts[0] += 1
             return refresh_layout(*args, **kwargs)
         screen._refresh_layout = counted  # type: ignore[method-assign]
         verdicts = set()

@@ -89,7 +89,8 @@ async def test_a_run_set_up_in_the_form_starts_and_trains(models):
         assert "num_layers" not in screen.field_errors  # 16 became -1 for a 2-layer model
         await pilot.press("s")
         await until(pilot, lambda: isinstance(app.screen, LiveMetricsScreen),
-                    "the new run's live metrics")
+                    lambda: "the new run's live metrics; notifications: "
+                    f"{[n.message for n in app._notifications]}", timeout=120)
         run_id = app.screen.run_id
         run = RunStore().get(run_id)
         assert run.name == "zyquo-tiny lora" and run.data == COMPLETIONS

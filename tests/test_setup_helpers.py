@@ -70,10 +70,13 @@ def fixed_machine() -> MachineReading:
                              int(3.1 * GIB))])
 
 
-async def until(pilot, predicate, what: str, timeout: float = 60.0) -> None:
+async def until(pilot, predicate, what, timeout: float = 60.0) -> None:
+    """Wait for `predicate`; `what` (text, or a callable giving it) names it on a timeout."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for "
+                                 f"{what() if callable(what) else what}")
         await pilot.pause(0.05)
 
 

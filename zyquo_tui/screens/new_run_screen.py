@@ -44,7 +44,8 @@ from ..core.paths import presets_dir
 from ..core.runs import Hyperparameters, Method, Run, RunState
 from ..formatting import basename, fmt_bytes
 from ..resources import styles_dir
-from ..widgets.hyperparameter_form import FIELD_BY_KEY, HyperparameterForm, field_of
+from ..widgets.hyperparameter_form import (FIELD_BY_KEY, FieldInput, HyperparameterForm,
+                                           field_of)
 from ..widgets.memory_panel import MeasureState, MemoryPanel
 from ..widgets.method_picker import MethodPicker
 from ..widgets.static_update import PanelText, update_static
@@ -223,8 +224,8 @@ class NewRunScreen(Screen):
                 yield Static("Run", classes="form-heading")
                 with Horizontal(classes="setup-line"):
                     yield Static("Name", classes="field-label")
-                    yield Input(placeholder="model and method", compact=True, id="run-name",
-                                select_on_focus=False)
+                    yield FieldInput(placeholder="model and method", compact=True,
+                                     id="run-name", select_on_focus=False)
                 with Horizontal(classes="setup-line"):
                     yield Static("Model", classes="field-label")
                     yield Select([], prompt="looking for models…", compact=True, id="model")

@@ -23,7 +23,7 @@ from textual.widget import Widget
 from textual.widgets import Checkbox, Collapsible, Input, Select, Static
 
 from ..core.runs import LR_SCHEDULES, OPTIMIZERS, Hyperparameters, Method
-from .static_update import OneLayoutPass, PanelText
+from .static_update import OneLayoutPass, PanelText, update_static
 
 BASIC = "basic"
 ADVANCED = "advanced"
@@ -344,7 +344,8 @@ class FieldRow(OneLayoutPass, Widget):
         self._problem = wanted
         problem = self.query_one(".field-problem", Static)
         if sentence:
-            problem.update(("⚠ " if warning else "✗ ") + sentence)
+            update_static(problem, ("⚠ " if warning else "✗ ") + sentence,
+                          show=problem.display)
         problem.set_class(warning, "-warning")
         self.set_class(bool(sentence), "-shown-problem")
         self.control.set_class(bool(sentence) and not warning, "-invalid-value")
