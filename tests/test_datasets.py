@@ -320,6 +320,17 @@ def test_check_prints_each_problem_as_file_line_message_and_exits_1(tmp_path, ca
     assert out[-1] == "not valid: 1 error, 0 warnings"
 
 
+def test_check_of_preference_rows_says_they_cannot_be_trained_here_and_exits_1(capsys):
+    folder = sample_data_dir() / "preference"
+    assert main(["data", "check", str(folder)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2] == "valid: 0 errors, 0 warnings"
+    assert out[-1].startswith("not trainable here: preference rows (prompt, chosen, rejected)")
+    assert main(["data", "check", str(folder), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["valid"] is True and "mlx-lm's LoRA trainer" in data["training_refusal"]
+
+
 def test_check_batch_size_decides_whether_train_is_big_enough(tmp_path):
     folder = dataset(tmp_path / "d", train=6)
     assert main(["data", "check", str(folder)]) == 0

@@ -22,7 +22,9 @@ from zyquo_tui.core.runs import Hyperparameters, Method, Run, RunState
 from zyquo_tui.core.store import RunStore
 from zyquo_tui.notify import NotificationSettings
 from zyquo_tui.screens.confirm_screen import ConfirmScreen
+from zyquo_tui.messages import SampleChanged
 from zyquo_tui.screens.live_metrics_screen import LiveMetricsScreen
+from zyquo_tui.screens.models_screen import ModelsScreen, add_model_folder
 from zyquo_tui.screens.new_run_screen import NewRunScreen
 from zyquo_tui.screens.preset_picker_screen import PresetPickerScreen
 from zyquo_tui.screens.text_prompt_screen import TextPromptScreen
@@ -342,3 +344,48 @@ async def test_measure_runs_the_real_probe_and_shows_it_beside_the_estimate(mode
         assert state.error is None and state.measurement.peak_bytes > 0
         line = shown(screen, "#memory-measure")
         assert line.startswith("Measured ") and "estimated" in line
+
+
+async def test_preference_rows_are_refused_with_the_reason_and_no_run_is_made(models):
+    """Preference rows are well-formed data that mlx-lm's LoRA trainer cannot train: the form
+    says so under the dataset and s refuses, naming the reason."""
+    app = dashboard(lambda home: FixedSources(home, lengths=[60]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]),
+                                    data=str(SAMPLE_DATA / "preference"))
+        await settle(pilot, screen)
+        summary = shown(screen, "#dataset-summary")
+        assert "✓ valid" in summary and "preference rows (prompt, chosen, rejected)" in summary
+        screen.query_one("#setup-form").focus()
+        await pilot.press("s")
+        await pilot.pause()
+        assert app.screen is screen and RunStore().list() == []
+        messages = [n.message for n in app._notifications]
+        assert any(m.startswith("preference: preference rows") for m in messages), messages
+        assert app.focused is screen.query_one("#dataset")
+
+
+async def test_models_found_later_join_the_list_without_reopening_the_form(
+        isolated_home, sample_models, tmp_path):
+    """Opened on an empty store, the form says no model is found; the sample built meanwhile
+    (SampleChanged) fills the list, and a folder added on the models screen shows up when
+    the form is back on top."""
+    app = dashboard(FixedSources)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot)
+        assert screen.models == []
+        assert "no model found" in shown(screen, "#model-facts")
+        install_models(isolated_home, {"zyquo-tiny": sample_models["zyquo-tiny"]})
+        app.post_message(SampleChanged())
+        await until(pilot, lambda: screen.model_path is not None, "the built model")
+        assert [m.name for m in screen.models] == ["zyquo-tiny"]  # the only one: taken
+        assert "no model found" not in shown(screen, "#model-facts")
+
+        more = tmp_path / "more"
+        shutil.copytree(sample_models["zyquo-tiny-4bit"], more / "tiny-4bit")
+        assert add_model_folder(isolated_home, str(more))
+        app.push_screen(ModelsScreen())
+        await pilot.pause()
+        await pilot.press("escape")
+        await until(pilot, lambda: len(screen.models) == 2, "the added folder's model")
+        assert screen.model_path == str(isolated_home / "models" / "zyquo-tiny")

@@ -80,6 +80,10 @@ def case_chat_without_template(tmp, models):
     return model, SAMPLE_DATA / "chat", "lora"
 
 
+def case_preference_rows(tmp, models):
+    return models["zyquo-tiny"], SAMPLE_DATA / "preference", "lora"
+
+
 @pytest.mark.parametrize("case, cause, phrase", [
     (case_missing_model, "config", "does not exist"),
     (case_no_config, "config", "has no config.json"),
@@ -90,6 +94,8 @@ def case_chat_without_template(tmp, models):
     (case_fewer_rows_than_batch, "data", "train.jsonl: only 2 rows, fewer than the batch size 4"),
     (case_malformed_row, "data", "train.jsonl:6: invalid JSON"),
     (case_chat_without_template, "data", "needs a chat template"),
+    (case_preference_rows, "data", "train.jsonl: preference rows (prompt, chosen, rejected) "
+                                   "are for preference training"),
 ], ids=lambda v: v.__name__ if callable(v) else None)
 def test_bad_input_fails_with_its_cause_and_keeps_the_run(case, cause, phrase, tmp_path,
                                                           sample_models):

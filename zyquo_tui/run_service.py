@@ -445,8 +445,8 @@ class RunService:
 
         def built(result: dict) -> None:
             self.sample_ready = True
-            self.app.notify("The sample model is ready: press t to train on it.",
-                            title="Sample")
+            self.app.notify("The sample model is ready: t on the runs list trains it, and "
+                            "it is in the new-run form's models (n).", title="Sample")
 
         def build() -> dict:
             try:

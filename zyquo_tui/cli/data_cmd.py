@@ -3,8 +3,8 @@
     zyquo-tui data check PATH [--model MODEL] [--max-seq-length N] [--batch-size N] [--json]
     zyquo-tui data list [--json]
 
-`check` exits 0 when the data is valid (warnings allowed), 1 when it found problems, 2 for bad
-usage (a path or model that does not exist). JSON output is documented in
+`check` exits 0 when the data is valid (warnings allowed), 1 when it found problems or rows
+mlx-lm's LoRA trainer cannot train (preference rows), 2 for bad usage (a path or model that does not exist). JSON output is documented in
 docs/models-and-datasets.md (schema_version 1).
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.datasets import (DEFAULT_BATCH_SIZE, DatasetReport, Problem, discover_datasets,
-                             validate_dataset)
+                             training_refusal, validate_dataset)
 from ..core.errors import EXIT_OK, EXIT_PROBLEMS, UserError
 from ..core.models import find_model
 from ..core.token_stats import (DEFAULT_MAX_SEQ_LENGTH, TokenStats, TokenStatsFailed,
@@ -87,7 +87,8 @@ def cmd_check(args) -> int:
         print_json(_check_json(report, args.batch_size, stats, skipped))
     else:
         _print_check(report, stats, skipped)
-    return EXIT_OK if report.ok else EXIT_PROBLEMS
+    trainable = path.is_file() or not training_refusal(report.format)
+    return EXIT_OK if report.ok and trainable else EXIT_PROBLEMS
 
 
 def _resolve_model(name_or_path: str) -> Path:
@@ -116,6 +117,7 @@ def _check_json(report: DatasetReport, batch_size: int, stats: TokenStats | None
         "problems_not_listed": sum(f.problems_not_listed for f in report.files.values()),
         "token_stats": stats.to_json() if stats is not None else None,
         "token_stats_skipped": skipped or None,
+        "training_refusal": training_refusal(report.format),
     }
 
 
@@ -139,6 +141,9 @@ def _print_check(report: DatasetReport, stats: TokenStats | None, skipped: str) 
     verdict = "valid" if report.ok else "not valid"
     print(f"{verdict}: {errors} error{'s' * (errors != 1)}, "
           f"{warnings} warning{'s' * (warnings != 1)}")
+    refusal = training_refusal(report.format)
+    if refusal:
+        print(f"not trainable here: {refusal}.")
 
 
 def _print_token_stats(stats: TokenStats) -> None:

@@ -44,6 +44,21 @@ TEXT = "text"
 PREFERENCE = "preference"
 FORMATS = (COMPLETIONS, CHAT, TOOLS, TEXT, PREFERENCE)
 
+
+
+def training_refusal(data_format: str | None) -> str | None:
+    """Why mlx-lm's LoRA trainer cannot train rows of this format; None when it can.
+
+    Preference rows are valid data (for DPO-style training), so validation passes them; only
+    training refuses them, here, in one place: the trainer, the setup form and `data check`.
+    """
+    if data_format == PREFERENCE:
+        return ("preference rows (prompt, chosen, rejected) are for preference training, "
+                "which mlx-lm's LoRA trainer does not do; train on chat, completions or text "
+                "rows instead")
+    return None
+
+
 SPLITS = ("train", "valid", "test")
 MAX_PROBLEMS_LISTED = 50
 DEFAULT_BATCH_SIZE = 4  # mlx-lm's default batch_size

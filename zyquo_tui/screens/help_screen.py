@@ -12,6 +12,9 @@ from textual.widgets import Static
 
 EVERYWHERE = (
     ("1 2 3 4", "Runs, metrics, checkpoints, logs of the selected run"),
+    ("n / N", "New run / new run like the selected one"),
+    ("M / D", "The models / the datasets found"),
+    ("m", "The machine: memory, budget, swap, CPU, what the trainer uses"),
     ("?", "This help"),
     ("ctrl+p", "Command palette: every action by name (\"Area: Action\")"),
     ("esc", "Back"),

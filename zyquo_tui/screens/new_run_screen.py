@@ -34,7 +34,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Select, Static
 from textual.worker import get_current_worker
 
-from ..core.datasets import DatasetInfo, DatasetReport, describe_dataset
+from ..core.datasets import DatasetInfo, DatasetReport, describe_dataset, training_refusal
 from ..core.errors import UserError
 from ..core.memory import (MemoryAdvisor, ModelFacts, Plan, TrainingConfig, Verdict)
 from ..core.mlx_config import dump_mlx_yaml, load_mlx_yaml, run_from_mlx_config, run_to_mlx_config
@@ -43,6 +43,7 @@ from ..core.presets import Preset, list_presets, load_preset, save_preset
 from ..core.paths import presets_dir
 from ..core.runs import Hyperparameters, Method, Run, RunState
 from ..formatting import basename, fmt_bytes
+from ..messages import SampleChanged
 from ..resources import styles_dir
 from ..widgets.hyperparameter_form import (FIELD_BY_KEY, FieldInput, HyperparameterForm,
                                            field_of)
@@ -213,6 +214,7 @@ class NewRunScreen(Screen):
         self.submitting = False
         self.method_note = ""
         self.ready = False  # models and datasets discovered
+        self.shown_before = False
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -268,6 +270,12 @@ class NewRunScreen(Screen):
 
     def on_screen_resume(self) -> None:
         self._fit_width()
+        if self.shown_before:  # back from the models screen, say: a folder may be new
+            self._rediscover()
+        self.shown_before = True
+
+    def on_sample_changed(self, message: SampleChanged) -> None:
+        self._rediscover()  # the sample model was just built (ctrl+p: Sample)
 
     def on_mount(self) -> None:
         for detail in self.query(".setup-detail"):
@@ -308,6 +316,10 @@ class NewRunScreen(Screen):
             return self.sources.models(), self.sources.datasets(self._extra_datasets()), None
         except Exception as error:  # discovery fails soft: empty lists and the reason
             return [], [], f"Looking for models and datasets failed: {error}"
+
+    def _rediscover(self) -> None:
+        self.run_worker(self._discover, thread=True, group="discover", exclusive=True,
+                        exit_on_error=False, name="discover models and datasets")
 
     def _discover(self) -> None:
         """Look again (a worker thread): a model added since the last look appears."""
@@ -353,6 +365,11 @@ class NewRunScreen(Screen):
             if self.unready_models:
                 hint += f" {self.unready_models} found need converting: see the Models screen."
             self._detail("model-facts", hint)
+        elif self.model_path is None and not self.facts_error:
+            self._detail("model-facts", "")  # a hint from an earlier, empty look
+            if self.ready and len(listed) == 1:  # the first model appeared: take it
+                self.choose_model(str(listed[0].path))
+                self.recompute()
 
     def _apply_start(self) -> None:
         """Fill the form from what the screen was opened with (once, after the lists)."""
@@ -486,7 +503,11 @@ class NewRunScreen(Screen):
         if report is None:
             self._detail("dataset-summary", f"✗ cannot check {path}: {error}")
         else:
-            self._detail("dataset-summary", dataset_summary(report))
+            summary = dataset_summary(report)
+            refusal = training_refusal(report.format)
+            if refusal:
+                summary.append(f"\n✗ {refusal}.", style="bold red")
+            self._detail("dataset-summary", summary)
             self._detail("dataset-problems", dataset_problems(
                 report, more_hint=" (the Datasets screen lists them all)")
                 if report.problems else "")
@@ -539,13 +560,19 @@ class NewRunScreen(Screen):
         with self.prevent(Input.Changed):
             field.value = self._auto_name()
 
+    @property
+    def data_trainable(self) -> bool:
+        """The chosen dataset is checked, has no errors, and is of a format mlx-lm trains."""
+        report = self.report
+        return report is not None and report.ok and not training_refusal(report.format)
+
     # -- token lengths (worker thread) ----------------------------------------------------------
 
     def _start_lengths(self) -> None:
         """Count the dataset's rows in tokens with the model's tokenizer: batches are as wide
         as their longest row, so this, not max_seq_length, decides the verdict."""
-        if not (self.model_path and self.data_path and self.report is not None
-                and self.report.ok and self.facts is not None):
+        if not (self.model_path and self.data_path and self.facts is not None
+                and self.data_trainable):
             return
         key = (self.model_path, self.data_path)
         if key == self.lengths_key:
@@ -781,6 +808,9 @@ class NewRunScreen(Screen):
                 count = self.report.errors
                 return (f"The dataset has {count} error{'s' if count != 1 else ''}, which "
                         f"would stop the run; fix them first.{where}"), "dataset"
+            refusal = training_refusal(self.report.format)
+            if refusal:
+                return f"{basename(self.data_path)}: {refusal}.", "dataset"
         if self.field_errors:
             key, sentence = next(iter(self.field_errors.items()))
             return sentence, key
@@ -922,7 +952,7 @@ class NewRunScreen(Screen):
 
     def _measure(self, plan: Plan) -> None:
         model, facts, config = self.model_path, self.facts, plan.estimate.config
-        data = self.data_path if self.report is not None and self.report.ok else None
+        data = self.data_path if self.data_trainable else None
         hp, extra = self.hp, dict(self.extra_config)
         estimate = plan.estimate
         self.measure_state = MeasureState(running=True, estimate_bytes=estimate.total_bytes)

@@ -81,7 +81,7 @@ def check_dataset(run: Run):
     The same checks as `zyquo-tui data check` (core/datasets.py), so a bad row fails the run in
     a second, at its file:line, instead of mid-training.
     """
-    from ..core.datasets import ERROR, validate_dataset
+    from ..core.datasets import ERROR, training_refusal, validate_dataset
 
     folder = Path(run.data)
     if not folder.is_dir():
@@ -94,6 +94,10 @@ def check_dataset(run: Run):
         raise fail("data", f"{errors[0]}{extra}.",
                    f"fix the dataset (`zyquo-tui data check {folder}` lists every problem "
                    "with file:line)")
+    refusal = training_refusal(report.format)
+    if refusal:
+        raise fail("data", f"{folder / 'train.jsonl'}: {refusal}.",
+                   "pick a dataset of another format")
     return [p for p in report.problems if p.severity != ERROR]
 
 

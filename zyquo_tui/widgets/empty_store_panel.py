@@ -33,7 +33,8 @@ class EmptyStorePanel(Static):
             lines.append("Press [b]b[/b] to build the sample model (a tiny model made offline "
                          "in about 10 s), then [b]t[/b] to train on it.")
         lines += ["",
-                  "Your own runs: `zyquo-tui runs new --model PATH --data PATH`, then "
-                  "`zyquo-tui runs start ID`; they appear here.",
+                  "Your own runs: press [b]n[/b] to set one up with a memory verdict, "
+                  "[b]M[/b] and [b]D[/b] list the models and datasets found. Runs made "
+                  "with `zyquo-tui runs new` appear here too.",
                   "Press [b]?[/b] for every key, [b]ctrl+p[/b] for commands."]
         return "\n".join(lines)
