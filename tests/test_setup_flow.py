@@ -8,14 +8,16 @@ dataset's row lengths) so their verdicts do not depend on this machine.
 from __future__ import annotations
 
 import shutil
+import sys
 
+import psutil
 import pytest
 
 from conftest import SAMPLE_DATA
 from test_setup_helpers import (GIB, FixedSources, install_models, open_new_run, settle,
                                 type_into, until)
 from zyquo_tui.app import ZyquoApp
-from zyquo_tui.core.memory import Verdict
+from zyquo_tui.core.memory import Verdict, measure_peak
 from zyquo_tui.core.mlx_config import load_mlx_yaml, run_to_mlx_config
 from zyquo_tui.core.presets import list_presets, load_preset
 from zyquo_tui.core.runs import Hyperparameters, Method, Run, RunState
@@ -335,14 +337,16 @@ async def test_measure_runs_the_real_probe_and_shows_it_beside_the_estimate(mode
         screen.query_one("#setup-form").focus()
         await pilot.press("t")
         await until(pilot, lambda: screen.measure_state.running, "the measurement to start")
-        assert "Measuring" in shown(screen, "#memory-measure")
+        assert "Measuring" in screen.panel.measure_text
+        assert screen.panel.measure_text in shown(screen, "#memory-details")
         await type_into(pilot, screen, "iters", "50")  # the form answers meanwhile
         assert screen.form.values["iters"] == "50"
         await until(pilot, lambda: not screen.measure_state.running, "the measurement",
                     timeout=180)
         state = screen.measure_state
         assert state.error is None and state.measurement.peak_bytes > 0
-        line = shown(screen, "#memory-measure")
+        line = screen.panel.measure_text
+        assert line in shown(screen, "#memory-details")
         assert line.startswith("Measured ") and "estimated" in line
 
 
@@ -389,3 +393,47 @@ async def test_models_found_later_join_the_list_without_reopening_the_form(
         await pilot.press("escape")
         await until(pilot, lambda: len(screen.models) == 2, "the added folder's model")
         assert screen.model_path == str(isolated_home / "models" / "zyquo-tiny")
+
+
+def measuring_children() -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "zyquo_tui.trainer.measure" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+class SlowStartSources(FixedSources):
+    """Real measurements whose subprocess first sleeps a minute: long enough that only a
+    cancel can end it within the test."""
+
+    def __init__(self, home, python: str) -> None:
+        super().__init__(home, lengths=[60])
+        self.python = python
+
+    def measure(self, model, config, *, data, hyperparameters, extra_config, cancelled=None):
+        return measure_peak(model, config, data=data, hyperparameters=hyperparameters,
+                            extra_config=extra_config, cancelled=cancelled, python=self.python)
+
+
+async def test_leaving_the_form_stops_its_measurement(models, tmp_path):
+    """A measurement is a subprocess; closing the form while it runs kills it, instead of
+    leaving it to train on with nobody to read the result."""
+    slow_python = tmp_path / "slow-python"
+    slow_python.write_text(f"#!{sys.executable}\nimport os, sys, time\ntime.sleep(60)\n"
+                           f"os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])\n")
+    slow_python.chmod(0o755)
+    app = dashboard(lambda home: SlowStartSources(home, str(slow_python)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
+        await settle(pilot, screen)
+        screen.query_one("#setup-form").focus()
+        await pilot.press("t")
+        await until(pilot, lambda: measuring_children(), "the measuring subprocess")
+        child = measuring_children()[0]
+        await pilot.press("escape")
+        await until(pilot, lambda: not screen.is_attached, "the form to close")
+        await until(pilot, lambda: not child.is_running(), "the subprocess to end", timeout=20)

@@ -44,9 +44,9 @@ class FixedSources(SetupSources):
                                                 total_bytes=2 * self.budget),
                              history=MemoryHistory())
 
-    def token_lengths(self, model, data, extra_config, mask_prompt):
+    def token_lengths(self, model, data, extra_config, mask_prompt, cancelled=None):
         if self.count_rows:
-            return super().token_lengths(model, data, extra_config, mask_prompt)
+            return super().token_lengths(model, data, extra_config, mask_prompt, cancelled)
         if self.lengths is None:
             raise UserError("not counted in this test")
         return list(self.lengths)

@@ -45,13 +45,14 @@ import os
 import re
 import socket
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Iterable, Sequence
 
+from .child_process import run_child
 from .errors import EXIT_PROBLEMS, EXIT_USAGE, UserError
 from .memory_budget import CPU, GPU, MemoryBudget, machine_budget
 from .models import mlx_lm_supports, mlx_module_for, mlx_weight_files, quantization_of
@@ -1268,17 +1269,15 @@ class Measurement:
     longest_row_tokens: int | None = None
 
 
-def _subprocess_json(command: list[str], spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    try:
-        done = subprocess.run(command, input=json.dumps(spec), capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise UserError(f"The measurement took over {timeout:.0f} s and was stopped; measure a "
-                        "smaller config.", EXIT_PROBLEMS) from None
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+def _subprocess_json(command: list[str], spec: dict[str, Any], timeout: float,
+                     cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
+    returncode, stdout, stderr = run_child(command, input_text=json.dumps(spec),
+                                           timeout=timeout, cancelled=cancelled,
+                                           timeout_hint="measure a smaller config")
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
     if not lines:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"The measurement failed (exit status {done.returncode}): {last}",
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"The measurement failed (exit status {returncode}): {last}",
                         EXIT_PROBLEMS)
     result = json.loads(lines[-1])
     if "error" in result:
@@ -1289,12 +1288,14 @@ def _subprocess_json(command: list[str], spec: dict[str, Any], timeout: float) -
 def measure_peak(model_path: str, config: TrainingConfig, *, data: str | None = None,
                  hyperparameters: Hyperparameters | None = None,
                  extra_config: dict[str, Any] | None = None, steps: int = 3,
-                 timeout: float = 3600.0, python: str | None = None) -> Measurement:
+                 timeout: float = 3600.0, python: str | None = None,
+                 cancelled: Callable[[], bool] | None = None) -> Measurement:
     """Train `steps` real steps of the config in a subprocess (trainer/measure.py).
 
     With `data`, on the dataset's longest rows (its worst batch); without, on rows of
     batch_width random tokens. `hyperparameters` gives the settings the config does not hold
-    (optimizer_config, LoRA scale...). Blocks until done: call it from a worker thread.
+    (optimizer_config, LoRA scale...). Blocks until done: call it from a worker thread;
+    `cancelled()` turning true kills the subprocess (ChildCancelled).
     """
     spec: dict[str, Any] = {
         "model": model_path,
@@ -1308,7 +1309,7 @@ def measure_peak(model_path: str, config: TrainingConfig, *, data: str | None = 
     else:
         spec["synthetic_tokens"] = config.batch_width
     result = _subprocess_json([python or sys.executable, "-m", "zyquo_tui.trainer.measure", "-"],
-                              spec, timeout)
+                              spec, timeout, cancelled)
     device = GPU if "gpu" in str(result.get("device", "")).lower() else CPU
     return Measurement(peak_bytes=int(result["peak_memory_bytes"]),
                        batch_width=int(result["batch_width"]),
@@ -1318,7 +1319,8 @@ def measure_peak(model_path: str, config: TrainingConfig, *, data: str | None = 
 
 def dataset_token_lengths(model_path: str, data: str, *, extra_config: dict[str, Any] | None = None,
                           mask_prompt: bool = False, timeout: float = 900.0,
-                          python: str | None = None) -> list[int]:
+                          python: str | None = None,
+                          cancelled: Callable[[], bool] | None = None) -> list[int]:
     """Every train row's token count, tokenized as training will (a subprocess).
 
     core.token_stats reports summaries (min, median, p95, max); the suggestions need each
@@ -1328,5 +1330,5 @@ def dataset_token_lengths(model_path: str, data: str, *, extra_config: dict[str,
             "hyperparameters": {"mask_prompt": mask_prompt, "batch_size": 1},
             "extra_config": extra_config or {}}
     result = _subprocess_json([python or sys.executable, "-m", "zyquo_tui.trainer.measure", "-"],
-                              spec, timeout)
+                              spec, timeout, cancelled)
     return [int(n) for n in result["lengths"]]

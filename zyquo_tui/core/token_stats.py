@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .child_process import run_child
 from .errors import EXIT_PROBLEMS, EXIT_USAGE, UserError
 
 DEFAULT_MAX_SEQ_LENGTH = 2048  # mlx-lm's default
@@ -163,7 +162,9 @@ def measure_tokens_many(datasets: Sequence[Path | str], model: Path | str,
                "--preview-line", str(preview_line)]
     for data in datasets:
         command += ["--data", str(data)]
-    returncode, stdout, stderr = _run(command, timeout, cancelled)
+    returncode, stdout, stderr = run_child(command, timeout=timeout, cancelled=cancelled,
+                                           what="Counting tokens",
+                                           timeout_hint="try a smaller dataset")
     lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     if len(lines) == 1 and lines[0].get("fatal"):
         fatal = lines[0]
@@ -180,26 +181,3 @@ def measure_tokens_many(datasets: Sequence[Path | str], model: Path | str,
         else:
             results.append(TokenStats.from_json(data))
     return results
-
-
-def _run(command: list[str], timeout: float,
-         cancelled: Callable[[], bool] | None) -> tuple[int, str, str]:
-    # stdin from /dev/null: a child that inherits the terminal fights Textual for keystrokes.
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            try:
-                stdout, stderr = process.communicate(timeout=0.1)
-                return process.returncode, stdout, stderr
-            except subprocess.TimeoutExpired:
-                if cancelled is not None and cancelled():
-                    raise UserError("Token statistics were cancelled.", EXIT_PROBLEMS) from None
-                if time.monotonic() > deadline:
-                    raise UserError(f"Token statistics took over {timeout:.0f} s and were "
-                                    "stopped; try a smaller dataset.", EXIT_PROBLEMS) from None
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()

@@ -48,6 +48,7 @@ from ..resources import styles_dir
 from ..widgets.hyperparameter_form import (FIELD_BY_KEY, FieldInput, HyperparameterForm,
                                            field_of)
 from ..widgets.memory_panel import MeasureState, MemoryPanel
+from ..widgets.labeled_line import LabeledLine
 from ..widgets.method_picker import MethodPicker
 from ..widgets.static_update import PanelText, update_static
 from ..widgets.title_bar import TitleBar
@@ -224,21 +225,17 @@ class NewRunScreen(Screen):
         with Horizontal(id="setup-body"):
             with VerticalScroll(id="setup-form"):
                 yield Static("Run", classes="form-heading")
-                with Horizontal(classes="setup-line"):
-                    yield Static("Name", classes="field-label")
+                with LabeledLine("Name", classes="setup-line"):
                     yield FieldInput(placeholder="model and method", compact=True,
                                      id="run-name", select_on_focus=False)
-                with Horizontal(classes="setup-line"):
-                    yield Static("Model", classes="field-label")
+                with LabeledLine("Model", classes="setup-line"):
                     yield Select([], prompt="looking for models…", compact=True, id="model")
                 yield PanelText("", id="model-facts", classes="setup-detail", markup=False)
-                with Horizontal(classes="setup-line"):
-                    yield Static("Dataset", classes="field-label")
+                with LabeledLine("Dataset", classes="setup-line"):
                     yield Select([], prompt="looking for datasets…", compact=True, id="dataset")
                 yield PanelText("", id="dataset-summary", classes="setup-detail", markup=False)
                 yield PanelText("", id="dataset-problems", classes="setup-detail", markup=False)
-                with Horizontal(classes="setup-line"):
-                    yield Static("Method", classes="field-label")
+                with LabeledLine("Method", classes="setup-line"):
                     yield MethodPicker(id="method")
                 yield PanelText("", id="method-note", classes="setup-detail", markup=False)
                 yield HyperparameterForm(id="hp", on_edit=self.hyperparameters_edited)
@@ -585,11 +582,13 @@ class NewRunScreen(Screen):
         mask = bool(self.form.values.get("mask_prompt"))
 
         def count() -> None:
+            worker = get_current_worker()
             try:
-                lengths, error = self.sources.token_lengths(model, data, extra, mask), None
+                lengths, error = self.sources.token_lengths(
+                    model, data, extra, mask, cancelled=lambda: worker.is_cancelled), None
             except Exception as problem:  # the verdict falls back to max_seq_length
                 lengths, error = None, getattr(problem, "message", str(problem))
-            if not get_current_worker().is_cancelled:
+            if not worker.is_cancelled:
                 self.app.call_from_thread(self._lengths_counted, key, lengths, error)
         self.run_worker(count, thread=True, group="lengths", exclusive=True,
                         exit_on_error=False, name="count tokens")
@@ -960,9 +959,12 @@ class NewRunScreen(Screen):
         advisor = self.advisor
 
         def measure() -> None:
+            # Leaving the screen cancels this worker, and that stops the measuring subprocess.
+            worker = get_current_worker()
             try:
                 measured = self.sources.measure(model, config, data=data, hyperparameters=hp,
-                                                extra_config=extra)
+                                                extra_config=extra,
+                                                cancelled=lambda: worker.is_cancelled)
             except Exception as error:
                 state = MeasureState(error=getattr(error, "message", str(error)))
             else:
@@ -971,7 +973,8 @@ class NewRunScreen(Screen):
                     advisor.record_measurement(facts, estimate, measured.peak_bytes)
                 except OSError:
                     pass  # an unwritable history costs future corrections only
-            self.app.call_from_thread(self._measured, state, config)
+            if not worker.is_cancelled:
+                self.app.call_from_thread(self._measured, state, config)
         self.run_worker(measure, thread=True, group="measure", exit_on_error=False,
                         name="measure the peak")
 

@@ -138,9 +138,11 @@ class SetupSources:
     # -- tokens ---------------------------------------------------------------------------------
 
     def token_lengths(self, model: str, data: str, extra_config: dict[str, Any],
-                      mask_prompt: bool) -> list[int]:
+                      mask_prompt: bool, cancelled: Callable[[], bool] | None = None
+                      ) -> list[int]:
         """Every train row's token count under the model's tokenizer (a subprocess, seconds;
-        remembered for the session while the dataset's files are unchanged)."""
+        remembered for the session while the dataset's files are unchanged). `cancelled()`
+        turning true stops the subprocess."""
         key = (model, data, mask_prompt, repr(sorted(extra_config.items())),
                _files_stamp(Path(data)))
         with self._lock:
@@ -148,7 +150,7 @@ class SetupSources:
         if known is not None:
             return list(known)
         lengths = dataset_token_lengths(model, data, extra_config=extra_config,
-                                        mask_prompt=mask_prompt)
+                                        mask_prompt=mask_prompt, cancelled=cancelled)
         with self._lock:
             self._lengths[key] = list(lengths)
         return lengths
@@ -173,9 +175,10 @@ class SetupSources:
         return advisor
 
     def measure(self, model: str, config: TrainingConfig, *, data: str | None,
-                hyperparameters: Hyperparameters, extra_config: dict[str, Any]) -> Measurement:
+                hyperparameters: Hyperparameters, extra_config: dict[str, Any],
+                cancelled: Callable[[], bool] | None = None) -> Measurement:
         return measure_peak(model, config, data=data, hyperparameters=hyperparameters,
-                            extra_config=extra_config)
+                            extra_config=extra_config, cancelled=cancelled)
 
     # -- the machine ----------------------------------------------------------------------------
 

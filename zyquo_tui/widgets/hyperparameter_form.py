@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -286,25 +287,31 @@ class ProblemLine(PanelText):
 
 
 class FieldRow(OneLayoutPass, Widget):
-    """A label, the control, its help, and (when wrong) the reason under them: a grid of
-    three columns, the reason spanning them on a second row."""
+    """A label, the control, its help, and (when wrong) the reason under them.
 
+    The row draws its label and help itself, under its children: a Static for each would
+    double the widgets of the form, and every widget costs time in each layout pass and
+    each frame while the user types. Its children are the control (after the label's
+    columns) and the reason, hidden until there is one.
+    """
+
+    COMPONENT_CLASSES = {"field-row--label", "field-row--help"}
     DEFAULT_CSS = """
-    FieldRow { layout: grid; grid-size: 3; grid-columns: 17 18 1fr; grid-rows: 1 auto;
-               height: auto; }
-    FieldRow > .field-label { color: $text; }
-    FieldRow > Select.field-control { width: 100%; }
-    FieldRow > Checkbox.field-control { width: 100%; }
+    FieldRow { layout: vertical; height: auto; }
+    FieldRow > .field-control { margin-left: 17; width: 18; }
     /* Fixed sizes: an Input with an auto dimension asks for a layout pass at every key. */
-    FieldRow > Input.field-control { width: 100%; height: 1; }
+    FieldRow > Input.field-control { height: 1; }
     FieldRow > Input.field-control.-invalid-value { color: $text-error; text-style: bold; }
-    FieldRow > .field-help { color: $text-muted; padding-left: 1; height: 1;
-                             text-wrap: nowrap; text-overflow: ellipsis; }
-    FieldRow > .field-problem { display: none; column-span: 3; color: $text-error;
-                                padding-left: 17; height: auto; }
+    FieldRow > .field-problem { display: none; color: $text-error; padding-left: 17;
+                                height: auto; }
     FieldRow > .field-problem.-warning { color: $text-warning; }
     FieldRow.-shown-problem > .field-problem { display: block; }
+    FieldRow > .field-row--label { color: $text; }
+    FieldRow > .field-row--help { color: $text-muted; }
     """
+    # The help shows right of the control only where this many columns are left for it;
+    # on a narrow screen the form's owner shows the focused field's help elsewhere.
+    MIN_HELP_COLUMNS = 24
 
     def __init__(self, spec: FieldSpec, control: Widget, help_text: str,
                  problem: tuple[str, bool] | None = None) -> None:
@@ -316,13 +323,25 @@ class FieldRow(OneLayoutPass, Widget):
         self._wanted = problem
 
     def compose(self) -> ComposeResult:
-        yield Static(self.spec.label, classes="field-label", markup=False)
         yield self.control
-        yield Static(self.help_text, classes="field-help", markup=False,
-                     id=f"help-{self.spec.key}")
         # Hidden until needed; mounting it then would cost a key press two more frames.
         yield ProblemLine("", classes="field-problem", markup=False,
                           id=f"problem-{self.spec.key}")
+
+    def render(self) -> Text:
+        """The label, and right of the control its help (cut to the width left)."""
+        width = self.size.width
+        label_width = self.control.styles.margin.left
+        line = Text(self.spec.label[:label_width].ljust(label_width),
+                    style=self.get_component_rich_style("field-row--label"), no_wrap=True)
+        help_at = label_width + self.control.outer_size.width
+        room = width - help_at - 1
+        if room >= self.MIN_HELP_COLUMNS:
+            help_text = self.help_text if len(self.help_text) <= room else \
+                self.help_text[:room - 1] + "…"
+            line.append(" " * (help_at + 1 - len(line)))
+            line.append(help_text, style=self.get_component_rich_style("field-row--help"))
+        return line
 
     def on_mount(self) -> None:
         if self._wanted:
@@ -330,8 +349,7 @@ class FieldRow(OneLayoutPass, Widget):
 
     def set_help(self, text: str) -> None:
         self.help_text = text
-        if self.is_mounted:
-            self.query_one(".field-help", Static).update(text, layout=False)
+        self.refresh()
 
     def show_problem(self, sentence: str | None, warning: bool = False) -> None:
         """Mark the field (or clear the mark): `sentence` is the reason, shown under it."""

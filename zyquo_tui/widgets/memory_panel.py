@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -44,6 +45,7 @@ class MeasureState:
 class MemoryPanel(VerticalScroll):
     """The verdict panel of the new-run screen (see the module docstring)."""
 
+    COMPONENT_CLASSES = {"memory-panel--muted"}
     DEFAULT_CSS = """
     MemoryPanel { height: 1fr; padding: 0 1; border-left: vkey $panel-lighten-2;
                   scrollbar-size-vertical: 1; scrollbar-gutter: stable; }
@@ -53,31 +55,30 @@ class MemoryPanel(VerticalScroll):
     MemoryPanel > #memory-title.verdict-tight { color: $text-warning; }
     MemoryPanel > #memory-title.verdict-wont-fit { color: $text-error; }
     MemoryPanel > BreakdownBar { margin: 0 0 0 0; }
-    MemoryPanel > #memory-reason { color: $text-muted; }
-    MemoryPanel > #memory-suggestions { margin-top: 1; }
-    MemoryPanel > #memory-measure { margin-top: 1; }
-    MemoryPanel > #memory-notes { margin-top: 1; color: $text-muted; }
+    MemoryPanel > .memory-panel--muted { color: $text-muted; }
     """
 
+    measure_text = ""  # the measure line shown now (empty: none)
     can_focus = True  # tab reaches it, so the keys scroll it when it is taller than the screen
 
     def compose(self) -> ComposeResult:
+        # Few widgets: each one costs time in every frame and layout pass while the user
+        # types, so all that follows the bars is one text (see `_details`).
         yield PanelText("Memory", id="memory-title", markup=False)
         yield PanelText("", id="memory-figures", markup=False)
         yield BudgetBar(id="memory-budget-bar")
         yield BreakdownBar(id="memory-bar")
-        yield PanelText("", id="memory-legend", markup=False)
-        yield PanelText("", id="memory-rows", markup=False)
-        yield PanelText("", id="memory-reason", markup=False)
-        yield PanelText("", id="memory-suggestions", markup=False)
-        yield PanelText("", id="memory-measure", markup=False)
-        yield PanelText("", id="memory-notes", markup=False)
+        yield PanelText("", id="memory-details", markup=False)
 
     def _static(self, name: str) -> Static:
         return self.query_one(f"#memory-{name}", Static)
 
     def _set(self, name: str, content: str | Text) -> None:
         update_static(self._static(name), content)
+
+    @property
+    def _muted(self) -> Style:
+        return self.get_component_rich_style("memory-panel--muted")
 
     def show_message(self, title: str, message: str = "") -> None:
         """No verdict to show: say why (no model yet, fields to fix, budget being read)."""
@@ -86,9 +87,9 @@ class MemoryPanel(VerticalScroll):
         header.remove_class(*(look for _, look in VERDICT_LOOK.values()))
         self.query_one(BreakdownBar).display = False
         self.query_one(BudgetBar).display = False
-        for name in ("figures", "legend", "rows", "suggestions", "notes"):
-            self._set(name, "")
-        self._set("reason", message)
+        self._set("figures", "")
+        self._set("details", Text(message, style=self._muted))
+        self.measure_text = ""
 
     def show_plan(self, plan: Plan, *, rows_line: str, suggestion_keys: list[str],
                   applicable: list[bool], measure: MeasureState) -> None:
@@ -113,14 +114,30 @@ class MemoryPanel(VerticalScroll):
         bar.display = True
         bar.show(estimate.breakdown)
         inner = self.scrollable_content_region.width
-        self._set("legend", legend(estimate.breakdown, inner if inner > 10 else 26))
-        self._set("rows", rows_line)
+        self.measure_text = measure_line(measure)
         # The figures say "fits" and "won't fit"; "tight" needs its reason (which limit).
-        self._set("reason", assessment.reason if assessment.verdict is Verdict.TIGHT else "")
-        self._set("suggestions", self._suggestions(plan, suggestion_keys, applicable))
-        self._set("measure", measure_line(measure))
+        reason = assessment.reason if assessment.verdict is Verdict.TIGHT else ""
         notes = [n for n in estimate.notes if not n.startswith(_ROWS_NOTE)]
-        self._set("notes", "\n".join(f"· {note}" for note in notes[:3]))
+        self._set("details", self._details(
+            legend(estimate.breakdown, inner if inner > 10 else 26), rows_line, reason,
+            self._suggestions(plan, suggestion_keys, applicable), self.measure_text,
+            "\n".join(f"· {note}" for note in notes[:3])))
+
+    def _details(self, legend_text: Text, rows_line: str, reason: str, suggestions: Text,
+                 measure: str, notes: str) -> Text:
+        """The legend, the rows line, the reason, then the suggestions, the measurement and
+        the notes, each after a blank line; empty parts take no room."""
+        muted = self._muted
+        text = Text()
+        for part, gap in ((legend_text, False), (Text(rows_line), False),
+                          (Text(reason, style=muted), False), (suggestions, True),
+                          (Text(measure), True), (Text(notes, style=muted), True)):
+            if not part.plain:
+                continue
+            if text.plain:
+                text.append("\n\n" if gap else "\n")
+            text.append_text(part)
+        return text
 
     @staticmethod
     def _suggestions(plan: Plan, keys: list[str], applicable: list[bool]) -> Text:
