@@ -132,3 +132,12 @@ def zyquo_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """The real `zyquo-tui` command line, as a subprocess."""
     return subprocess.run([sys.executable, "-m", "zyquo_tui", *args], capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def models(isolated_home, sample_models):
+    """The sample models copied into the test's $ZYQUO_HOME/models, where discovery finds
+    them (the setup screens' tests)."""
+    from test_setup_helpers import install_models
+
+    return install_models(isolated_home, sample_models)

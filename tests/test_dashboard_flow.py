@@ -122,3 +122,7 @@ async def test_first_launch_builds_and_trains_the_sample():
                          "the completion notification")
         run = service.run(run_id)
         assert run.name == "sample completions" and run.hyperparameters.iters == 60
+        # The notification counts the trainer's steps, even if the feed is still behind.
+        said = [n.message for n in app._notifications if "completed" in n.message]
+        assert said and said[-1].startswith("sample completions completed 60 steps; best "
+                                            "validation loss"), said

@@ -11,18 +11,16 @@ import shutil
 import sys
 
 import psutil
-import pytest
 
 from conftest import SAMPLE_DATA
 from test_setup_helpers import (GIB, FixedSources, install_models, open_new_run, settle,
                                 type_into, until)
-from zyquo_tui.app import ZyquoApp
+from test_setup_helpers import setup_dashboard as dashboard
 from zyquo_tui.core.memory import Verdict, measure_peak
 from zyquo_tui.core.mlx_config import load_mlx_yaml, run_to_mlx_config
 from zyquo_tui.core.presets import list_presets, load_preset
 from zyquo_tui.core.runs import Hyperparameters, Method, Run, RunState
 from zyquo_tui.core.store import RunStore
-from zyquo_tui.notify import NotificationSettings
 from zyquo_tui.screens.confirm_screen import ConfirmScreen
 from zyquo_tui.messages import SampleChanged
 from zyquo_tui.screens.live_metrics_screen import LiveMetricsScreen
@@ -32,20 +30,7 @@ from zyquo_tui.screens.preset_picker_screen import PresetPickerScreen
 from zyquo_tui.screens.text_prompt_screen import TextPromptScreen
 from zyquo_tui.widgets.method_picker import MethodPicker
 
-QUIET = NotificationSettings(desktop="off", bell=False)
 COMPLETIONS = str(SAMPLE_DATA / "completions")
-
-
-@pytest.fixture
-def models(isolated_home, sample_models):
-    return install_models(isolated_home, sample_models)
-
-
-def dashboard(sources_factory=None) -> ZyquoApp:
-    app = ZyquoApp(notifications=QUIET, poll_interval=0.3)
-    if sources_factory is not None:
-        app.setup_sources = sources_factory(app.store.home)
-    return app
 
 
 def shown(screen, selector: str) -> str:

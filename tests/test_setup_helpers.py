@@ -11,10 +11,22 @@ from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.machine import GpuUse
 from zyquo_tui.core.memory import MemoryAdvisor, MemoryHistory
 from zyquo_tui.core.memory_budget import MemoryBudget
+from zyquo_tui.notify import NotificationSettings
 from zyquo_tui.screens.new_run_screen import NewRunScreen
 from zyquo_tui.screens.setup_sources import MachineReading, SetupSources, TrainerUse
 
 GIB = 1 << 30
+QUIET = NotificationSettings(desktop="off", bell=False)
+
+
+def setup_dashboard(sources_factory=None):
+    """The real App, quiet, polling fast; `sources_factory(home)` replaces its SetupSources."""
+    from zyquo_tui.app import ZyquoApp
+
+    app = ZyquoApp(notifications=QUIET, poll_interval=0.3)
+    if sources_factory is not None:
+        app.setup_sources = sources_factory(app.store.home)
+    return app
 
 
 def install_models(home: Path, sample_models: dict[str, Path]) -> dict[str, Path]:

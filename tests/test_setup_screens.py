@@ -9,17 +9,15 @@ import threading
 import time
 
 import psutil
-import pytest
 from rich.console import Console
 
 from conftest import SAMPLE_DATA
 from test_setup_helpers import FixedSources, install_models, until
-from zyquo_tui.app import ZyquoApp
+from test_setup_helpers import setup_dashboard as dashboard
 from zyquo_tui.core.liveness import identity
 from zyquo_tui.core.runs import Run, RunState
 from zyquo_tui.core.settings import Settings
 from zyquo_tui.core.token_stats import TokenStats
-from zyquo_tui.notify import NotificationSettings
 from zyquo_tui.screens.datasets_screen import DatasetsScreen
 from zyquo_tui.screens.machine_screen import MachineScreen
 from zyquo_tui.screens.models_screen import ModelsScreen
@@ -27,19 +25,6 @@ from zyquo_tui.screens.new_run_screen import NewRunScreen
 from zyquo_tui.screens.setup_sources import SetupSources, trainer_use
 from zyquo_tui.screens.text_prompt_screen import TextPromptScreen
 
-QUIET = NotificationSettings(desktop="off", bell=False)
-
-
-@pytest.fixture
-def models(isolated_home, sample_models):
-    return install_models(isolated_home, sample_models)
-
-
-def dashboard(sources=None) -> ZyquoApp:
-    app = ZyquoApp(notifications=QUIET, poll_interval=0.3)
-    if sources is not None:
-        app.setup_sources = sources(app.store.home)
-    return app
 
 
 def text_of(screen, selector: str) -> str:

@@ -140,11 +140,15 @@ class ZyquoApp(App[None]):
         failed = run.state in (RunState.FAILED, RunState.INTERRUPTED)
         feed = self.service.feed(run.id)
         summary = run.summary or {}
-        step = feed.metrics.step if feed is not None and feed.loaded else summary.get("step")
+        # The summary is the trainer's own last word; the feed may not have caught up yet.
+        loaded = feed is not None and feed.loaded
+        step = summary.get("step")
+        if step is None and loaded:
+            step = feed.metrics.step
         at = f" at step {step}" if step is not None else ""
         if run.state is RunState.COMPLETED:
             best = summary.get("best_val_loss")
-            if feed is not None and feed.loaded and feed.metrics.best_val() is not None:
+            if best is None and loaded and feed.metrics.best_val() is not None:
                 best = feed.metrics.best_val()[1]
             body = f"{run.name} completed" + (f" {step} steps" if step is not None else "") + (
                 f"; best validation loss {best:.4f}." if best is not None else ".")

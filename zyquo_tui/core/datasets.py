@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from ..resources import sample_data_dir
 from .errors import EXIT_PROBLEMS, UserError
+from .folder_search import find_folders
 from .paths import zyquo_home
 
 ERROR = "error"
@@ -884,21 +885,5 @@ def discover_datasets(home: Path | None = None,
 
 
 def _dataset_folders(root: Path, max_depth: int = 2) -> list[tuple[Path, str]]:
-    if (root / "train.jsonl").is_file():
-        return [(root, root.name)]
-    found = []
-    pending = [(root, 0)]
-    while pending:
-        folder, depth = pending.pop()
-        try:
-            children = sorted(p for p in folder.iterdir() if p.is_dir())
-        except OSError:
-            continue
-        for child in children:
-            if child.name.startswith((".", "__")):
-                continue
-            if (child / "train.jsonl").is_file():
-                found.append((child, child.relative_to(root).as_posix()))
-            elif depth + 1 < max_depth:
-                pending.append((child, depth + 1))
+    found = find_folders(root, lambda folder: (folder / "train.jsonl").is_file(), max_depth)
     return sorted(found, key=lambda item: item[1])

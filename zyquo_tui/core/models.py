@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .folder_search import find_folders, resolved
 from .paths import models_dir, zyquo_home
 from .safetensors_header import SafetensorsHeaderError, TensorTable, read_headers
 from .settings import Settings
@@ -426,7 +427,7 @@ def discover_models(home: Path | None = None) -> list[ModelInfo]:
                 (folder, name, None) for folder, name in _model_folders(root.path)
             ]
         for folder, name, repo in candidates:
-            key = _resolved(folder)
+            key = resolved(folder)
             if key not in found:
                 found[key] = inspect_model(folder, name=name, source=root.source, hub_repo=repo)
     return sorted(found.values(), key=lambda m: (m.name.lower(), str(m.path)))
@@ -441,13 +442,6 @@ def find_model(name_or_path: str, home: Path | None = None) -> ModelInfo | None:
         if model.name == name_or_path:
             return model
     return None
-
-
-def _resolved(path: Path) -> Path:
-    try:
-        return path.resolve()
-    except OSError:
-        return path.absolute()
 
 
 def _looks_like_model(folder: Path) -> bool:
@@ -466,26 +460,7 @@ def _model_folders(root: Path) -> list[tuple[Path, str]]:
     """Model folders at or below `root`, named by their path relative to it."""
     if not root.is_dir():
         return []
-    if _looks_like_model(root):
-        return [(root, root.name)]
-    found: list[tuple[Path, str]] = []
-    seen: set[Path] = set()
-    pending = [(root, 0)]
-    while pending:
-        folder, depth = pending.pop()
-        try:
-            children = sorted(p for p in folder.iterdir() if p.is_dir())
-        except OSError:
-            continue
-        for child in children:
-            if child.name.startswith(".") or _resolved(child) in seen:
-                continue
-            seen.add(_resolved(child))
-            if _looks_like_model(child):
-                found.append((child, child.relative_to(root).as_posix()))
-            elif depth + 1 < MAX_SEARCH_DEPTH:
-                pending.append((child, depth + 1))
-    return found
+    return find_folders(root, _looks_like_model, MAX_SEARCH_DEPTH)
 
 
 def _hub_cache_models(cache: Path) -> list[tuple[Path, str, str]]:

@@ -110,7 +110,8 @@ def _problem_where(problem) -> str:
 
 
 def dataset_summary(report: DatasetReport) -> Text:
-    """`chat · train 225 · valid 40 · test 40 rows · ✓ valid` (or its errors)."""
+    """`chat · train 225 · valid 40 · test 40 rows · ✓ valid` (or its errors), and why
+    training refuses rows of its format, if it does."""
     text = Text(report.format or "unknown format")
     rows = report.rows
     if rows:
@@ -124,6 +125,9 @@ def dataset_summary(report: DatasetReport) -> Text:
     if report.warnings:
         text.append(f" · {report.warnings} warning{'s' if report.warnings != 1 else ''}",
                     style="yellow")
+    refusal = training_refusal(report.format)
+    if refusal:
+        text.append(f"\n✗ {refusal}.", style="bold red")
     return text
 
 
@@ -500,11 +504,7 @@ class NewRunScreen(Screen):
         if report is None:
             self._detail("dataset-summary", f"✗ cannot check {path}: {error}")
         else:
-            summary = dataset_summary(report)
-            refusal = training_refusal(report.format)
-            if refusal:
-                summary.append(f"\n✗ {refusal}.", style="bold red")
-            self._detail("dataset-summary", summary)
+            self._detail("dataset-summary", dataset_summary(report))
             self._detail("dataset-problems", dataset_problems(
                 report, more_hint=" (the Datasets screen lists them all)")
                 if report.problems else "")
