@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -141,3 +142,12 @@ def models(isolated_home, sample_models):
     from test_setup_helpers import install_models
 
     return install_models(isolated_home, sample_models)
+
+
+@pytest.fixture
+def fixed_paths_turn():
+    """Snapshot tests draw a store at a fixed path in /tmp (the path is on screen). Two test
+    runs at once on one machine take turns at it, instead of clearing each other's files."""
+    with open("/tmp/zyquo-tui-snapshots.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield

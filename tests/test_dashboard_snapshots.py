@@ -30,7 +30,7 @@ CANCELLED = "20251129-081000-000-a7b8"
 
 
 @pytest.fixture
-def fixed_world(monkeypatch):
+def fixed_world(monkeypatch, fixed_paths_turn):
     """UTC, colour on, and a fresh store at a fixed path; restored afterwards."""
     saved_tz = os.environ.get("TZ")
     os.environ["TZ"] = "UTC"

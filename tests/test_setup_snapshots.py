@@ -55,7 +55,7 @@ class SnapshotSources(FixedSources):
 
 
 @pytest.fixture
-def world(monkeypatch, sample_models):
+def world(monkeypatch, sample_models, fixed_paths_turn):
     """A store at a fixed path with the sample models and two datasets of its own; colour on;
     $HOME and the hub cache fixed (the models screen shows the folders it searched)."""
     shutil.rmtree(ROOT, ignore_errors=True)
