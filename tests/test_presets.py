@@ -17,10 +17,12 @@ def test_a_preset_saved_and_reloaded_is_equal(isolated_home):
                                           "keys": ["self_attn.q_proj"]},
                          lr_schedule={"name": "cosine_decay", "arguments": [2e-4, 123, 1e-7],
                                       "warmup": 10})
-    preset = Preset("long context", Method.DORA, hp, model="/m", data="/d")
+    preset = Preset("long context", Method.DORA, hp, model="/m", data="/d",
+                    extra_config={"prompt_feature": "question", "wandb": "my-project"})
     path = save_preset(preset)
     assert path == isolated_home / "presets" / "long context.toml"
     assert 'learning_rate = 0.0002' in path.read_text()
+    assert '[extra_config]' in path.read_text()
     assert load_preset("long context") == preset
     assert list_presets() == ["long context"]
     plain = Preset("plain")  # no lr_schedule (None) and no paths: TOML has no null

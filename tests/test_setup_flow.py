@@ -179,6 +179,7 @@ async def test_a_preset_saved_and_loaded_again_is_equal(models):
         await choose(pilot, "hp-schedule", "cosine_decay")
         await pilot.pause()
         await type_into(pilot, screen, "warmup", "5")
+        screen.extra_config = {"wandb": "my-project"}  # as an imported YAML leaves it
         await pilot.press("escape", "p")
         await until(pilot, lambda: isinstance(app.screen, TextPromptScreen), "the name prompt")
         await pilot.press("end", "ctrl+u", *"my preset", "enter")
@@ -200,6 +201,7 @@ async def test_a_preset_saved_and_loaded_again_is_equal(models):
         assert fresh.method is saved_method is Method.DORA
         assert fresh.hp == saved_hp
         assert fresh.model_path == str(models["zyquo-tiny"]) and fresh.data_path == COMPLETIONS
+        assert fresh.extra_config == {"wandb": "my-project"}
         preset = load_preset("my preset")
         assert preset.hyperparameters == saved_hp and preset.method is Method.DORA
 

@@ -1,7 +1,7 @@
 """Presets: a run's settings saved by name as TOML in $ZYQUO_HOME/presets/, to reuse later.
 
-A preset holds the method, the hyperparameters (mlx-lm names) and optionally the model and
-data. TOML has no null, so settings that are unset (an absent lr_schedule) are left out and
+A preset holds the method, the hyperparameters (mlx-lm names), optionally the model and
+data, and the mlx-lm config keys zyquo-tui has no field for (`extra_config`, kept as they are). TOML has no null, so settings that are unset (an absent lr_schedule) are left out and
 come back as their defaults.
 """
 
@@ -33,12 +33,14 @@ class Preset:
     hyperparameters: Hyperparameters = field(default_factory=Hyperparameters)
     model: str | None = None
     data: str | None = None
+    extra_config: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_run(cls, name: str, run: Run, *, with_paths: bool = True) -> "Preset":
         return cls(name=name, method=run.method, hyperparameters=run.hyperparameters,
                    model=run.model if with_paths else None,
-                   data=run.data if with_paths else None)
+                   data=run.data if with_paths else None,
+                   extra_config=dict(run.extra_config))
 
 
 def _drop_none(value: Any) -> Any:
@@ -65,6 +67,8 @@ def save_preset(preset: Preset, home: Path | None = None) -> Path:
     if preset.data:
         data["data"] = preset.data
     data["hyperparameters"] = _drop_none(preset.hyperparameters.to_dict())
+    if preset.extra_config:
+        data["extra_config"] = _drop_none(preset.extra_config)
     write_atomic(path, tomli_w.dumps(data))
     return path
 
@@ -87,7 +91,8 @@ def load_preset(name: str, home: Path | None = None) -> Preset:
                         "qlora or full.") from None
     return Preset(name=data.get("name", name), method=method,
                   hyperparameters=Hyperparameters.from_dict(data.get("hyperparameters", {})),
-                  model=data.get("model"), data=data.get("data"))
+                  model=data.get("model"), data=data.get("data"),
+                  extra_config=dict(data.get("extra_config") or {}))
 
 
 def list_presets(home: Path | None = None) -> list[str]:

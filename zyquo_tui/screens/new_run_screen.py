@@ -1018,7 +1018,7 @@ class NewRunScreen(Screen):
     def apply_preset(self, preset: Preset) -> None:
         self.apply_settings(model=preset.model or self.model_path,
                             data=preset.data or self.data_path, method=preset.method,
-                            hp=preset.hyperparameters, extra=self.extra_config)
+                            hp=preset.hyperparameters, extra=preset.extra_config)
 
     def action_export_yaml(self) -> None:
         blocked = self.blocker(need_data=False)
@@ -1089,7 +1089,8 @@ class NewRunScreen(Screen):
                 return
             preset = Preset(name=name, method=self.method,
                             hyperparameters=Hyperparameters.from_dict(self.hp.to_dict()),
-                            model=self.model_path, data=self.data_path)
+                            model=self.model_path, data=self.data_path,
+                            extra_config=dict(self.extra_config))
             try:
                 path = save_preset(preset, home)
             except UserError as error:
