@@ -25,6 +25,7 @@ from zyquo_tui.core.liveness import identity
 from zyquo_tui.core.metrics import RunMetrics, Series
 from zyquo_tui.core.runs import RunState
 from zyquo_tui.core.store import RunStore
+from zyquo_tui.messages import RunEnded
 from zyquo_tui.notify import (NotificationSettings, Notifier, desktop_protocol, osc_sequence,
                               post_webhook)
 from zyquo_tui.core.retention import RetentionPolicy, apply_retention, doomed, save_policy
@@ -380,6 +381,29 @@ async def test_a_run_ending_notifies_and_applies_retention(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+async def test_the_end_notice_counts_the_trainers_steps_when_the_feed_is_behind(tmp_path):
+    """The events shown reach step 200 of 400; the trainer's summary says 400 and its best
+    validation loss: the notice takes the summary, the trainer's own last word."""
+    store = RunStore(tmp_path / "home").ensure()
+    run_id = "20251129-100000-000-abcd"
+    make(store, run_id, "lagging", RunState.COMPLETED, iters=400,
+         summary={"step": 400, "best_val_loss": 1.2345, "best_val_step": 350})
+    write_events(store, run_id, training_events(400, 200, start=T0))
+    app = ZyquoApp(store, clock=lambda: NOW, notifications=QUIET, poll_interval=0.2)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await listed(pilot)
+        feed = app.service.open_feed(run_id)
+        deadline = time.monotonic() + 20
+        while not feed.loaded:
+            assert time.monotonic() < deadline, "the feed never loaded"
+            await pilot.pause(0.05)
+        assert feed.metrics.step == 200
+        app.on_run_ended(RunEnded(run_id, "completed"))
+        await pilot.pause()
+        messages = [n.message for n in app._notifications]
+        assert "lagging completed 400 steps; best validation loss 1.2345." in messages, messages
 
 
 # -- the dashboard never imports mlx --------------------------------------------------------------

@@ -206,6 +206,22 @@ async def test_a_bad_dataset_folder_lists_every_problem_with_file_and_line(model
         assert "wait until the errors above are fixed" in text_of(screen, "#tokens")
 
 
+async def test_the_datasets_screen_says_preference_rows_cannot_be_trained_here(models):
+    app = dashboard(FixedSources)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.push_screen(DatasetsScreen())
+        await until(pilot, lambda: app.screen.datasets, "the list")
+        screen = app.screen
+        names = [d.name for d in screen.datasets]
+        screen.query_one("DataTable").move_cursor(row=names.index("preference"))
+        await until(pilot, lambda: screen.report is not None
+                    and screen.report.format == "preference", "the report")
+        validation = text_of(screen, "#validation")
+        assert "✓ valid" in validation
+        assert "preference rows (prompt, chosen, rejected) are for preference training" \
+            in validation
+
+
 # -- the machine --------------------------------------------------------------------------------
 
 

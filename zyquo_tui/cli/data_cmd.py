@@ -4,8 +4,8 @@
     zyquo-tui data list [--json]
 
 `check` exits 0 when the data is valid (warnings allowed), 1 when it found problems or rows
-mlx-lm's LoRA trainer cannot train (preference rows), 2 for bad usage (a path or model that does not exist). JSON output is documented in
-docs/models-and-datasets.md (schema_version 1).
+mlx-lm's LoRA trainer cannot train (preference rows), 2 for bad usage (a path or model that
+does not exist). JSON output is documented in docs/models-and-datasets.md (schema_version 1).
 """
 
 from __future__ import annotations
@@ -87,8 +87,7 @@ def cmd_check(args) -> int:
         print_json(_check_json(report, args.batch_size, stats, skipped))
     else:
         _print_check(report, stats, skipped)
-    trainable = path.is_file() or not training_refusal(report.format)
-    return EXIT_OK if report.ok and trainable else EXIT_PROBLEMS
+    return EXIT_OK if report.ok and not training_refusal(report.format) else EXIT_PROBLEMS
 
 
 def _resolve_model(name_or_path: str) -> Path:

@@ -16,17 +16,13 @@ from .errors import EXIT_PROBLEMS, UserError
 POLL_SECONDS = 0.1
 
 
-class ChildCancelled(UserError):
-    """The caller cancelled the child; it was killed."""
-
-
 def run_child(command: list[str], *, input_text: str | None = None, timeout: float,
               cancelled: Callable[[], bool] | None = None, what: str = "The measurement",
               timeout_hint: str = "try something smaller") -> tuple[int, str, str]:
     """Run `command` to its end: (exit status, stdout, stderr).
 
-    Raises ChildCancelled when `cancelled()` turns true, and UserError past `timeout` seconds
-    (`what` and `timeout_hint` make its sentence); the child is killed either way.
+    Raises UserError when `cancelled()` turns true or past `timeout` seconds (`what` and
+    `timeout_hint` make its sentence); the child is killed either way.
     """
     # stdin is a pipe or /dev/null, never the terminal: a child that inherits it fights
     # Textual for keystrokes.
@@ -43,7 +39,7 @@ def run_child(command: list[str], *, input_text: str | None = None, timeout: flo
             except subprocess.TimeoutExpired:
                 pending = None
                 if cancelled is not None and cancelled():
-                    raise ChildCancelled(f"{what} was cancelled.", EXIT_PROBLEMS) from None
+                    raise UserError(f"{what} was cancelled.", EXIT_PROBLEMS) from None
                 if time.monotonic() > deadline:
                     raise UserError(f"{what} took over {timeout:.0f} s and was stopped; "
                                     f"{timeout_hint}.", EXIT_PROBLEMS) from None

@@ -46,7 +46,6 @@ PREFERENCE = "preference"
 FORMATS = (COMPLETIONS, CHAT, TOOLS, TEXT, PREFERENCE)
 
 
-
 def training_refusal(data_format: str | None) -> str | None:
     """Why mlx-lm's LoRA trainer cannot train rows of this format; None when it can.
 

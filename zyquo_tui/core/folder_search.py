@@ -27,9 +27,12 @@ def find_folders(root: Path, matches: Callable[[Path], bool],
         except OSError:
             continue
         for child in children:
-            if child.name.startswith((".", "__")) or resolved(child) in seen:
+            if child.name.startswith((".", "__")):
                 continue
-            seen.add(resolved(child))
+            key = resolved(child)
+            if key in seen:
+                continue
+            seen.add(key)
             if matches(child):
                 found.append((child, child.relative_to(root).as_posix()))
             elif depth + 1 < max_depth:

@@ -47,9 +47,9 @@ import socket
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Iterable, Sequence
 
 from .child_process import run_child
@@ -1295,7 +1295,7 @@ def measure_peak(model_path: str, config: TrainingConfig, *, data: str | None = 
     With `data`, on the dataset's longest rows (its worst batch); without, on rows of
     batch_width random tokens. `hyperparameters` gives the settings the config does not hold
     (optimizer_config, LoRA scale...). Blocks until done: call it from a worker thread;
-    `cancelled()` turning true kills the subprocess (ChildCancelled).
+    `cancelled()` turning true kills the subprocess (a UserError).
     """
     spec: dict[str, Any] = {
         "model": model_path,

@@ -1,7 +1,8 @@
 """Presets: a run's settings saved by name as TOML in $ZYQUO_HOME/presets/, to reuse later.
 
 A preset holds the method, the hyperparameters (mlx-lm names), optionally the model and
-data, and the mlx-lm config keys zyquo-tui has no field for (`extra_config`, kept as they are). TOML has no null, so settings that are unset (an absent lr_schedule) are left out and
+data, and the mlx-lm config keys zyquo-tui has no field for (`extra_config`, kept as they
+are). TOML has no null, so settings that are unset (an absent lr_schedule) are left out and
 come back as their defaults.
 """
 
