@@ -33,13 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psutil  # noqa: E402
 from textual import events as events_module  # noqa: E402
 
-from zyquo_tui.app import ZyquoApp  # noqa: E402
-from zyquo_tui.core.liveness import identity  # noqa: E402
-from zyquo_tui.core.runs import Hyperparameters, Method, Run, RunState  # noqa: E402
-from zyquo_tui.core.store import RunStore  # noqa: E402
-from zyquo_tui.notify import NotificationSettings  # noqa: E402
-from zyquo_tui.screens.live_metrics_screen import LiveMetricsScreen  # noqa: E402
-from zyquo_tui.widgets.loss_chart import LossChart  # noqa: E402
+from zyquo_tui.core.runs.run import Run, RunState  # noqa: E402
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.store.store import RunStore  # noqa: E402
+from zyquo_tui.core.system.liveness import identity  # noqa: E402
+from zyquo_tui.dashboard.app import ZyquoApp  # noqa: E402
+from zyquo_tui.dashboard.notify import NotificationSettings  # noqa: E402
+from zyquo_tui.dashboard.screens.live_metrics_screen import LiveMetricsScreen  # noqa: E402
+from zyquo_tui.dashboard.widgets.loss_chart import LossChart  # noqa: E402
 
 QUIET = NotificationSettings(desktop="off", bell=False)
 SIZE = (120, 40)
@@ -275,8 +276,8 @@ async def memory_after_opening(home: Path, runs: int, events: int) -> dict:
 
 
 def import_seconds() -> float:
-    """A cold `import zyquo_tui.app` in a new interpreter (what a user waits for first)."""
-    code = "import time; t = time.perf_counter(); import zyquo_tui.app; " \
+    """A cold `import zyquo_tui.dashboard.app` in a new interpreter (what a user waits for first)."""
+    code = "import time; t = time.perf_counter(); import zyquo_tui.dashboard.app; " \
            "print(time.perf_counter() - t)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parent.parent, check=True)
@@ -336,7 +337,7 @@ def main() -> int:
 
     mib = 1024 * 1024
     rows = [
-        ("cold import of zyquo_tui.app (new interpreter)", "-", f"{imported:.2f} s"),
+        ("cold import of zyquo_tui.dashboard.app (new interpreter)", "-", f"{imported:.2f} s"),
         (f"first frame, {args.runs:,} runs in the store", "< 1 s",
          f"{frame['mounted']:.2f} s; table filled {frame['filled']:.2f} s"),
         (f"open a run with {args.events:,} events", "< 0.5 s",

@@ -19,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from zyquo_tui.core.liveness import identity  # noqa: E402
-from zyquo_tui.core.metrics import RunMetrics  # noqa: E402
-from zyquo_tui.core.runs import Run, RunState  # noqa: E402
-from zyquo_tui.core.store import RunStore  # noqa: E402
-from zyquo_tui.core.supervisor import Supervisor  # noqa: E402
+from zyquo_tui.core.events.metrics import RunMetrics  # noqa: E402
+from zyquo_tui.core.processes.supervisor import Supervisor  # noqa: E402
+from zyquo_tui.core.runs.run import Run, RunState  # noqa: E402
+from zyquo_tui.core.store.store import RunStore  # noqa: E402
+from zyquo_tui.core.system.liveness import identity  # noqa: E402
 
 
 def write_events(path: Path, count: int) -> None:

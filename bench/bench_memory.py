@@ -22,10 +22,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from zyquo_tui.core.memory import (  # noqa: E402
-    MemoryAdvisor, MemoryBudget, MemoryHistory, ModelFacts, TrainingConfig,
-)
-from zyquo_tui.core.runs import Method  # noqa: E402
+from zyquo_tui.core.memory.advisor import MemoryAdvisor
+from zyquo_tui.core.memory.budget import MemoryBudget
+from zyquo_tui.core.memory.estimate import TrainingConfig
+from zyquo_tui.core.memory.facts import ModelFacts
+from zyquo_tui.core.memory.history import MemoryHistory
+from zyquo_tui.core.runs.settings import Method  # noqa: E402
 
 MODELS = REPO / "bench" / "memory_calibration" / "models.json"
 

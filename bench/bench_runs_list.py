@@ -19,10 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from zyquo_tui.core.atomic import write_json_atomic  # noqa: E402
-from zyquo_tui.core.runs import Hyperparameters, Run, RunState, new_run_id  # noqa: E402
-from zyquo_tui.core.run_index import INDEX_FILE, listing_rows  # noqa: E402
-from zyquo_tui.core.store import RunStore  # noqa: E402
+from zyquo_tui.core.runs.run import Run, RunState, new_run_id  # noqa: E402
+from zyquo_tui.core.runs.settings import Hyperparameters
+from zyquo_tui.core.store.atomic import write_json_atomic  # noqa: E402
+from zyquo_tui.core.store.index import INDEX_FILE, listing_rows  # noqa: E402
+from zyquo_tui.core.store.store import RunStore  # noqa: E402
 
 
 def make_store(home: Path, count: int) -> None:

@@ -33,12 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from textual import events  # noqa: E402
 
-from zyquo_tui.app import ZyquoApp  # noqa: E402
-from zyquo_tui.core.memory_budget import machine_budget  # noqa: E402
-from zyquo_tui.core.store import RunStore  # noqa: E402
-from zyquo_tui.notify import NotificationSettings  # noqa: E402
+from zyquo_tui.core.memory.budget import machine_budget  # noqa: E402
+from zyquo_tui.core.store.store import RunStore  # noqa: E402
+from zyquo_tui.dashboard.app import ZyquoApp  # noqa: E402
+from zyquo_tui.dashboard.notify import NotificationSettings  # noqa: E402
+from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen  # noqa: E402
 from zyquo_tui.resources import sample_data_dir  # noqa: E402
-from zyquo_tui.screens.new_run_screen import NewRunScreen  # noqa: E402
 
 QUIET = NotificationSettings(desktop="off", bell=False)
 SIZE = (120, 40)

@@ -23,10 +23,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from zyquo_tui.core.events import read_events  # noqa: E402
-from zyquo_tui.core.mlx_config import dump_mlx_yaml, run_to_mlx_config  # noqa: E402
-from zyquo_tui.core.runs import Hyperparameters, Run  # noqa: E402
-from zyquo_tui.core.store import RunStore  # noqa: E402
+from zyquo_tui.core.events.protocol import read_events  # noqa: E402
+from zyquo_tui.core.runs.mlx_config import dump_mlx_yaml, run_to_mlx_config  # noqa: E402
+from zyquo_tui.core.runs.run import Run  # noqa: E402
+from zyquo_tui.core.runs.settings import Hyperparameters
+from zyquo_tui.core.store.store import RunStore  # noqa: E402
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # mlx-lm 0.32's report row: step, loss and arrow, tokens/sec, trained tokens.

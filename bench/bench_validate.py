@@ -6,7 +6,7 @@ Generates a chat dataset (train.jsonl with N rows, some repeated, plus valid.jso
 each stage in a fresh child process, so each peak RSS is that stage's own:
   read lines     binary line iteration only (the floor)
   json.loads     plus UTF-8 decoding and parsing of every row (what any check must pay)
-  validate x1    zyquo_tui.core.datasets.validate_dataset in one process: every structure check
+  validate x1    zyquo_tui.core.library.datasets.validate_dataset in one process: every structure check
   validate xN    the same with one worker process per core (the default above 64 MB)
 rows/cpu-s divides by the CPU time of the stage and its workers: it stays put when other work
 shares the machine, while rows/s (wall clock) does not.
@@ -79,7 +79,8 @@ def _stage(stage: str, folder: Path) -> None:
                 decode(raw.decode("utf-8"))
                 rows += 1
     else:
-        from zyquo_tui.core.datasets import default_workers, validate_dataset
+        from zyquo_tui.core.library.datasets import validate_dataset
+        from zyquo_tui.core.library.parallel_validation import default_workers
 
         workers = 1 if stage == "validate x1" else default_workers(train.stat().st_size)
         report = validate_dataset(folder, workers=workers)

@@ -74,7 +74,7 @@ def build_model(name: str, shape: dict, models_dir: Path, tokenizer_dir: Path) -
 
 def model_record(folder: Path) -> dict:
     """config.json and the tensor table of a model, as ModelFacts.from_record reads them."""
-    from zyquo_tui.core.safetensors_header import read_headers
+    from zyquo_tui.core.library.safetensors_header import read_headers
 
     table = read_headers(sorted(folder.glob("model*.safetensors")))
     return {
@@ -100,7 +100,7 @@ def spec_of(config: dict, model_path: Path) -> dict:
 
 
 def training_config(config: dict):
-    from zyquo_tui.core.memory import TrainingConfig
+    from zyquo_tui.core.memory.estimate import TrainingConfig
 
     spec = spec_of(config, Path("."))
     return TrainingConfig.from_hyperparameters(spec["method"], spec["hyperparameters"],
@@ -135,7 +135,7 @@ def machine() -> dict:
 
 
 def table_rows(matrix: dict, stored: dict, models: dict, advisor) -> list[dict]:
-    from zyquo_tui.core.memory import ModelFacts
+    from zyquo_tui.core.memory.facts import ModelFacts
 
     rows = []
     for config in matrix["configs"]:
@@ -223,7 +223,7 @@ def nnls(a, b, iterations: int = 500):
 
 def fit_rows(matrix: dict, stored: dict, models: dict):
     """(id, features, measured peak) of every measured config."""
-    from zyquo_tui.core.memory import features
+    from zyquo_tui.core.memory.estimate import features
 
     rows = []
     for config in matrix["configs"]:
@@ -244,7 +244,7 @@ def solve(rows, fixed: dict[str, float]) -> dict[str, float]:
     """
     import numpy as np
 
-    from zyquo_tui.core.memory import _EXACT, CPU_COEFFICIENTS, combine
+    from zyquo_tui.core.memory.estimate import _EXACT, CPU_COEFFICIENTS, combine
 
     values = {**{f: 0.0 for f in FITTED}, **PHYSICAL, "update_lora": 1.5, "update_full": 1.5,
               **fixed}
@@ -272,7 +272,7 @@ def solve(rows, fixed: dict[str, float]) -> dict[str, float]:
 
 
 def errors_of(rows, values: dict[str, float]) -> list[float]:
-    from zyquo_tui.core.memory import CPU_COEFFICIENTS, combine
+    from zyquo_tui.core.memory.estimate import CPU_COEFFICIENTS, combine
 
     coefficients = dataclasses.replace(CPU_COEFFICIENTS, **values)
     return [(sum(combine(q, coefficients).values()) - peak) / peak for _, q, peak in rows]
@@ -302,7 +302,7 @@ def fit(matrix: dict, stored: dict, models: dict, fixed: dict[str, float]) -> No
 
 
 def ModelFacts_from(models: dict, config: dict):
-    from zyquo_tui.core.memory import ModelFacts
+    from zyquo_tui.core.memory.facts import ModelFacts
 
     return ModelFacts.from_record(models[config["model"]], path=config["model"])
 
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.no_table:
         return 0
-    from zyquo_tui.core.memory import MemoryAdvisor
+    from zyquo_tui.core.memory.advisor import MemoryAdvisor
 
     advisor = MemoryAdvisor.for_calibration(device="cpu")
     print_table(table_rows(matrix, stored, models, advisor), args.markdown)

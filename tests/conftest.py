@@ -21,7 +21,7 @@ SAMPLE_DATA = REPO / "sample_data"
 @pytest.fixture(scope="session")
 def machine_probe(tmp_path_factory) -> Path:
     """This machine's real MLX probe, run once: the cache file the memory budget keeps."""
-    from zyquo_tui.core.memory_budget import PROBE_CACHE_FILE, machine_budget
+    from zyquo_tui.core.memory.budget import PROBE_CACHE_FILE, machine_budget
 
     home = tmp_path_factory.mktemp("probe-home")
     machine_budget(home)
@@ -84,7 +84,7 @@ def start_trainer(run_dir: Path) -> subprocess.Popen:
 
 def wait_for_event(run_dir: Path, predicate, timeout: float = 120.0) -> dict:
     """Poll events.jsonl until an event satisfies `predicate`; return it."""
-    from zyquo_tui.core.events import EventReader
+    from zyquo_tui.core.events.protocol import EventReader
 
     reader = EventReader(run_dir / "events.jsonl")
     deadline = time.monotonic() + timeout
@@ -110,7 +110,7 @@ def our_processes(marker: str) -> list:
     for process in psutil.process_iter(["cmdline"]):
         cmdline = " ".join(process.info.get("cmdline") or [])
         if marker in cmdline and ("zyquo_tui.trainer" in cmdline
-                                  or "zyquo_tui.core.runner" in cmdline):
+                                  or "zyquo_tui.core.processes.runner" in cmdline):
             found.append(process)
     return found
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zyquo_tui.core.runs import Hyperparameters, Method, Run
-from zyquo_tui.core.store import RunStore
+from zyquo_tui.core.runs.run import Run
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.store.store import RunStore
 
 FAST = {
     "iters": 40, "batch_size": 4, "learning_rate": 1e-3, "num_layers": -1,

@@ -7,8 +7,9 @@ import os
 import subprocess
 import sys
 
-from conftest import zyquo_cli
 from zyquo_tui import __version__
+
+from conftest import zyquo_cli
 
 
 def test_version():

@@ -12,11 +12,12 @@ import math
 import os
 from pathlib import Path
 
-from zyquo_tui.core.events import read_events
-from zyquo_tui.core.liveness import identity
-from zyquo_tui.core.metrics import RunMetrics
-from zyquo_tui.core.runs import Hyperparameters, Method, Run, RunState
-from zyquo_tui.core.store import RunStore
+from zyquo_tui.core.events.metrics import RunMetrics
+from zyquo_tui.core.events.protocol import read_events
+from zyquo_tui.core.runs.run import Run, RunState
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.store.store import RunStore
+from zyquo_tui.core.system.liveness import identity
 
 T0 = 1_764_403_200.0  # 2025-11-29 08:00:00 UTC
 NOW = T0 + 2 * 3600  # the tests' clock

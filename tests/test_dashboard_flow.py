@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import time
 
+from zyquo_tui.core.events.metrics import RunMetrics
+from zyquo_tui.core.events.protocol import read_events
+from zyquo_tui.core.runs.run import RunState
+from zyquo_tui.dashboard.app import ZyquoApp
+from zyquo_tui.dashboard.dialogs.confirm_screen import ConfirmScreen
+from zyquo_tui.dashboard.notify import NotificationSettings
+from zyquo_tui.dashboard.screens.checkpoints_screen import CheckpointsScreen
+from zyquo_tui.dashboard.screens.live_metrics_screen import LiveMetricsScreen
+from zyquo_tui.dashboard.screens.runs_screen import RunsScreen
+from zyquo_tui.dashboard.widgets.checkpoint_table import CheckpointTable
+from zyquo_tui.dashboard.widgets.loss_chart import LossChart
+from zyquo_tui.dashboard.widgets.recent_events import RecentEvents
+from zyquo_tui.dashboard.widgets.run_status import RunStatus
+
 from conftest import SAMPLE_DATA, zyquo_cli
 from helpers import make_run
-from zyquo_tui.app import ZyquoApp
-from zyquo_tui.core.events import read_events
-from zyquo_tui.core.metrics import RunMetrics
-from zyquo_tui.core.runs import RunState
-from zyquo_tui.notify import NotificationSettings
-from zyquo_tui.screens.checkpoints_screen import CheckpointsScreen
-from zyquo_tui.screens.confirm_screen import ConfirmScreen
-from zyquo_tui.screens.live_metrics_screen import LiveMetricsScreen
-from zyquo_tui.screens.runs_screen import RunsScreen
-from zyquo_tui.widgets.checkpoint_table import CheckpointTable
-from zyquo_tui.widgets.loss_chart import LossChart
-from zyquo_tui.widgets.recent_events import RecentEvents
-from zyquo_tui.widgets.run_status import RunStatus
 
 COMPLETIONS = SAMPLE_DATA / "completions"
 QUIET = NotificationSettings(desktop="off", bell=False)

@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from test_dashboard_fixtures import NOW, write_empty_store, write_showcase_store
-from zyquo_tui.app import ZyquoApp
-from zyquo_tui.notify import NotificationSettings
-from zyquo_tui.widgets.filter_bar import FilterBar
+
+from zyquo_tui.dashboard.app import ZyquoApp
+from zyquo_tui.dashboard.notify import NotificationSettings
+from zyquo_tui.dashboard.widgets.filter_bar import FilterBar
 
 SNAPSHOT_HOME = Path("/tmp/zyquo-tui-snapshots/home")
 BOTH = pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])

@@ -15,24 +15,37 @@ import time
 from pathlib import Path
 
 import pytest
+from test_dashboard_fixtures import (
+    NOW,
+    T0,
+    event,
+    make,
+    training_events,
+    write_checkpoints,
+    write_events,
+    write_showcase_store,
+)
 
-from test_dashboard_fixtures import (NOW, T0, event, make, training_events, write_checkpoints,
-                                     write_events, write_showcase_store)
-from zyquo_tui.app import ZyquoApp
-from zyquo_tui.core.checkpoints import list_checkpoints
-from zyquo_tui.core.events import read_events
-from zyquo_tui.core.liveness import identity
-from zyquo_tui.core.metrics import RunMetrics, Series
-from zyquo_tui.core.runs import RunState
-from zyquo_tui.core.store import RunStore
-from zyquo_tui.messages import RunEnded
-from zyquo_tui.notify import (NotificationSettings, Notifier, desktop_protocol, osc_sequence,
-                              post_webhook)
-from zyquo_tui.core.retention import RetentionPolicy, apply_retention, doomed, save_policy
-from zyquo_tui.run_feed import DisplaySeries, RunFeed, load_history
-from zyquo_tui.screens.adapter_command_screen import adapter_commands
-from zyquo_tui.screens.live_metrics_screen import LiveMetricsScreen
-from zyquo_tui.screens.runs_screen import RunsScreen
+from zyquo_tui.core.events.metrics import RunMetrics, Series
+from zyquo_tui.core.events.protocol import read_events
+from zyquo_tui.core.runs.run import RunState
+from zyquo_tui.core.store.checkpoints import list_checkpoints
+from zyquo_tui.core.store.retention import RetentionPolicy, apply_retention, doomed, save_policy
+from zyquo_tui.core.store.store import RunStore
+from zyquo_tui.core.system.liveness import identity
+from zyquo_tui.dashboard.app import ZyquoApp
+from zyquo_tui.dashboard.dialogs.adapter_command_screen import adapter_commands
+from zyquo_tui.dashboard.messages import RunEnded
+from zyquo_tui.dashboard.notify import (
+    NotificationSettings,
+    Notifier,
+    desktop_protocol,
+    osc_sequence,
+    post_webhook,
+)
+from zyquo_tui.dashboard.run_feed import DisplaySeries, RunFeed, load_history
+from zyquo_tui.dashboard.screens.live_metrics_screen import LiveMetricsScreen
+from zyquo_tui.dashboard.screens.runs_screen import RunsScreen
 
 QUIET = NotificationSettings(desktop="off", bell=False)
 REPO = Path(__file__).resolve().parent.parent

@@ -10,10 +10,25 @@ from pathlib import Path
 import pytest
 
 from zyquo_tui.cli.main import main
-from zyquo_tui.core.datasets import (CHAT, COMPLETIONS, ERROR, MAX_PROBLEMS_LISTED, PREFERENCE,
-                                     SOURCE_PATH, SOURCE_SAMPLE, SOURCE_ZYQUO, TEXT, TOOLS,
-                                     WARNING, datasets_dir, discover_datasets, row_format,
-                                     validate_dataset, validate_file)
+from zyquo_tui.core.library.dataset_files import MAX_PROBLEMS_LISTED, validate_file
+from zyquo_tui.core.library.datasets import (
+    SOURCE_PATH,
+    SOURCE_SAMPLE,
+    SOURCE_ZYQUO,
+    datasets_dir,
+    discover_datasets,
+    validate_dataset,
+)
+from zyquo_tui.core.library.rows import (
+    CHAT,
+    COMPLETIONS,
+    ERROR,
+    PREFERENCE,
+    TEXT,
+    TOOLS,
+    WARNING,
+    row_format,
+)
 from zyquo_tui.resources import sample_data_dir
 
 BAD = Path(__file__).parent / "data" / "bad_datasets"

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from zyquo_tui.core.failures import classify_exit
+from zyquo_tui.core.runs.failures import classify_exit
 
 METAL_OOM = """step 120: train loss 1.2345
 libc++abi: terminating due to uncaught exception of type std::runtime_error:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from zyquo_tui.core import machine
+from zyquo_tui.core.system import machine
 
 RECORDED = Path(__file__).parent / "data" / "macos"
 

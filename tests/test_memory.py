@@ -14,14 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from zyquo_tui.core import memory_budget
 from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE, UserError
-from zyquo_tui.core.memory import (
-    CPU_COEFFICIENTS, GPU_COEFFICIENTS, HISTORY_FILE, LORA_BYTES, TIGHT_FRACTION, MemoryAdvisor,
-    MemoryHistory, ModelFacts, TrainingConfig, Verdict, features, gate,
+from zyquo_tui.core.memory import budget as memory_budget
+from zyquo_tui.core.memory.advisor import TIGHT_FRACTION, MemoryAdvisor, Verdict, gate
+from zyquo_tui.core.memory.budget import MemoryBudget, budget_from, cached_probe
+from zyquo_tui.core.memory.estimate import (
+    CPU_COEFFICIENTS,
+    GPU_COEFFICIENTS,
+    TrainingConfig,
+    features,
 )
-from zyquo_tui.core.memory_budget import MemoryBudget, budget_from, cached_probe
-from zyquo_tui.core.runs import Hyperparameters, Method, Run, RunState
+from zyquo_tui.core.memory.facts import LORA_BYTES, ModelFacts
+from zyquo_tui.core.memory.history import HISTORY_FILE, MemoryHistory
+from zyquo_tui.core.runs.run import Run, RunState
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
 
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION = REPO / "bench" / "memory_calibration"
@@ -679,7 +685,7 @@ def test_an_estimate_takes_under_20_ms():
 
 
 def test_core_memory_imports_neither_mlx_nor_textual():
-    code = ("import sys, zyquo_tui.core.memory, zyquo_tui.core.memory_budget;"
+    code = ("import sys, zyquo_tui.core.memory, zyquo_tui.core.memory.budget;"
             "bad = [m for m in ('mlx', 'mlx_lm', 'textual', 'transformers') if m in sys.modules];"
             "print(bad)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zyquo_tui.core.metrics import RunMetrics, downsample
+from zyquo_tui.core.events.metrics import RunMetrics, downsample
 
 
 def train(step, loss, **extra):

@@ -8,9 +8,10 @@ import sys
 
 import yaml
 
+from zyquo_tui.core.runs.settings import Method
+from zyquo_tui.core.store.store import RunStore
+
 from conftest import SAMPLE_DATA, zyquo_cli
-from zyquo_tui.core.runs import Method
-from zyquo_tui.core.store import RunStore
 
 # Written in the style of mlx-lm's documented example (examples/lora_config.yaml).
 EXAMPLE_STYLE = """\

@@ -14,12 +14,27 @@ from pathlib import Path
 import pytest
 
 from zyquo_tui.cli.main import main
-from zyquo_tui.core.models import (INCOMPLETE, NEEDS_CONVERSION, READY, SOURCE_CONFIG,
-                                   SOURCE_HF_CACHE, SOURCE_LM_STUDIO, SOURCE_ZYQUO, UNSUPPORTED,
-                                   count_parameters, discover_models, find_model, inspect_model,
-                                   mlx_lm_remappings, mlx_module_for)
-from zyquo_tui.core.safetensors_header import (SafetensorsHeaderError, read_header,
-                                               read_headers)
+from zyquo_tui.core.library.models import (
+    INCOMPLETE,
+    NEEDS_CONVERSION,
+    READY,
+    SOURCE_CONFIG,
+    SOURCE_HF_CACHE,
+    SOURCE_LM_STUDIO,
+    SOURCE_ZYQUO,
+    UNSUPPORTED,
+    count_parameters,
+    discover_models,
+    find_model,
+    inspect_model,
+    mlx_lm_remappings,
+    mlx_module_for,
+)
+from zyquo_tui.core.library.safetensors_header import (
+    SafetensorsHeaderError,
+    read_header,
+    read_headers,
+)
 
 # The sample model: vocabulary 512 x hidden 64 embeddings (tied), 2 layers of attention
 # (q, o 64x64; k, v 32x64), MLP (3 x 128x64) and two norms, and a final norm.
@@ -373,7 +388,7 @@ def test_no_models_found_says_where_it_looked_and_what_to_do(machine, capsys):
 def test_model_and_dataset_core_modules_import_no_mlx_textual_or_transformers(sample_models):
     code = (
         "import sys\n"
-        "from zyquo_tui.core import datasets, models, safetensors_header, token_stats\n"
+        "from zyquo_tui.core.library import datasets, models, safetensors_header, token_stats\n"
         f"models.inspect_model({str(sample_models['zyquo-tiny'])!r})\n"
         "datasets.validate_dataset(datasets.sample_data_dir() / 'chat')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "

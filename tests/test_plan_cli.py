@@ -6,16 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
-
 from test_memory import GIB, MIB, llama_config, llama_tensors, write_model
+
 from zyquo_tui.cli.main import main
-from zyquo_tui.core import memory_budget
-from zyquo_tui.core.atomic import write_json_atomic
-from zyquo_tui.core.memory import (
-    HISTORY_FILE, TERMS, TIGHT_FRACTION, MemoryAdvisor, MemoryBudget, MemoryHistory, ModelFacts,
-    TrainingConfig,
-)
-from zyquo_tui.core.runs import Method
+from zyquo_tui.core.memory import budget as memory_budget
+from zyquo_tui.core.memory.advisor import TIGHT_FRACTION, MemoryAdvisor
+from zyquo_tui.core.memory.budget import MemoryBudget
+from zyquo_tui.core.memory.estimate import TERMS, TrainingConfig
+from zyquo_tui.core.memory.facts import ModelFacts
+from zyquo_tui.core.memory.history import HISTORY_FILE, MemoryHistory
+from zyquo_tui.core.runs.settings import Method
+from zyquo_tui.core.store.atomic import write_json_atomic
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -5,9 +5,17 @@ from __future__ import annotations
 import pytest
 
 from zyquo_tui.core.errors import UserError
-from zyquo_tui.core.presets import (Preset, delete_preset, list_presets, load_preset,
-                                    preset_path, run_like, save_preset)
-from zyquo_tui.core.runs import Hyperparameters, Method, Run
+from zyquo_tui.core.runs.run import Run
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.store.presets import (
+    Preset,
+    delete_preset,
+    list_presets,
+    load_preset,
+    preset_path,
+    run_like,
+    save_preset,
+)
 
 
 def test_a_preset_saved_and_reloaded_is_equal(isolated_home):

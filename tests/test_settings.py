@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from zyquo_tui.core.errors import UserError
-from zyquo_tui.core.settings import Settings
+from zyquo_tui.core.store.user_settings import Settings
 
 
 def test_defaults_without_a_file():

@@ -11,24 +11,34 @@ import shutil
 import sys
 
 import psutil
+from test_setup_helpers import (
+    GIB,
+    FixedSources,
+    install_models,
+    open_new_run,
+    settle,
+    type_into,
+    until,
+)
+from test_setup_helpers import setup_dashboard as dashboard
+
+from zyquo_tui.core.memory.advisor import Verdict
+from zyquo_tui.core.memory.measure import measure_peak
+from zyquo_tui.core.runs.mlx_config import load_mlx_yaml, run_to_mlx_config
+from zyquo_tui.core.runs.run import Run, RunState
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.store.presets import list_presets, load_preset
+from zyquo_tui.core.store.store import RunStore
+from zyquo_tui.dashboard.dialogs.confirm_screen import ConfirmScreen
+from zyquo_tui.dashboard.dialogs.preset_picker_screen import PresetPickerScreen
+from zyquo_tui.dashboard.dialogs.text_prompt_screen import TextPromptScreen
+from zyquo_tui.dashboard.messages import SampleChanged
+from zyquo_tui.dashboard.screens.live_metrics_screen import LiveMetricsScreen
+from zyquo_tui.dashboard.screens.models_screen import ModelsScreen, add_model_folder
+from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
+from zyquo_tui.dashboard.widgets.method_picker import MethodPicker
 
 from conftest import SAMPLE_DATA
-from test_setup_helpers import (GIB, FixedSources, install_models, open_new_run, settle,
-                                type_into, until)
-from test_setup_helpers import setup_dashboard as dashboard
-from zyquo_tui.core.memory import Verdict, measure_peak
-from zyquo_tui.core.mlx_config import load_mlx_yaml, run_to_mlx_config
-from zyquo_tui.core.presets import list_presets, load_preset
-from zyquo_tui.core.runs import Hyperparameters, Method, Run, RunState
-from zyquo_tui.core.store import RunStore
-from zyquo_tui.screens.confirm_screen import ConfirmScreen
-from zyquo_tui.messages import SampleChanged
-from zyquo_tui.screens.live_metrics_screen import LiveMetricsScreen
-from zyquo_tui.screens.models_screen import ModelsScreen, add_model_folder
-from zyquo_tui.screens.new_run_screen import NewRunScreen
-from zyquo_tui.screens.preset_picker_screen import PresetPickerScreen
-from zyquo_tui.screens.text_prompt_screen import TextPromptScreen
-from zyquo_tui.widgets.method_picker import MethodPicker
 
 COMPLETIONS = str(SAMPLE_DATA / "completions")
 

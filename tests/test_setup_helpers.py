@@ -8,12 +8,13 @@ import time
 from pathlib import Path
 
 from zyquo_tui.core.errors import UserError
-from zyquo_tui.core.machine import GpuUse
-from zyquo_tui.core.memory import MemoryAdvisor, MemoryHistory
-from zyquo_tui.core.memory_budget import MemoryBudget
-from zyquo_tui.notify import NotificationSettings
-from zyquo_tui.screens.new_run_screen import NewRunScreen
-from zyquo_tui.screens.setup_sources import MachineReading, SetupSources, TrainerUse
+from zyquo_tui.core.memory.advisor import MemoryAdvisor
+from zyquo_tui.core.memory.budget import MemoryBudget
+from zyquo_tui.core.memory.history import MemoryHistory
+from zyquo_tui.core.system.machine import GpuUse
+from zyquo_tui.dashboard.notify import NotificationSettings
+from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
+from zyquo_tui.dashboard.setup_sources import MachineReading, SetupSources, TrainerUse
 
 GIB = 1 << 30
 QUIET = NotificationSettings(desktop="off", bell=False)
@@ -21,7 +22,7 @@ QUIET = NotificationSettings(desktop="off", bell=False)
 
 def setup_dashboard(sources_factory=None):
     """The real App, quiet, polling fast; `sources_factory(home)` replaces its SetupSources."""
-    from zyquo_tui.app import ZyquoApp
+    from zyquo_tui.dashboard.app import ZyquoApp
 
     app = ZyquoApp(notifications=QUIET, poll_interval=0.3)
     if sources_factory is not None:

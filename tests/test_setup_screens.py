@@ -10,21 +10,21 @@ import time
 
 import psutil
 from rich.console import Console
-
-from conftest import SAMPLE_DATA
 from test_setup_helpers import FixedSources, install_models, until
 from test_setup_helpers import setup_dashboard as dashboard
-from zyquo_tui.core.liveness import identity
-from zyquo_tui.core.runs import Run, RunState
-from zyquo_tui.core.settings import Settings
-from zyquo_tui.core.token_stats import TokenStats
-from zyquo_tui.screens.datasets_screen import DatasetsScreen
-from zyquo_tui.screens.machine_screen import MachineScreen
-from zyquo_tui.screens.models_screen import ModelsScreen
-from zyquo_tui.screens.new_run_screen import NewRunScreen
-from zyquo_tui.screens.setup_sources import SetupSources, trainer_use
-from zyquo_tui.screens.text_prompt_screen import TextPromptScreen
 
+from zyquo_tui.core.library.token_stats import TokenStats
+from zyquo_tui.core.runs.run import Run, RunState
+from zyquo_tui.core.store.user_settings import Settings
+from zyquo_tui.core.system.liveness import identity
+from zyquo_tui.dashboard.dialogs.text_prompt_screen import TextPromptScreen
+from zyquo_tui.dashboard.screens.datasets_screen import DatasetsScreen
+from zyquo_tui.dashboard.screens.machine_screen import MachineScreen
+from zyquo_tui.dashboard.screens.models_screen import ModelsScreen
+from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
+from zyquo_tui.dashboard.setup_sources import SetupSources, trainer_use
+
+from conftest import SAMPLE_DATA
 
 
 def text_of(screen, selector: str) -> str:

@@ -14,17 +14,18 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_setup_helpers import FixedSources, until
+
+from zyquo_tui.core.library.token_stats import TokenStats
+from zyquo_tui.core.store.store import RunStore
+from zyquo_tui.dashboard.app import ZyquoApp
+from zyquo_tui.dashboard.notify import NotificationSettings
+from zyquo_tui.dashboard.screens.datasets_screen import DatasetsScreen
+from zyquo_tui.dashboard.screens.machine_screen import MachineScreen
+from zyquo_tui.dashboard.screens.models_screen import ModelsScreen
+from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
 
 from conftest import SAMPLE_DATA
-from test_setup_helpers import FixedSources, until
-from zyquo_tui.app import ZyquoApp
-from zyquo_tui.core.store import RunStore
-from zyquo_tui.core.token_stats import TokenStats
-from zyquo_tui.notify import NotificationSettings
-from zyquo_tui.screens.datasets_screen import DatasetsScreen
-from zyquo_tui.screens.machine_screen import MachineScreen
-from zyquo_tui.screens.models_screen import ModelsScreen
-from zyquo_tui.screens.new_run_screen import NewRunScreen
 
 ROOT = Path("/tmp/zyquo-tui-setup-snapshots")
 HOME = ROOT / "home"

@@ -9,12 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from zyquo_tui.core.memory import TERMS
-from zyquo_tui.core.runs import Hyperparameters, Method
-from zyquo_tui.widgets.breakdown_bar import legend, segment_widths, short_bytes
-from zyquo_tui.widgets.hyperparameter_form import (FIELDS, default_values, field_of,
-                                                   form_values, hyperparameters_from,
-                                                   schedule_guess)
+from zyquo_tui.core.memory.estimate import TERMS
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.dashboard.widgets.breakdown_bar import legend, segment_widths, short_bytes
+from zyquo_tui.dashboard.widgets.hyperparameter_form import (
+    FIELDS,
+    default_values,
+    field_of,
+    form_values,
+    hyperparameters_from,
+    schedule_guess,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from zyquo_tui.core import atomic
 from zyquo_tui.core.errors import UserError
-from zyquo_tui.core.events import EventReader, EventWriter, read_events
-from zyquo_tui.core.runs import (Hyperparameters, InvalidTransition, Method, Run, RunState,
-                                 new_run_id)
-from zyquo_tui.core.store import DamagedRun, RunStore
+from zyquo_tui.core.events.protocol import EventReader, EventWriter, read_events
+from zyquo_tui.core.runs.run import InvalidTransition, Run, RunState, new_run_id
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.store import atomic
+from zyquo_tui.core.store.store import DamagedRun, RunStore
 
 
 def new_run(store: RunStore, **kw) -> Run:
@@ -194,7 +194,7 @@ def test_event_readers_skip_garbage_and_keep_unknown_types_and_fields(tmp_path):
 
 
 def test_the_listing_cache_never_serves_a_stale_row():
-    from zyquo_tui.core.run_index import INDEX_FILE, listing_rows
+    from zyquo_tui.core.store.index import INDEX_FILE, listing_rows
 
     store = RunStore().ensure()
     runs = [new_run(store, name=f"run {i}") for i in range(3)]

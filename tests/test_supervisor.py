@@ -13,13 +13,14 @@ import time
 import psutil
 import pytest
 
+from zyquo_tui.core.events.protocol import read_events
+from zyquo_tui.core.processes.supervisor import Supervisor
+from zyquo_tui.core.runs.run import RunState
+from zyquo_tui.core.store.store import RunStore
+from zyquo_tui.core.system.liveness import identity, is_alive
+
 from conftest import SAMPLE_DATA, wait_for_event, zyquo_cli
 from helpers import losses_by_iteration, make_run
-from zyquo_tui.core.events import read_events
-from zyquo_tui.core.liveness import identity, is_alive
-from zyquo_tui.core.runs import RunState
-from zyquo_tui.core.store import RunStore
-from zyquo_tui.core.supervisor import Supervisor
 
 COMPLETIONS = SAMPLE_DATA / "completions"
 ENDLESS = dict(iters=100000, steps_per_report=1, save_every=5, steps_per_eval=100000)
@@ -272,9 +273,9 @@ def test_a_run_that_fits_records_its_verdict(tiny_model):
 
 
 def test_retention_is_applied_when_a_run_completes_without_a_dashboard(tiny_model):
-    from zyquo_tui.core.metrics import RunMetrics
-    from zyquo_tui.core.retention import RetentionPolicy, save_policy
-    from zyquo_tui.core.checkpoints import list_checkpoints
+    from zyquo_tui.core.events.metrics import RunMetrics
+    from zyquo_tui.core.store.checkpoints import list_checkpoints
+    from zyquo_tui.core.store.retention import RetentionPolicy, save_policy
 
     store, run = make_run(tiny_model, COMPLETIONS, iters=24, save_every=4, steps_per_eval=4)
     save_policy(store.run_dir(run.id), RetentionPolicy(keep_last=1, keep_best=True))

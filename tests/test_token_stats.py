@@ -13,8 +13,13 @@ import pytest
 
 from zyquo_tui.cli.main import main
 from zyquo_tui.core.errors import UserError
-from zyquo_tui.core.token_stats import (TokenStats, TokenStatsFailed, measure_tokens,
-                                        measure_tokens_many, summarize_lengths)
+from zyquo_tui.core.library.token_stats import (
+    TokenStats,
+    TokenStatsFailed,
+    measure_tokens,
+    measure_tokens_many,
+    summarize_lengths,
+)
 from zyquo_tui.resources import sample_data_dir
 
 MAX_SEQ_LENGTH = 30  # cuts many sample chat rows, some completions rows, few text rows

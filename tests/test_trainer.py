@@ -11,11 +11,12 @@ import time
 
 import pytest
 
+from zyquo_tui.core.events.protocol import read_events
+from zyquo_tui.core.runs.run import RunState
+from zyquo_tui.core.store.checkpoints import list_checkpoints
+
 from conftest import SAMPLE_DATA, kill_quietly, run_trainer, start_trainer, wait_for_event
 from helpers import losses_by_iteration, make_run
-from zyquo_tui.core.checkpoints import list_checkpoints
-from zyquo_tui.core.events import read_events
-from zyquo_tui.core.runs import RunState
 
 COMPLETIONS = SAMPLE_DATA / "completions"
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from zyquo_tui.core.events.protocol import read_events
+from zyquo_tui.core.runs.run import RunState
+
 from conftest import SAMPLE_DATA, run_trainer
 from helpers import make_run
-from zyquo_tui.core.events import read_events
-from zyquo_tui.core.runs import RunState
 
 
 def copy_model(source: Path, target: Path, change=None) -> Path:

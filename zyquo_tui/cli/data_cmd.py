@@ -14,13 +14,22 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..core.datasets import (DEFAULT_BATCH_SIZE, DatasetReport, Problem, discover_datasets,
-                             training_refusal, validate_dataset)
-from ..core.errors import EXIT_OK, EXIT_PROBLEMS, UserError
-from ..core.models import find_model
-from ..core.token_stats import (DEFAULT_MAX_SEQ_LENGTH, TokenStats, TokenStatsFailed,
-                                measure_tokens)
-from .output import fmt_bytes, print_json, print_table
+from zyquo_tui.cli.output import fmt_bytes, print_json, print_table
+from zyquo_tui.core.errors import EXIT_OK, EXIT_PROBLEMS, UserError
+from zyquo_tui.core.library.datasets import (
+    DEFAULT_BATCH_SIZE,
+    DatasetReport,
+    discover_datasets,
+    validate_dataset,
+)
+from zyquo_tui.core.library.models import find_model
+from zyquo_tui.core.library.rows import Problem, training_refusal
+from zyquo_tui.core.library.token_stats import (
+    DEFAULT_MAX_SEQ_LENGTH,
+    TokenStats,
+    TokenStatsFailed,
+    measure_tokens,
+)
 
 SCHEMA_VERSION = 1
 

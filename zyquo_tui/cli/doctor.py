@@ -5,10 +5,10 @@ from __future__ import annotations
 import platform
 import sys
 
-from .. import __version__
-from ..core import machine
-from ..core.paths import zyquo_home
-from .output import fmt_bytes, print_json
+from zyquo_tui import __version__
+from zyquo_tui.cli.output import fmt_bytes, print_json
+from zyquo_tui.core.store.paths import zyquo_home
+from zyquo_tui.core.system import machine
 
 
 def register(subparsers) -> None:

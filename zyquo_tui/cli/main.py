@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import __version__
-from ..core.errors import EXIT_USAGE, UserError
+from zyquo_tui import __version__
+from zyquo_tui.core.errors import EXIT_USAGE, UserError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command is None:
-            from ..app import run_dashboard
+            from zyquo_tui.dashboard.app import run_dashboard
 
             return run_dashboard()
         handler = getattr(args, "handler", None)

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any, Iterable, Sequence
 
-from ..formatting import fmt_bytes, fmt_loss  # noqa: F401  (one way to write figures, everywhere)
+from zyquo_tui.core.formatting import fmt_bytes, fmt_loss  # noqa: F401  (one way to write figures, everywhere)
 
 
 def print_json(data: Any) -> None:

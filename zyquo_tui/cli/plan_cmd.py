@@ -11,14 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UserError
-from ..core.memory import (
-    TERMS, MemoryAdvisor, Measurement, ModelFacts, Plan, TrainingConfig, Verdict,
-    dataset_token_lengths, fmt_bytes, measure_peak,
-)
-from ..core.mlx_config import load_mlx_yaml, run_from_mlx_config
-from ..core.runs import OPTIMIZERS, Hyperparameters, Method
-from .output import print_json, print_table
+from zyquo_tui.cli.output import print_json, print_table
+from zyquo_tui.core.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UserError
+from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict, fmt_bytes
+from zyquo_tui.core.memory.estimate import TERMS, TrainingConfig
+from zyquo_tui.core.memory.facts import ModelFacts
+from zyquo_tui.core.memory.measure import Measurement, dataset_token_lengths, measure_peak
+from zyquo_tui.core.runs.mlx_config import load_mlx_yaml, run_from_mlx_config
+from zyquo_tui.core.runs.settings import OPTIMIZERS, Hyperparameters, Method
 
 _FLAGS = (
     ("--batch-size", "batch_size"),
@@ -53,7 +53,7 @@ def _resolve_model(name_or_path: str) -> str:
     path = Path(name_or_path).expanduser()
     if path.exists():
         return str(path.resolve())
-    from ..core.models import find_model
+    from zyquo_tui.core.library.models import find_model
 
     found = find_model(name_or_path)
     if found is None:
@@ -142,7 +142,7 @@ def run(args) -> int:
 
     advisor = MemoryAdvisor.for_machine()
     try:
-        from ..core.store import RunStore
+        from zyquo_tui.core.store.store import RunStore
 
         advisor.history.import_runs(RunStore().iter_runs())
     except (OSError, UserError):

@@ -9,18 +9,18 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
-from ..core.errors import EXIT_PROBLEMS, UserError
-from ..core.run_index import listing_row, listing_rows
-from ..core.run_queue import RunQueue
-from ..core.runs import Hyperparameters, Method, Run, RunState
-from ..core.store import RunStore
-from .output import fmt_bytes, fmt_loss, print_json, print_table
+from zyquo_tui.cli.output import fmt_bytes, fmt_loss, print_json, print_table
+from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
+from zyquo_tui.core.runs.run import Run, RunState
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.store.index import listing_row, listing_rows
+from zyquo_tui.core.store.queue import RunQueue
+from zyquo_tui.core.store.store import RunStore
 
 if TYPE_CHECKING:
-    from ..core.metrics import RunMetrics
+    from zyquo_tui.core.events.metrics import RunMetrics
 
 # The supervisor, the YAML config and the metrics are imported by the commands that use them:
 # `runs list` over 10,000 runs must start fast (bench/bench_runs_list.py).
@@ -127,14 +127,14 @@ def register(subparsers) -> None:
 # -- helpers ------------------------------------------------------------------------------------
 
 def _supervisor(store: RunStore | None = None):
-    from ..core.supervisor import Supervisor
+    from zyquo_tui.core.processes.supervisor import Supervisor
 
     return Supervisor(store)
 
 
 def _metrics(store: RunStore, run_id: str) -> "RunMetrics":
-    from ..core import events as ev
-    from ..core.metrics import RunMetrics
+    from zyquo_tui.core.events import protocol as ev
+    from zyquo_tui.core.events.metrics import RunMetrics
 
     metrics = RunMetrics()
     metrics.ingest(ev.read_events(store.events_path(run_id)))
@@ -185,7 +185,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_new(args) -> int:
-    from ..core.mlx_config import load_mlx_yaml, run_from_mlx_config
+    from zyquo_tui.core.runs.mlx_config import load_mlx_yaml, run_from_mlx_config
 
     store = RunStore().ensure()
     if args.config:
@@ -282,7 +282,7 @@ def cmd_fork(args) -> int:
 
 
 def show_data(store: RunStore, run: Run) -> dict:
-    from ..core.checkpoints import list_checkpoints
+    from zyquo_tui.core.store.checkpoints import list_checkpoints
 
     metrics = _metrics(store, run.id)
     best_step = metrics.best_checkpoint_step()
@@ -359,7 +359,7 @@ def progress_line(run_id: str, metrics: "RunMetrics") -> str:
 
 
 def cmd_watch(args) -> int:
-    from ..core.metrics import RunMetrics
+    from zyquo_tui.core.events.metrics import RunMetrics
 
     supervisor = _supervisor()
     run = supervisor.get(args.id)
@@ -424,7 +424,7 @@ def cmd_delete(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from ..core.mlx_config import dump_mlx_yaml, run_to_mlx_config
+    from zyquo_tui.core.runs.mlx_config import dump_mlx_yaml, run_to_mlx_config
 
     store = RunStore()
     run = store.get(args.id)
@@ -440,7 +440,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_import(args) -> int:
-    from ..core.mlx_config import load_mlx_yaml, run_from_mlx_config
+    from zyquo_tui.core.runs.mlx_config import load_mlx_yaml, run_from_mlx_config
 
     store = RunStore().ensure()
     config = load_mlx_yaml(args.file)

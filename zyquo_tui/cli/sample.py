@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..core.sample import build_sample
-from .output import print_json
+from zyquo_tui.cli.output import print_json
+from zyquo_tui.core.library.sample import build_sample
 
 
 def register(subparsers) -> None:

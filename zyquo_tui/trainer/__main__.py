@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from ..core.errors import EXIT_USAGE
+from zyquo_tui.core.errors import EXIT_USAGE
 
 
 class StopRequest:
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     stop = StopRequest()
     stop.install()  # before the slow imports, so an early cancel is not lost
-    from .session import TrainingSession
+    from zyquo_tui.trainer.session import TrainingSession
 
     return TrainingSession(run_dir, stop).run()
 

@@ -22,7 +22,7 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ..core.checkpoints import LATEST_ADAPTERS, adapter_file, state_files
+from zyquo_tui.core.store.checkpoints import LATEST_ADAPTERS, adapter_file, state_files
 
 STATE_FORMAT = 1
 

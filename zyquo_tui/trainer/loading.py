@@ -11,8 +11,9 @@ import types
 from pathlib import Path
 from typing import Any
 
-from ..core.failures import Failure, failure
-from ..core.runs import Method, Run
+from zyquo_tui.core.runs.failures import Failure, failure
+from zyquo_tui.core.runs.run import Run
+from zyquo_tui.core.runs.settings import Method
 
 
 class TrainerFailure(Exception):
@@ -81,7 +82,8 @@ def check_dataset(run: Run):
     The same checks as `zyquo-tui data check` (core/datasets.py), so a bad row fails the run in
     a second, at its file:line, instead of mid-training.
     """
-    from ..core.datasets import ERROR, training_refusal, validate_dataset
+    from zyquo_tui.core.library.datasets import validate_dataset
+    from zyquo_tui.core.library.rows import ERROR, training_refusal
 
     folder = Path(run.data)
     if not folder.is_dir():

@@ -26,9 +26,9 @@ from mlx.utils import tree_flatten, tree_map
 from mlx_lm.tuner.trainer import default_loss, evaluate, grad_checkpoint
 from mlx_lm.utils import maybe_set_recommended_wired_limit
 
-from . import checkpoints
-from .batches import BatchStream
-from .loading import fail
+from zyquo_tui.trainer import checkpoints
+from zyquo_tui.trainer.batches import BatchStream
+from zyquo_tui.trainer.loading import fail
 
 
 @dataclass

@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..core.runs import Hyperparameters, Method, Run
-from .loading import TrainerFailure, fail, prepare_model
+from zyquo_tui.core.runs.run import Run
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.trainer.loading import TrainerFailure, fail, prepare_model
 
 
 class _Rows:
@@ -60,7 +61,7 @@ def _load_tokenizer(run: Run):
     """The model's tokenizer as mlx_lm.load loads it, without the weights."""
     from mlx_lm.utils import load_config, load_tokenizer
 
-    from . import loading
+    from zyquo_tui.trainer import loading
 
     loading.check_model_folder(run)
     model = Path(run.model)
@@ -75,7 +76,7 @@ def token_lengths(run: Run, tokenizer) -> list[int]:
     """The token count of every train row, tokenized exactly as training will."""
     from mlx_lm.tuner.datasets import CacheDataset
 
-    from . import loading
+    from zyquo_tui.trainer import loading
 
     train_rows, _, _ = loading.load_datasets(run, tokenizer)
     return loading.tokenize_all(CacheDataset(train_rows), Path(run.data) / "train.jsonl")
@@ -93,7 +94,7 @@ def _worst_batch(run: Run, tokenizer, spec: dict[str, Any]) -> tuple[list[Any], 
         return [rng.integers(5, vocab, size=length).tolist() for _ in range(batch_size)], None
     from mlx_lm.tuner.datasets import CacheDataset
 
-    from . import loading
+    from zyquo_tui.trainer import loading
 
     train_rows, _, _ = loading.load_datasets(run, tokenizer)
     dataset = CacheDataset(train_rows)
@@ -104,7 +105,7 @@ def _worst_batch(run: Run, tokenizer, spec: dict[str, Any]) -> tuple[list[Any], 
 
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
     """Train `steps` steps of the spec's config on its worst batch; return the figures."""
-    from . import loading
+    from zyquo_tui.trainer import loading
 
     run = _run_of(spec)
     errors, _ = run.problems()
@@ -126,7 +127,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     optimizer = prepare_model(model, run)
     loaded_bytes = int(mx.get_active_memory())
 
-    from .loop import LoopHooks, LoopSettings, TrainingLoop
+    from zyquo_tui.trainer.loop import LoopHooks, LoopSettings, TrainingLoop
 
     accumulation = hp.grad_accumulation_steps
     steps = max(int(spec.get("steps", 3)), 2 * accumulation)

@@ -15,13 +15,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from ..core import events as ev
-from ..core.failures import Failure, failure, looks_like_oom
-from ..core.mlx_config import dump_mlx_yaml, run_to_mlx_config
-from ..core.runs import ALLOWED_TRANSITIONS, Method, Run, RunState
-from ..core.store import CONFIG_FILE, EVENTS_FILE, RunStore
-from .loading import TrainerFailure, fail
+from zyquo_tui import __version__
+from zyquo_tui.core.events import protocol as ev
+from zyquo_tui.core.runs.failures import Failure, failure, looks_like_oom
+from zyquo_tui.core.runs.mlx_config import dump_mlx_yaml, run_to_mlx_config
+from zyquo_tui.core.runs.run import ALLOWED_TRANSITIONS, Run, RunState
+from zyquo_tui.core.runs.settings import Method
+from zyquo_tui.core.store.store import CONFIG_FILE, EVENTS_FILE, RunStore
+from zyquo_tui.trainer.loading import TrainerFailure, fail
 
 EXIT_DONE = 0
 EXIT_FAILED = 1
@@ -144,7 +145,7 @@ class TrainingSession:
         config = run_to_mlx_config(run, adapter_path=str(adapters))
         (self.run_dir / CONFIG_FILE).write_text(dump_mlx_yaml(config), encoding="utf-8")
 
-        from . import loading
+        from zyquo_tui.trainer import loading
 
         loading.check_model_folder(run)  # fail fast, before mlx is imported
         for problem in loading.check_dataset(run):
@@ -173,7 +174,7 @@ class TrainingSession:
         np.random.seed(hp.seed)
         optimizer = self._prepare_model(model, run, config, adapters)
 
-        from .loop import LoopHooks, LoopSettings, TrainingLoop
+        from zyquo_tui.trainer.loop import LoopHooks, LoopSettings, TrainingLoop
 
         settings = LoopSettings(
             batch_size=hp.batch_size, iters=hp.iters, val_batches=hp.val_batches,
@@ -236,7 +237,7 @@ class TrainingSession:
         from mlx_lm.lora import CONFIG_DEFAULTS
         from mlx_lm.utils import save_config
 
-        from .loading import prepare_model
+        from zyquo_tui.trainer.loading import prepare_model
 
         optimizer = prepare_model(model, run)
         args = {**CONFIG_DEFAULTS, **config}

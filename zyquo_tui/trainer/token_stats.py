@@ -27,9 +27,9 @@ import types
 from pathlib import Path
 from typing import Any
 
-from ..core.datasets import PREFERENCE, row_format
-from ..core.errors import EXIT_PROBLEMS, EXIT_USAGE
-from ..core.token_stats import DEFAULT_MAX_SEQ_LENGTH, summarize_lengths
+from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE
+from zyquo_tui.core.library.rows import PREFERENCE, row_format
+from zyquo_tui.core.library.token_stats import DEFAULT_MAX_SEQ_LENGTH, summarize_lengths
 
 
 class _Failure(Exception):

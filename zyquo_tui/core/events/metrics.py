@@ -1,0 +1,197 @@
+"""RunMetrics: a run's figures rebuilt from its events, for the CLI and the dashboard.
+
+A resumed run appends a new `started` event with `resumed_from_step` k: points after k from the
+earlier session are dropped, since the resumed session reports those steps again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from zyquo_tui.core.events import protocol as ev
+
+
+@dataclass
+class Series:
+    """Points (iteration, value) in iteration order."""
+
+    steps: list[int] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+
+    def add(self, step: int, value: float) -> None:
+        if self.steps and step <= self.steps[-1]:
+            self.truncate_after(step - 1)
+        self.steps.append(step)
+        self.values.append(value)
+
+    def truncate_after(self, step: int) -> None:
+        cut = bisect.bisect_right(self.steps, step)
+        del self.steps[cut:]
+        del self.values[cut:]
+
+    @property
+    def last(self) -> float | None:
+        return self.values[-1] if self.values else None
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+SERIES_FIELDS = {
+    "train_loss": (ev.TRAIN, "train_loss"),
+    "learning_rate": (ev.TRAIN, "learning_rate"),
+    "tokens_per_second": (ev.TRAIN, "tokens_per_second"),
+    "peak_memory_bytes": (ev.TRAIN, "peak_memory_bytes"),
+    "iterations_per_second": (ev.TRAIN, "iterations_per_second"),
+    "val_loss": (ev.VAL, "val_loss"),
+}
+
+
+# For each metric event type: (event field, series name) pairs.
+_FIELDS_BY_TYPE: dict[str, list[tuple[str, str]]] = {}
+for _name, (_type, _key) in SERIES_FIELDS.items():
+    _FIELDS_BY_TYPE.setdefault(_type, []).append((_key, _name))
+
+
+class RunMetrics:
+    """Everything the events of one run say, updated event by event."""
+
+    def __init__(self) -> None:
+        self.series: dict[str, Series] = {name: Series() for name in SERIES_FIELDS}
+        self.checkpoints: dict[int, dict[str, Any]] = {}
+        self.warnings: list[dict[str, Any]] = []
+        self.started: dict[str, Any] | None = None
+        self.first_started_time: float | None = None
+        self.session_started_time: float | None = None
+        self.terminal: dict[str, Any] | None = None
+        self.iters: int | None = None
+        self.step = 0
+        self.last_time: float | None = None
+        self.events_seen = 0
+
+    def ingest(self, events: Iterable[dict[str, Any]]) -> None:
+        for event in events:
+            self._ingest_one(event)
+
+    def _ingest_one(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        self.events_seen += 1
+        self.last_time = event.get("time", self.last_time)
+        fields = _FIELDS_BY_TYPE.get(kind)
+        if fields is not None:
+            step = event.get("iteration")
+            if not isinstance(step, int):
+                return
+            for key, series in fields:
+                value = event.get(key)
+                if isinstance(value, (int, float)):
+                    self.series[series].add(step, float(value))
+            if kind == ev.TRAIN:
+                self.step = step
+        elif kind == ev.CHECKPOINT:
+            step = event.get("iteration")
+            if isinstance(step, int):
+                self.checkpoints[step] = event
+                self.step = max(self.step, step)
+        elif kind == ev.STARTED:
+            self.started = event
+            self.terminal = None
+            self.session_started_time = event.get("time")
+            if self.first_started_time is None:
+                self.first_started_time = event.get("time")
+            self.iters = event.get("iters", self.iters)
+            resumed = event.get("resumed_from_step")
+            if isinstance(resumed, int):
+                for series in self.series.values():
+                    series.truncate_after(resumed)
+                self.step = resumed
+            else:
+                for series in self.series.values():
+                    series.truncate_after(-1)
+                self.step = 0
+        elif kind == ev.WARNING:
+            self.warnings.append(event)
+        elif kind in ev.TERMINAL_TYPES:
+            self.terminal = event
+
+    # -- derived figures ---------------------------------------------------------------------
+
+    def val_at(self, step: int) -> float | None:
+        series = self.series["val_loss"]
+        i = bisect.bisect_left(series.steps, step)
+        if i < len(series.steps) and series.steps[i] == step:
+            return series.values[i]
+        return None
+
+    def best_val(self) -> tuple[int, float] | None:
+        series = self.series["val_loss"]
+        if not series.values:
+            return None
+        i = min(range(len(series.values)), key=series.values.__getitem__)
+        return series.steps[i], series.values[i]
+
+    def best_checkpoint_step(self) -> int | None:
+        """The saved step with the lowest validation loss measured at that step."""
+        scored = [(self.checkpoints[s].get("val_loss", self.val_at(s)), s)
+                  for s in self.checkpoints]
+        scored = [(loss, s) for loss, s in scored if loss is not None]
+        return min(scored)[1] if scored else None
+
+    def elapsed_seconds(self, now: float | None = None) -> float | None:
+        if self.session_started_time is None:
+            return None
+        end = self.terminal.get("time") if self.terminal else (now or time.time())
+        return max(0.0, end - self.session_started_time)
+
+    def eta_seconds(self) -> float | None:
+        """From the latest iterations per second; None when finished or unknown."""
+        if self.terminal or not self.iters:
+            return None
+        speed = self.series["iterations_per_second"].last
+        if not speed:
+            return None
+        return max(0.0, (self.iters - self.step) / speed)
+
+    def summary(self) -> dict[str, Any]:
+        best = self.best_val()
+        return {
+            "step": self.step,
+            "iters": self.iters,
+            "last_train_loss": self.series["train_loss"].last,
+            "last_val_loss": self.series["val_loss"].last,
+            "best_val_loss": best[1] if best else None,
+            "best_val_step": best[0] if best else None,
+            "tokens_per_second": self.series["tokens_per_second"].last,
+            "peak_memory_bytes": max(self.series["peak_memory_bytes"].values, default=None),
+            "learning_rate": self.series["learning_rate"].last,
+            "eta_seconds": self.eta_seconds(),
+            "elapsed_seconds": self.elapsed_seconds(),
+            "best_checkpoint_step": self.best_checkpoint_step(),
+        }
+
+
+def downsample(steps: list[int], values: list[float], width: int) -> list[float]:
+    """At most `width` values for display, keeping each bucket's extremes (min and max).
+
+    Each bucket contributes its minimum and maximum in the order they occur, so a spike or a
+    dip survives however long the run is.
+    """
+    n = len(values)
+    if n <= width or width <= 0:
+        return list(values)
+    buckets = max(1, width // 2)
+    out: list[float] = []
+    for b in range(buckets):
+        lo = b * n // buckets
+        hi = max(lo + 1, (b + 1) * n // buckets)
+        chunk = values[lo:hi]
+        i_min = min(range(len(chunk)), key=chunk.__getitem__)
+        i_max = max(range(len(chunk)), key=chunk.__getitem__)
+        first, second = sorted((i_min, i_max))
+        out.append(chunk[first])
+        if second != first:
+            out.append(chunk[second])
+    return out

@@ -1,0 +1,368 @@
+"""Dataset rows: the formats mlx-lm reads (decided from the first row) and the checks of a
+single row, each problem one sentence."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # a type only: dataset_files imports this module
+    from zyquo_tui.core.library.dataset_files import FileReport
+
+
+ERROR = "error"
+WARNING = "warning"
+Severity = Literal["error", "warning"]
+COMPLETIONS = "completions"
+CHAT = "chat"
+TOOLS = "tools"
+TEXT = "text"
+PREFERENCE = "preference"
+FORMATS = (COMPLETIONS, CHAT, TOOLS, TEXT, PREFERENCE)
+
+
+def training_refusal(data_format: str | None) -> str | None:
+    """Why mlx-lm's LoRA trainer cannot train rows of this format; None when it can.
+
+    Preference rows are valid data (for DPO-style training), so validation passes them; only
+    training refuses them, here, in one place: the trainer, the setup form and `data check`.
+    """
+    if data_format == PREFERENCE:
+        return ("preference rows (prompt, chosen, rejected) are for preference training, "
+                "which mlx-lm's LoRA trainer does not do; train on chat, completions or text "
+                "rows instead")
+    return None
+
+
+KNOWN_ROLES = ("system", "user", "assistant", "tool")
+
+# The keys each format needs, for saying which one a row lacks.
+REQUIRED_KEYS = {
+    COMPLETIONS: ("prompt", "completion"),
+    CHAT: ("messages",),
+    TOOLS: ("messages",),
+    TEXT: ("text",),
+    PREFERENCE: ("prompt", "chosen", "rejected"),
+}
+
+BOM = b"\xef\xbb\xbf"
+DECODE_JSON = json.JSONDecoder().decode
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a dataset, where it is, and whether it stops a run (error)."""
+
+    file: str
+    line: int | None
+    message: str
+    severity: Severity = ERROR
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        prefix = "warning: " if self.severity == WARNING else ""
+        return f"{where}: {prefix}{self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "message": self.message,
+                "severity": self.severity}
+
+
+def row_format(row: dict[str, Any]) -> str | None:
+    """The format of one row, by mlx-lm's precedence (completions, then chat, then text)."""
+    if "prompt" in row and "completion" in row:
+        return COMPLETIONS
+    if "messages" in row:
+        return TOOLS if "tools" in row else CHAT
+    if "text" in row:
+        return TEXT
+    if "prompt" in row and "chosen" in row and "rejected" in row:
+        return PREFERENCE
+    return None
+
+
+def format_family(row_format_name: str | None) -> str | None:
+    # Chat rows with and without tools load into the same mlx-lm ChatDataset.
+    return CHAT if row_format_name == TOOLS else row_format_name
+
+
+def peek_format(path: Path) -> str | None:
+    """The format of a file's first row, or None if it has no readable first row."""
+    try:
+        with open(path, "rb") as file:
+            first = file.readline(1 << 24)
+        row = DECODE_JSON(first.removeprefix(BOM).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return row_format(row) if isinstance(row, dict) else None
+
+
+def json_error_message(line_number: int, text: str, error: json.JSONDecodeError) -> str:
+    stripped = text.strip()
+    if stripped == "[" and line_number == 1:
+        return ("the file is one JSON array, not JSON Lines: write one JSON object per line "
+                "with no enclosing [ ]")
+    if stripped in ("{", "}", "},", "]"):
+        return ("a row spread over several lines: JSON Lines needs each object on one line")
+    return f"invalid JSON at column {error.colno}: {error.msg}"
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {dict: "object", list: "array", str: "string", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def not_an_object_message(row: object) -> str:
+    if isinstance(row, list):
+        return ("a JSON array where a row should be: each line must be one JSON object "
+                "such as {\"text\": ...}")
+    return f"a JSON {_json_type(row)} where a row should be: each line must be one JSON object"
+
+
+class RowChecker:
+    """Checks rows one by one against the format of the file's first row (as mlx-lm does)."""
+
+    def __init__(self, report: FileReport, file_format: str | None = None,
+                 format_line: int | None = None) -> None:
+        # A worker checking a later chunk of a file is told the format of its first row.
+        self.report = report
+        # The module's own string, so the hot path can compare by identity.
+        self.file_format = next((f for f in FORMATS if f == file_format), None)
+        self.format_line = format_line
+
+    def __call__(self, line: int, row: dict[str, Any]) -> None:
+        found = row_format(row)
+        if found is None:
+            self._missing_keys(line, row, self.file_format)
+            return
+        if found is not self.file_format:
+            if self.file_format is None:
+                self.file_format, self.format_line = found, line
+            elif format_family(found) != format_family(self.file_format):
+                self.report.add(line, f"mixed formats: a {found} row in a {self.file_format} "
+                                      f"file (the format comes from line {self.format_line}); "
+                                      "mlx-lm reads every row as the first one's format")
+                return
+            elif found == TOOLS:
+                self.file_format = TOOLS
+        findings = _CHECKS[found](row)
+        if findings:
+            for severity, message in findings:
+                self.report.add(line, message, severity)
+
+    def _missing_keys(self, line: int, row: dict[str, Any], expected: str | None) -> None:
+        keys = ", ".join(sorted(row)) or "none"
+        if expected is None:
+            self.report.add(line, f"no known format (keys: {keys}): a row needs prompt and "
+                                  "completion, messages, text, or prompt, chosen and rejected")
+            return
+        missing = [k for k in REQUIRED_KEYS[expected] if k not in row]
+        self.report.add(line, f"missing {', '.join(repr(k) for k in missing)} for a {expected} "
+                              f"row (keys: {keys})")
+
+
+_Findings = list[tuple[Severity, str]] | None
+
+
+def _check_string(findings: list, row: dict[str, Any], key: str, empty: Severity) -> None:
+    value = row[key]
+    if type(value) is not str:
+        findings.append((ERROR, f"{key!r} must be a string, found {_json_type(value)}"))
+    elif not value.strip():
+        findings.append((empty, f"{key!r} is empty"))
+
+
+def _check_completions(row: dict[str, Any]) -> _Findings:
+    prompt, completion = row["prompt"], row["completion"]
+    if type(prompt) is str and type(completion) is str and prompt.strip() and \
+            completion.strip() and "tools" not in row:
+        return None
+    findings: list[tuple[Severity, str]] = []
+    _check_string(findings, row, "prompt", WARNING)
+    _check_string(findings, row, "completion", ERROR)
+    _check_tools(findings, row)
+    return findings
+
+
+def _check_text(row: dict[str, Any]) -> _Findings:
+    text = row["text"]
+    if type(text) is str and text.strip():
+        return None
+    findings: list[tuple[Severity, str]] = []
+    _check_string(findings, row, "text", ERROR)
+    return findings
+
+
+def _check_preference(row: dict[str, Any]) -> _Findings:
+    # Each of prompt, chosen and rejected is a string, or (the conversational form preference
+    # trainers also read) a list of messages: the prompt's turns, then the answer's.
+    findings: list[tuple[Severity, str]] = []
+    for key, empty in (("prompt", WARNING), ("chosen", ERROR), ("rejected", ERROR)):
+        value = row[key]
+        if type(value) is not list:
+            _check_string(findings, row, key, empty)
+        elif not value:
+            findings.append((empty, f"{key!r} is empty"))
+        else:
+            for index, message in enumerate(value):
+                role = message.get("role") if type(message) is dict else None
+                problem = (f"unknown role {role!r}" if role not in KNOWN_ROLES
+                           else _content_problem(message, role))
+                if problem:
+                    findings.append((ERROR, f"{key}[{index}]: {problem}"))
+    if row["chosen"] == row["rejected"]:
+        findings.append((WARNING, "'chosen' and 'rejected' are the same: the pair teaches "
+                                  "nothing"))
+    return findings or None
+
+
+def _check_tools(findings: list, row: dict[str, Any]) -> None:
+    tools = row.get("tools")
+    if tools is None:
+        return
+    if type(tools) is not list or not all(type(t) is dict for t in tools):
+        findings.append((ERROR, f"'tools' must be an array of objects, found "
+                                f"{_json_type(tools)}"))
+
+
+def _check_chat(row: dict[str, Any]) -> _Findings:
+    messages = row["messages"]
+    if type(messages) is not list:
+        return [(ERROR, f"'messages' must be an array of messages, found "
+                        f"{_json_type(messages)}")]
+    if "tools" not in row and _is_flawless(messages):
+        return None
+    findings = _message_problems(messages, "messages")
+    if "tools" in row:
+        findings = findings or []
+        _check_tools(findings, row)
+    return findings or None
+
+
+_CHECKS = {COMPLETIONS: _check_completions, CHAT: _check_chat, TOOLS: _check_chat,
+           TEXT: _check_text, PREFERENCE: _check_preference}
+
+# (previous role, role) pairs of a well-ordered conversation; None is its start.
+_GOOD_TURNS = frozenset({
+    (None, "system"), (None, "user"), ("system", "user"), ("user", "assistant"),
+    ("assistant", "user"), ("assistant", "tool"), ("tool", "tool"), ("tool", "assistant"),
+    ("tool", "user"),
+})
+
+
+def _is_flawless(messages: list, _good_turns: frozenset = _GOOD_TURNS) -> bool:
+    """A quick yes for the common conversation with nothing to report.
+
+    Most rows are fine, and the detailed check below costs several times more; a False here
+    only means "look closer", never that something is wrong.
+    """
+    try:
+        previous = None
+        for message in messages:
+            content = message["content"]
+            if type(content) is not str or not content or content.isspace():
+                return False
+            role = message["role"]
+            if (previous, role) not in _good_turns:
+                return False
+            previous = role
+        return previous == "assistant"
+    except (KeyError, TypeError):  # a message that is not an object, or lacks a key
+        return False
+
+
+def _message_problems(messages: list, key: str) -> list[tuple[Severity, str]]:
+    """Problems of one conversation: message shape, known roles, their order, empty turns.
+
+    The order rules are those the strict chat templates (Llama 2, Mistral, Gemma) enforce by
+    raising: system first, then user and assistant taking turns, tool results after an
+    assistant turn; and a conversation needs an assistant turn to learn from.
+    """
+    findings: list[tuple[Severity, str]] = []
+    if not messages:
+        return [(ERROR, f"{key!r} is empty")]
+    if type(messages[0]) is dict and "role" not in messages[0] and "from" in messages[0]:
+        return [(ERROR, f"{key!r} uses 'from'/'value' (ShareGPT style): mlx-lm needs 'role' "
+                        "and 'content' in each message")]
+    previous = None  # the role of the previous message
+    order_known = True  # after a message of unknown role, order checks would only echo it
+    assistant_seen = False
+    for index, message in enumerate(messages):
+        where = f"{key}[{index}]"
+        if type(message) is not dict:
+            findings.append((ERROR, f"{where} must be an object with role and content, found "
+                                    f"{_json_type(message)}"))
+            order_known = False
+            continue
+        role = message.get("role")
+        if role not in KNOWN_ROLES:
+            if role is None:
+                findings.append((ERROR, f"{where} has no 'role'"))
+            else:
+                findings.append((ERROR, f"{where}: unknown role {role!r}; use one of "
+                                        f"{', '.join(KNOWN_ROLES)}"))
+            order_known = False
+            continue
+        order = _order_problem(role, previous, index) if order_known else None
+        if order:
+            findings.append((ERROR, f"{where}: {order}"))
+        if not (role == "system" and index > 0):  # a misplaced system turn changes no turn
+            previous = role
+        if role == "assistant":
+            assistant_seen = True
+        content_problem = _content_problem(message, role)
+        if content_problem:
+            findings.append((WARNING if role == "system" else ERROR,
+                             f"{where} ({role}): {content_problem}"))
+    last = messages[-1].get("role") if type(messages[-1]) is dict else None
+    if not assistant_seen and order_known:
+        findings.append((ERROR, f"{key!r} has no assistant message: nothing to learn from"))
+    elif assistant_seen and last in KNOWN_ROLES and last != "assistant":
+        findings.append((WARNING, f"{key!r} ends with a {last} message: with mask_prompt "
+                                  "that turn is what gets trained"))
+    return findings
+
+
+def _order_problem(role: str, previous: str | None, index: int) -> str | None:
+    if role == "system":
+        return None if index == 0 else "a system message must come first"
+    if role == "tool":
+        if previous in ("assistant", "tool"):
+            return None
+        return "a tool message must follow an assistant message that called the tool"
+    if previous is None or previous == "system":
+        if role == "user":
+            return None
+        return f"the conversation must open with a user message, not {role}"
+    if role == previous:
+        return f"two {role} messages in a row: user and assistant must take turns"
+    return None
+
+
+def _content_problem(message: dict[str, Any], role: str) -> str | None:
+    content = message.get("content")
+    if type(content) is str:
+        if content.strip():
+            return None
+        if role == "assistant" and message.get("tool_calls"):
+            return None
+        return "empty content"
+    if content is None:
+        if role == "assistant" and message.get("tool_calls"):
+            return None
+        return "no content" if "content" not in message else "content is null"
+    if type(content) is list:
+        # Multi-part content ({"type": "text", "text": ...}) that templates may render.
+        if not content:
+            return "empty content"
+        if all(type(part) is dict and "type" in part for part in content):
+            return None
+        return "content parts must be objects with a 'type'"
+    return f"content must be a string, found {_json_type(content)}"

@@ -1,0 +1,1 @@
+"""The memory verdict: model facts, the estimate, measured history, the advisor and gate, the machine's budget, measurements."""

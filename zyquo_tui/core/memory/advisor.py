@@ -1,0 +1,460 @@
+"""The advisor: verdicts against the budget, suggestions that would fit, and the gate
+before a run starts (docs/memory.md)."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE, UserError
+from zyquo_tui.core.memory.budget import CPU, MemoryBudget, machine_budget
+from zyquo_tui.core.memory.estimate import (
+    COEFFICIENTS,
+    CPU_COEFFICIENTS,
+    TERMS,
+    Coefficients,
+    Estimate,
+    TrainingConfig,
+    combine,
+    features,
+    model_problems,
+    trained_layers,
+)
+from zyquo_tui.core.memory.facts import GIB, MIB, ModelFacts
+from zyquo_tui.core.memory.history import MemoryHistory
+from zyquo_tui.core.runs.run import Run
+from zyquo_tui.core.runs.settings import Method
+
+# Verdict thresholds (docs/memory.md). Within TIGHT_FRACTION of the budget the estimate's own
+# error (within 15% when calibrated) could cross it.
+TIGHT_FRACTION = 0.85
+
+
+class Verdict(str, enum.Enum):
+    """Whether a config fits this machine's memory budget."""
+
+    FITS = "fits"
+    TIGHT = "tight"
+    WONT_FIT = "won't fit"
+
+
+@dataclass
+class Assessment:
+    """A verdict on an estimate against the budget, with its one-line reason."""
+
+    verdict: Verdict
+    reason: str
+    estimate: Estimate
+    budget: MemoryBudget
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict.value, "reason": self.reason,
+                "estimate_bytes": self.estimate.total_bytes,
+                "budget_bytes": self.budget.budget_bytes,
+                "available_bytes": self.budget.available_bytes}
+
+
+@dataclass
+class Suggestion:
+    """A changed config the model says fits, what changed, and its estimate."""
+
+    title: str
+    changes: dict[str, Any]
+    config: TrainingConfig
+    estimate: Estimate
+    verdict: Verdict
+    truncated_rows: int | None = None  # rows the new max_seq_length cuts, when known
+
+    def to_json(self) -> dict[str, Any]:
+        data = {"title": self.title, "changes": dict(self.changes),
+                "estimate_bytes": self.estimate.total_bytes, "verdict": self.verdict.value}
+        if "max_seq_length" in self.changes:
+            data["truncated_rows"] = self.truncated_rows
+        return data
+
+
+@dataclass
+class Plan:
+    """Everything `zyquo-tui plan` shows: estimate, verdict, budget and suggestions."""
+
+    assessment: Assessment
+    suggestions: list[Suggestion]
+    token_lengths_known: bool
+
+    @property
+    def estimate(self) -> Estimate:
+        return self.assessment.estimate
+
+    def to_json(self) -> dict[str, Any]:
+        budget = self.assessment.budget
+        return {
+            **self.estimate.to_json(),
+            "verdict": self.assessment.verdict.value,
+            "reason": self.assessment.reason,
+            "budget_bytes": budget.budget_bytes,
+            "budget_source": budget.budget_source,
+            "available_bytes": budget.available_bytes,
+            "used_by_others_bytes": budget.used_by_others_bytes,
+            "total_memory_bytes": budget.total_bytes,
+            "suggestions": [s.to_json() for s in self.suggestions],
+        }
+
+
+def fmt_bytes(value: float) -> str:
+    if abs(value) >= GIB:
+        return f"{value / GIB:.1f} GiB"
+    return f"{value / MIB:.0f} MiB" if abs(value) >= 10 * MIB else f"{value / MIB:.1f} MiB"
+
+
+class MemoryAdvisor:
+    """Estimates a config's peak memory, judges it against this machine's budget, and
+    searches for changed configs that fit."""
+
+    MAX_SUGGESTIONS = 6
+
+    def __init__(self, budget: MemoryBudget | None = None, *, device: str | None = None,
+                 history: MemoryHistory | None = None,
+                 coefficients: Coefficients | None = None) -> None:
+        self._budget = budget
+        self.device = device or (budget.device if budget else None)
+        self.history = history if history is not None else MemoryHistory()
+        self._coefficients = coefficients
+
+    @classmethod
+    def for_machine(cls, home: Path | None = None, *, refresh_probe: bool = False
+                    ) -> "MemoryAdvisor":
+        """This machine's budget (probed once, cached) and measured history."""
+        budget = machine_budget(home, refresh=refresh_probe)
+        return cls(budget, history=MemoryHistory.load(home))
+
+    @classmethod
+    def for_calibration(cls, device: str = CPU) -> "MemoryAdvisor":
+        """The bare model: no history, a budget that everything fits."""
+        return cls(MemoryBudget.fixed(1 << 50, device=device), history=MemoryHistory())
+
+    @property
+    def budget(self) -> MemoryBudget:
+        if self._budget is None:
+            self._budget = machine_budget()
+            self.device = self.device or self._budget.device
+        return self._budget
+
+    @property
+    def coefficients(self) -> Coefficients:
+        if self._coefficients is not None:
+            return self._coefficients
+        return COEFFICIENTS.get(self.device or self.budget.device, CPU_COEFFICIENTS)
+
+    # -- estimate ------------------------------------------------------------------------------
+
+    def estimate(self, model: ModelFacts, config: TrainingConfig, *,
+                 use_history: bool = True) -> Estimate:
+        device = self.device or self.budget.device
+        problems = model_problems(model, config)
+        if config.problems():
+            breakdown = dict.fromkeys(TERMS, 0)
+            return Estimate(0, breakdown, 0, config, device, 0, 0, 0, list(model.notes),
+                            problems)
+        coefficients = self.coefficients
+        quantities = features(model, config)
+        breakdown = combine(quantities, coefficients)
+        rounded = {name: int(round(value)) for name, value in breakdown.items()}
+        total = sum(rounded.values())
+        notes = list(model.notes)
+        if config.longest_row_tokens is None:
+            notes.append(f"row lengths unknown: assumed every batch is {config.max_seq_length} "
+                         "tokens wide (give the dataset for its real longest row).")
+        if config.quantize_base and not model.quantized:
+            bits, group = config.quantize_base
+            notes.append(f"base weights as if quantized to {bits} bits (group {group}).")
+        if not coefficients.calibrated:
+            notes.append(f"the {device} terms are not calibrated on this kind of device yet; "
+                         "`zyquo-tui plan --measure` measures the real peak.")
+        estimate = Estimate(
+            total_bytes=total, breakdown=rounded, model_bytes=total, config=config,
+            device=device, trained_layers=int(quantities["_trained_layers"]),
+            trainable_parameters=int(quantities["_elements"]),
+            batch_width=config.batch_width, notes=notes, problems=problems,
+        )
+        if use_history:
+            correction = self.history.correction(device, model.path or None)
+            if correction is not None:
+                corrected = int(round(total * correction.factor))
+                estimate.breakdown["history_correction"] = corrected - total
+                estimate.total_bytes = corrected
+                estimate.correction = round(correction.factor, 4)
+                estimate.notes.append(f"corrected by this machine's history: "
+                                      f"{correction.sentence()}")
+        return estimate
+
+    # -- verdict -------------------------------------------------------------------------------
+
+    def judge(self, estimate: Estimate) -> Assessment:
+        """fits, tight or won't fit (thresholds in docs/memory.md), with the reason."""
+        budget = self.budget
+        need = estimate.total_bytes
+        limit = budget.budget_bytes
+        where = budget.budget_source
+        if need > limit:
+            verdict = Verdict.WONT_FIT
+            reason = (f"needs about {fmt_bytes(need)}, more than the {fmt_bytes(limit)} "
+                      f"training may use here ({where}).")
+        elif need > TIGHT_FRACTION * limit:
+            verdict = Verdict.TIGHT
+            reason = (f"needs about {fmt_bytes(need)}, {need / limit:.0%} of the "
+                      f"{fmt_bytes(limit)} training may use here ({where}): within the "
+                      "estimate's error of the limit.")
+        elif need > budget.available_bytes:
+            verdict = Verdict.TIGHT
+            reason = (f"needs about {fmt_bytes(need)} of the {fmt_bytes(limit)} budget, but "
+                      f"other processes use {fmt_bytes(budget.used_by_others_bytes)} now and "
+                      f"only {fmt_bytes(budget.available_bytes)} is free: close some or it "
+                      "will swap.")
+        else:
+            verdict = Verdict.FITS
+            reason = (f"needs about {fmt_bytes(need)} of the {fmt_bytes(limit)} training may "
+                      f"use here ({need / limit:.0%}); {fmt_bytes(budget.available_bytes)} "
+                      "is free now.")
+        return Assessment(verdict, reason, estimate, budget)
+
+    def assess(self, model: ModelFacts, config: TrainingConfig) -> Assessment:
+        return self.judge(self.estimate(model, config))
+
+    # -- suggestions ---------------------------------------------------------------------------
+
+    def suggest(self, model: ModelFacts, config: TrainingConfig,
+                token_lengths: Sequence[int] | None = None) -> list[Suggestion]:
+        """Changed configs that the model says fit, least disruptive first.
+
+        The search goes stage by stage: keep the effective batch (halve the batch, double
+        grad accumulation), grad checkpointing, shorter sequences, fewer layers, a lower rank,
+        LoRA instead of full fine-tuning, a quantized base (QLoRA). Within a stage the mildest
+        option that fits is suggested. A stage none of whose options fits hands its most
+        saving option on to the next stages, so later suggestions combine changes; each is
+        then trimmed of the carried changes it does not need. Only configs judged `fits` are
+        suggested.
+        """
+        if self.judge(self.estimate(model, config)).verdict is Verdict.FITS:
+            return []
+        lengths = sorted(token_lengths) if token_lengths else None
+        suggestions: list[Suggestion] = []
+        seen: set[TrainingConfig] = set()
+        carried = config
+        carried_bytes = self.estimate(model, config).total_bytes
+        carried_stages: list[tuple[str, ...]] = []  # the fields each carried stage changed
+        for stage, fields in _STAGES:
+            fitting = None
+            best: tuple[TrainingConfig, int] | None = None
+            for candidate in stage(model, carried):
+                estimate = self.estimate(model, candidate)
+                if estimate.problems:
+                    continue
+                if best is None or estimate.total_bytes < best[1]:
+                    best = (candidate, estimate.total_bytes)
+                if self.judge(estimate).verdict is Verdict.FITS:
+                    fitting = candidate
+                    break
+            if fitting is not None:
+                fitting = self._trim(model, config, fitting, carried_stages)
+                if fitting not in seen:
+                    seen.add(fitting)
+                    suggestions.append(self._suggestion(model, config, fitting, lengths))
+                if len(suggestions) >= self.MAX_SUGGESTIONS:
+                    break
+            elif best is not None and best[1] < carried_bytes * (1 - MIN_CARRIED_SAVING):
+                carried, carried_bytes = best
+                carried_stages.append(fields)
+        return suggestions
+
+    def _fits(self, model: ModelFacts, config: TrainingConfig) -> bool:
+        estimate = self.estimate(model, config)
+        return not estimate.problems and self.judge(estimate).verdict is Verdict.FITS
+
+    def _trim(self, model: ModelFacts, original: TrainingConfig, candidate: TrainingConfig,
+              carried_stages: list[tuple[str, ...]]) -> TrainingConfig:
+        """Undo carried changes the candidate fits without, the most disruptive first."""
+        for fields in reversed(carried_stages):
+            undone = candidate.replace(**{f: getattr(original, f) for f in fields})
+            if undone != candidate and self._fits(model, undone):
+                candidate = undone
+        return candidate
+
+    def _suggestion(self, model: ModelFacts, original: TrainingConfig, config: TrainingConfig,
+                    lengths: Sequence[int] | None) -> Suggestion:
+        changes = _changes(original, config)
+        truncated = None
+        if "max_seq_length" in changes and lengths is not None:
+            truncated = _rows_longer(lengths, config.max_seq_length)
+        estimate = self.estimate(model, config)
+        title = _describe(original, config, truncated, len(lengths) if lengths else None)
+        return Suggestion(title, changes, config, estimate, self.judge(estimate).verdict,
+                          truncated)
+
+    def plan(self, model: ModelFacts, config: TrainingConfig,
+             token_lengths: Sequence[int] | None = None) -> Plan:
+        if token_lengths and config.longest_row_tokens is None:
+            config = config.replace(longest_row_tokens=max(token_lengths))
+        assessment = self.assess(model, config)
+        suggestions = [] if assessment.estimate.problems else self.suggest(
+            model, config, token_lengths)
+        return Plan(assessment, suggestions, token_lengths_known=bool(token_lengths))
+
+    # -- measured history ------------------------------------------------------------------------
+
+    def record_measurement(self, model: ModelFacts, estimate: Estimate, measured_peak: int,
+                           source: str = "measure", run_id: str | None = None) -> None:
+        self.history.append({
+            "device": estimate.device, "model": model.path, "method": estimate.config.method.value,
+            "settings": estimate.config.settings(), "estimate_bytes": estimate.model_bytes,
+            "measured_peak_bytes": int(measured_peak), "source": source, "run_id": run_id,
+        })
+
+
+# A stage must save this share of the estimate to be carried into the next stages.
+MIN_CARRIED_SAVING = 0.02
+
+
+def _halve_batch(model: ModelFacts, config: TrainingConfig) -> list[TrainingConfig]:
+    options = []
+    batch, accumulation = config.batch_size, config.grad_accumulation_steps
+    while batch > 1:
+        batch //= 2
+        accumulation *= 2
+        options.append(config.replace(batch_size=batch, grad_accumulation_steps=accumulation))
+    return options
+
+
+def _checkpoint(model: ModelFacts, config: TrainingConfig) -> list[TrainingConfig]:
+    return [] if config.grad_checkpoint else [config.replace(grad_checkpoint=True)]
+
+
+def _shorter(model: ModelFacts, config: TrainingConfig) -> list[TrainingConfig]:
+    current = min(config.max_seq_length, config.batch_width)
+    return [config.replace(max_seq_length=cap)
+            for cap in (4096, 3072, 2048, 1536, 1024, 768, 512, 384, 256, 128) if cap < current]
+
+
+def _fewer_layers(model: ModelFacts, config: TrainingConfig) -> list[TrainingConfig]:
+    options = []
+    count = trained_layers(model, config)
+    while count > 1:
+        count //= 2
+        options.append(config.replace(num_layers=count))
+    return options
+
+
+def _lower_rank(model: ModelFacts, config: TrainingConfig) -> list[TrainingConfig]:
+    if config.method is Method.FULL:
+        return []
+    options = []
+    rank = config.rank
+    while rank > 4:
+        rank //= 2
+        options.append(config.replace(rank=rank))
+    return options
+
+
+def _lora_instead(model: ModelFacts, config: TrainingConfig) -> list[TrainingConfig]:
+    return [config.replace(method=Method.LORA)] if config.method is Method.FULL else []
+
+
+def _quantize(model: ModelFacts, config: TrainingConfig) -> list[TrainingConfig]:
+    if model.quantized or config.quantize_base or config.method is Method.FULL:
+        return []
+    return [config.replace(method=Method.QLORA, quantize_base=(bits, 64)) for bits in (8, 4)]
+
+
+# The search order of MemoryAdvisor.suggest, least disruptive first, with the fields each
+# stage changes.
+_STAGES = (
+    (_halve_batch, ("batch_size", "grad_accumulation_steps")),
+    (_checkpoint, ("grad_checkpoint",)),
+    (_shorter, ("max_seq_length",)),
+    (_fewer_layers, ("num_layers",)),
+    (_lower_rank, ("rank",)),
+    (_lora_instead, ("method",)),
+    (_quantize, ("method", "quantize_base")),
+)
+
+
+def _describe(before: TrainingConfig, after: TrainingConfig, truncated: int | None,
+              rows: int | None) -> str:
+    """The changes from `before` to `after` in words, mildest first."""
+    parts = []
+    if (after.batch_size, after.grad_accumulation_steps) != (
+            before.batch_size, before.grad_accumulation_steps):
+        same = (after.batch_size * after.grad_accumulation_steps
+                == before.batch_size * before.grad_accumulation_steps)
+        parts.append(f"batch {after.batch_size} with grad accumulation "
+                     f"{after.grad_accumulation_steps}"
+                     + (" (same effective batch)" if same else ""))
+    if after.grad_checkpoint and not before.grad_checkpoint:
+        parts.append("grad checkpointing (slower steps)")
+    if after.max_seq_length != before.max_seq_length:
+        if truncated is not None:
+            cut = f"cuts {truncated} of {rows} rows"
+        else:
+            cut = "row lengths unknown: give the dataset to count the rows it cuts"
+        parts.append(f"max_seq_length {after.max_seq_length} ({cut})")
+    if after.num_layers != before.num_layers:
+        parts.append(f"train the last {after.num_layers} layers")
+    if after.rank != before.rank and after.method is not Method.FULL:
+        parts.append(f"LoRA rank {after.rank}")
+    if before.method is Method.FULL and after.method is not Method.FULL:
+        parts.append("LoRA instead of full fine-tuning")
+    if after.quantize_base and not before.quantize_base:
+        bits = after.quantize_base[0]
+        parts.append(f"QLoRA on a {bits}-bit copy of the model (`mlx_lm convert --hf-path "
+                     f"MODEL --mlx-path OUT -q --q-bits {bits}`)")
+    return "; ".join(parts)
+
+
+def _changes(before: TrainingConfig, after: TrainingConfig) -> dict[str, Any]:
+    old, new = before.settings(), after.settings()
+    return {key: value for key, value in new.items() if old.get(key) != value}
+
+
+def _rows_longer(sorted_lengths: Sequence[int], cap: int) -> int:
+    """Rows with more tokens than `cap` (which training cuts)."""
+    import bisect
+
+    return len(sorted_lengths) - bisect.bisect_right(sorted_lengths, cap)
+
+
+def gate(run: Run, advisor: MemoryAdvisor, *, override: bool = False,
+         model: ModelFacts | None = None, longest_row_tokens: int | None = None) -> Assessment:
+    """Judge a run before it starts and record the verdict in run.memory.
+
+    A run that won't fit raises UserError (exit status 1) unless `override` is given; the
+    override is recorded in the run. The caller saves the run (store.update). Gives the
+    dataset's longest tokenized row when known, for an exact estimate.
+    """
+    model = model or ModelFacts.from_folder(run.model)
+    config = TrainingConfig.from_run(run, longest_row_tokens)
+    estimate = advisor.estimate(model, config)
+    if estimate.problems:
+        raise UserError(estimate.problems[0], EXIT_USAGE)
+    assessment = advisor.judge(estimate)
+    run.memory = {
+        "verdict": assessment.verdict.value,
+        "reason": assessment.reason,
+        "estimate_bytes": estimate.total_bytes,
+        "model_estimate_bytes": estimate.model_bytes,
+        "breakdown": dict(estimate.breakdown),
+        "budget_bytes": assessment.budget.budget_bytes,
+        "available_bytes": assessment.budget.available_bytes,
+        "device": estimate.device,
+        "settings": config.settings(),
+        "exact_sequence": longest_row_tokens is not None,
+        "override": bool(override and assessment.verdict is Verdict.WONT_FIT),
+        "checked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    if assessment.verdict is Verdict.WONT_FIT and not override:
+        raise UserError(
+            f"This run won't fit in memory: it {assessment.reason[:-1]}; change its settings "
+            "(`zyquo-tui plan` suggests some that fit) or start it with an explicit override.",
+            EXIT_PROBLEMS)
+    return assessment

@@ -1,0 +1,394 @@
+"""The memory advisor: how much memory a training config needs, whether it fits, what would.
+
+`MemoryAdvisor.estimate` predicts the peak MLX memory of a run (what `mx.get_peak_memory()`
+reports after a few steps) without importing mlx, as a sum of terms:
+
+  base_weights        every tensor of the model, exact bytes from the safetensors headers
+                      (any dtype; quantized weights with their scales and biases)
+  trainable_parameters  the LoRA/DoRA adapters (float32, as mlx-lm makes them); for full
+                      fine-tuning the trained weights are already in base_weights
+  gradients           one gradient per trainable parameter, plus the accumulation buffer
+                      that grad_accumulation_steps > 1 keeps between steps
+  optimizer_state     adam/adamw two moments; sgd one buffer (MLX allocates it even without
+                      momentum); muon one momentum buffer; adafactor a row and a column vector
+                      per matrix (a full copy for vectors, and exp_avg when beta_1 is set)
+  activations         what each trained layer keeps for the backward pass, proportional to
+                      batch x tokens x (hidden, attention and MLP widths); with grad
+                      checkpointing only each layer's input, plus one layer recomputed; plus
+                      the working memory of the layer being computed
+  attention           the attention matrices, batch x heads x tokens^2: MLX differentiates
+                      attention unfused, so every trained layer keeps its own for the backward
+                      pass, plus the working copies of the layer being computed (a term per
+                      device: a fused attention backward on Metal would keep none)
+  loss                the logits and the cross-entropy, batch x tokens x vocabulary
+  overhead            a fixed amount, and what the optimizer's step needs beyond the backward
+                      pass (it writes new moments while the old ones are alive, after the
+                      activations are freed: the peak is the larger of the two phases)
+
+The multipliers of the activation, attention, loss and overhead terms were fitted to real
+mlx-lm training (bench/calibrate_memory.py; the table is in docs/memory.md), one table per
+device. When this machine has measured runs (memory_history.jsonl in
+$ZYQUO_HOME, from `zyquo-tui plan --measure` and from finished runs), the estimate is scaled by
+the median measured/estimated ratio, and the breakdown says so.
+
+Nothing here imports mlx; an estimate takes well under a millisecond once the model's headers
+are read (they are cached per folder), so the run setup can recompute it on every keystroke.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zyquo_tui.core.memory.budget import CPU, GPU
+from zyquo_tui.core.memory.facts import DEFAULT_MAX_SEQ_LENGTH, LORA_BYTES, PAD_TO, ModelFacts
+from zyquo_tui.core.runs.run import Run
+from zyquo_tui.core.runs.settings import OPTIMIZERS, Hyperparameters, Method
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """The fitted multipliers of the estimate's terms on one kind of device.
+
+    Widths count tensors per token in the model's compute dtype unless said otherwise:
+    kept_hidden 8 means each trained layer keeps about eight hidden-size vectors per token for
+    its backward pass. "Once" terms are the working memory of the one layer being computed
+    (and of the loss), which exists next to everything the layers keep.
+    """
+
+    # Kept by each trained layer until the backward pass reaches it:
+    kept_hidden: float  # x hidden size
+    kept_mlp: float  # x intermediate size
+    kept_attention: float  # x heads x tokens: the attention matrix (0: none kept)
+    kept_lora: float  # x rank per adapted matrix, float32: x @ A
+    # A 16-bit model's inputs to the adapted matrices are promoted to float32 (A is float32)
+    # and kept for A's gradient: (3 x hidden + intermediate) float32 values, the attention's
+    # input and output, the MLP's input and the down projection's.
+    kept_lora_inputs: float
+    kept_full_inputs: float  # the same inputs in the model's dtype, for full fine-tuning
+    dora_outputs: float  # x output widths of the adapted matrices (DoRA rescales them)
+    # With grad checkpointing each layer keeps only its input, and the layer being
+    # recomputed holds its forward and its backward at once:
+    checkpoint_hidden: float  # x hidden size, per checkpointed layer
+    checkpoint_mlp: float  # x intermediate size, once
+    # Once:
+    working_hidden: float  # x hidden size
+    working_mlp: float  # x intermediate size
+    working_attention: float  # x heads x tokens
+    working_outputs: float  # x output widths of the adapted matrices, float32: (x @ A) @ B
+    dora_weights: float  # x one layer's matrices, float32: DoRA's adapted weights
+    loss: float  # x vocabulary: logits, softmax and their gradient
+    # The optimizer's step writes new moments while the old ones are alive: x the bytes of
+    # the state the step rewrites (adam's m and v, muon's and sgd-with-momentum's v,
+    # adafactor's temporaries), for adapters (float32) and for full fine-tuning. It happens
+    # after the backward pass, so the peak is the larger of the backward pass and the step.
+    update_lora: float
+    update_full: float
+    fixed_bytes: float
+    calibrated: bool = True
+
+
+# Fitted on CPU with bench/calibrate_memory.py --fit (mlx 0.32.4, mlx-lm 0.32.2): the table
+# and the method are in docs/memory.md.
+CPU_COEFFICIENTS = Coefficients(
+    kept_hidden=9.34, kept_mlp=2.61, kept_attention=1.15, kept_lora=1.0, kept_lora_inputs=1.0,
+    kept_full_inputs=1.21, dora_outputs=0.59, checkpoint_hidden=1.0, checkpoint_mlp=7.72,
+    working_hidden=10.56, working_mlp=8.44, working_attention=1.39, working_outputs=0.39,
+    dora_weights=0.92, loss=2.81, update_lora=1.02, update_full=1.65, fixed_bytes=0.0,
+)
+
+# Metal: not measured here (no Mac in CI). Since mlx PR 2054 (April 2025) MLX computes attention
+# unfused whenever it is differentiated, on Metal as on the CPU, so every trained layer keeps its
+# attention matrix there too, and the CPU fit is the best prior. A fused attention backward
+# (mlx PR 3241, open) would keep none: set kept_attention to 0 here when an MLX with it is
+# pinned. Until a Mac's measurements calibrate this table, the machine's history corrects it.
+GPU_COEFFICIENTS = dataclasses.replace(CPU_COEFFICIENTS, calibrated=False)
+COEFFICIENTS = {CPU: CPU_COEFFICIENTS, GPU: GPU_COEFFICIENTS}
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """The settings that decide a run's memory, with mlx-lm's names and defaults.
+
+    longest_row_tokens is the dataset's longest tokenized row when known: batches are padded
+    to their longest row, so it, not max_seq_length, sets the activations. Unknown, every
+    batch is assumed to reach max_seq_length.
+    """
+
+    method: Method = Method.LORA
+    batch_size: int = 4
+    max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH
+    num_layers: int = 16
+    rank: int = 8
+    grad_checkpoint: bool = False
+    optimizer: str = "adam"
+    grad_accumulation_steps: int = 1
+    longest_row_tokens: int | None = None
+    adafactor_first_moment: bool = False  # optimizer_config.adafactor.beta_1 is set
+    sgd_momentum: bool = False  # optimizer_config.sgd.momentum is above 0
+    # Estimate as if the base were quantized first (a QLoRA suggestion): (bits, group size).
+    quantize_base: tuple[int, int] | None = None
+
+    @property
+    def batch_width(self) -> int:
+        """Tokens per row of the widest batch, as trainer/batches.py pads and cuts it."""
+        if self.longest_row_tokens is None:
+            return self.max_seq_length
+        padded = 1 + PAD_TO * math.ceil(max(self.longest_row_tokens, 1) / PAD_TO)
+        return min(padded, self.max_seq_length)
+
+    @property
+    def model_tokens(self) -> int:
+        """Tokens per row the model runs on (inputs are the row without its last token)."""
+        return max(self.batch_width - 1, 1)
+
+    def replace(self, **changes: Any) -> "TrainingConfig":
+        return dataclasses.replace(self, **changes)
+
+    def settings(self) -> dict[str, Any]:
+        """The settings as mlx-lm names them (what suggestions change)."""
+        data = {
+            "method": self.method.value, "batch_size": self.batch_size,
+            "grad_accumulation_steps": self.grad_accumulation_steps,
+            "max_seq_length": self.max_seq_length, "num_layers": self.num_layers,
+            "grad_checkpoint": self.grad_checkpoint, "optimizer": self.optimizer,
+        }
+        if self.method is not Method.FULL:
+            data["rank"] = self.rank
+        if self.quantize_base:
+            data["quantize_base"] = {"bits": self.quantize_base[0],
+                                     "group_size": self.quantize_base[1]}
+        return data
+
+    def problems(self) -> list[str]:
+        """Values no run can train with, one sentence each."""
+        found = []
+        for name in ("batch_size", "max_seq_length", "grad_accumulation_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                found.append(f"{name} must be a whole number of at least 1, not {value!r}.")
+        if (isinstance(self.num_layers, bool) or not isinstance(self.num_layers, int)
+                or (self.num_layers < 1 and self.num_layers != -1)):
+            found.append(f"num_layers must be at least 1 (or -1 for all), not "
+                         f"{self.num_layers!r}.")
+        if self.method is not Method.FULL and (
+                isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1):
+            found.append(f"rank must be a whole number of at least 1, not {self.rank!r}.")
+        if self.optimizer not in OPTIMIZERS:
+            found.append(f"optimizer {self.optimizer!r} is unknown; choose one of "
+                         f"{', '.join(OPTIMIZERS)}.")
+        if self.longest_row_tokens is not None and self.longest_row_tokens < 0:
+            found.append("the longest row cannot have a negative number of tokens.")
+        return found
+
+    @classmethod
+    def from_hyperparameters(cls, method: Method | str, hp: Hyperparameters | dict[str, Any],
+                             longest_row_tokens: int | None = None) -> "TrainingConfig":
+        if isinstance(hp, dict):
+            hp = Hyperparameters.from_dict(hp)
+        adafactor = (hp.optimizer_config or {}).get("adafactor") or {}
+        sgd = (hp.optimizer_config or {}).get("sgd") or {}
+        return cls(
+            method=Method(method), batch_size=hp.batch_size, max_seq_length=hp.max_seq_length,
+            num_layers=hp.num_layers, rank=hp.rank, grad_checkpoint=bool(hp.grad_checkpoint),
+            optimizer=hp.optimizer, grad_accumulation_steps=hp.grad_accumulation_steps,
+            longest_row_tokens=longest_row_tokens,
+            adafactor_first_moment=adafactor.get("beta_1") is not None,
+            sgd_momentum=bool(sgd.get("momentum")),
+        )
+
+    @classmethod
+    def from_run(cls, run: Run, longest_row_tokens: int | None = None) -> "TrainingConfig":
+        return cls.from_hyperparameters(run.method, run.hyperparameters, longest_row_tokens)
+
+    def to_hyperparameters(self, base: Hyperparameters | None = None) -> Hyperparameters:
+        """Hyperparameters with this config's settings (the rest from `base` or defaults)."""
+        hp = Hyperparameters.from_dict((base or Hyperparameters()).to_dict())
+        hp.batch_size = self.batch_size
+        hp.max_seq_length = self.max_seq_length
+        hp.num_layers = self.num_layers
+        hp.grad_checkpoint = self.grad_checkpoint
+        hp.optimizer = self.optimizer
+        hp.grad_accumulation_steps = self.grad_accumulation_steps
+        hp.lora_parameters = {**hp.lora_parameters, "rank": self.rank}
+        return hp
+
+
+TERMS = ("base_weights", "trainable_parameters", "gradients", "optimizer_state", "activations",
+         "attention", "loss", "overhead")
+
+
+@dataclass
+class Estimate:
+    """A predicted peak and its breakdown in bytes; `notes` say what it assumed or corrected."""
+
+    total_bytes: int
+    breakdown: dict[str, int]
+    model_bytes: int  # the total before any history correction
+    config: TrainingConfig
+    device: str
+    trained_layers: int
+    trainable_parameters: int
+    batch_width: int
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # settings training would reject
+    correction: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "estimate_bytes": self.total_bytes, "model_estimate_bytes": self.model_bytes,
+            "breakdown": dict(self.breakdown), "device": self.device,
+            "trained_layers": self.trained_layers,
+            "trainable_parameters": self.trainable_parameters,
+            "batch_width": self.batch_width, "settings": self.config.settings(),
+            "history_correction": self.correction, "notes": list(self.notes),
+            "problems": list(self.problems),
+        }
+
+
+def trained_layers(model: ModelFacts, config: TrainingConfig) -> int:
+    if config.num_layers == -1:
+        return model.num_layers
+    return max(min(config.num_layers, model.num_layers), 0)
+
+
+def _optimizer_elements(config: TrainingConfig, elements: int, factored: int) -> float:
+    if config.optimizer in ("adam", "adamw"):
+        return 2 * elements
+    if config.optimizer == "adafactor":
+        return factored + (elements if config.adafactor_first_moment else 0)
+    return elements  # sgd (MLX keeps its buffer even without momentum) and muon
+
+
+def _rewritten_copies(config: TrainingConfig) -> int:
+    """How many parameter-sized tensors the optimizer's step writes anew."""
+    if config.optimizer in ("adam", "adamw"):
+        return 2
+    if config.optimizer == "adafactor":
+        return 1 + (1 if config.adafactor_first_moment else 0)
+    if config.optimizer == "sgd":
+        return 1 if config.sgd_momentum else 0
+    return 1  # muon
+
+
+def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
+    """The estimate's quantities before the fitted multipliers, in bytes per unit multiplier.
+
+    Keys are Coefficients fields plus the exact terms (multiplier 1). The calibration script
+    fits the multipliers to measurements of these same quantities.
+    """
+    n = trained_layers(model, config)
+    layers = model.layers[len(model.layers) - n:] if n else ()
+    b = config.batch_size
+    seq = config.model_tokens
+    tokens = b * seq
+    s = model.compute_bytes
+    h = model.hidden_size
+    mlp = model.intermediate_size
+    lora = config.method is not Method.FULL
+    dora = config.method is Method.DORA
+
+    if lora:
+        elements = sum(config.rank * layer.in_plus_out + (layer.outputs if dora else 0)
+                       for layer in layers)
+        factored = sum(layer.in_plus_out + 2 * config.rank * layer.matrices
+                       + (layer.outputs if dora else 0) for layer in layers)
+        param_bytes = elements * LORA_BYTES
+        trained_bytes = LORA_BYTES
+    else:
+        elements = sum(layer.parameters for layer in layers)
+        factored = sum(layer.factored_elements for layer in layers)
+        param_bytes = 0  # full fine-tuning trains weights already in base_weights
+        trained_bytes = s
+    grad_bytes = elements * trained_bytes
+    if config.grad_accumulation_steps > 1:
+        grad_bytes *= 2  # the accumulated sum survives between steps beside the new gradient
+    weights = model.weights_bytes
+    if config.quantize_base and not model.quantized:
+        weights = model.quantized_weights_bytes(*config.quantize_base)
+
+    checkpointed = bool(config.grad_checkpoint and n)
+    kept = 1 if checkpointed else n  # layers holding all their activations at once
+    matrices = sum(layer.matrices for layer in layers) / max(n, 1)
+    outputs = sum(layer.outputs for layer in layers) / max(n, 1)
+    inputs = 3 * h + mlp
+    attention = b * model.num_heads * seq * seq * s
+    once = 1 if n else 0
+    return {
+        "base_weights": weights,
+        "trainable_parameters": param_bytes,
+        "gradients": grad_bytes,
+        "optimizer_state": _optimizer_elements(config, elements, factored) * trained_bytes,
+        "kept_hidden": kept * tokens * h * s,
+        "kept_mlp": kept * tokens * mlp * s,
+        "kept_attention": kept * attention,
+        "kept_lora": kept * tokens * config.rank * matrices * LORA_BYTES if lora else 0,
+        "kept_lora_inputs": kept * tokens * inputs * LORA_BYTES if lora and s < 4 else 0,
+        "kept_full_inputs": kept * tokens * inputs * s if not lora else 0,
+        "dora_outputs": kept * tokens * outputs * s if dora else 0,
+        "checkpoint_hidden": n * tokens * h * s if checkpointed else 0,
+        "checkpoint_mlp": tokens * mlp * s if checkpointed else 0,
+        "working_hidden": once * tokens * h * s,
+        "working_mlp": once * tokens * mlp * s,
+        "working_attention": once * attention,
+        "working_outputs": once * tokens * outputs * LORA_BYTES if lora else 0,
+        "dora_weights": (max(layer.matrix_elements for layer in layers) * LORA_BYTES
+                         if dora and n else 0),
+        "loss": tokens * model.vocab_size * s,
+        "update_lora": _rewritten_copies(config) * elements * trained_bytes if lora else 0,
+        "update_full": _rewritten_copies(config) * elements * trained_bytes if not lora else 0,
+        "fixed_bytes": 1.0,
+        "_elements": elements,
+        "_trained_layers": n,
+    }
+
+
+# Which breakdown term each fitted quantity of the backward pass adds to.
+_TERM_OF = {
+    "kept_hidden": "activations", "kept_mlp": "activations", "kept_lora": "activations",
+    "kept_lora_inputs": "activations", "kept_full_inputs": "activations",
+    "dora_outputs": "activations", "checkpoint_hidden": "activations",
+    "checkpoint_mlp": "activations", "working_hidden": "activations",
+    "working_mlp": "activations", "working_outputs": "activations",
+    "dora_weights": "activations", "kept_attention": "attention",
+    "working_attention": "attention", "loss": "loss",
+}
+
+_EXACT = ("base_weights", "trainable_parameters", "gradients", "optimizer_state")
+
+
+def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[str, float]:
+    """The breakdown in bytes: exact terms, the backward pass's terms, and the overhead.
+
+    The optimizer's step comes after the backward pass has freed the activations, so only
+    the part of it above the backward pass's own peak adds to the overhead.
+    """
+    breakdown = dict.fromkeys(TERMS, 0.0)
+    for name in _EXACT:
+        breakdown[name] += quantities[name]
+    for name, term in _TERM_OF.items():
+        breakdown[term] += getattr(coefficients, name) * quantities[name]
+    backward = breakdown["activations"] + breakdown["attention"] + breakdown["loss"]
+    step = (coefficients.update_lora * quantities["update_lora"]
+            + coefficients.update_full * quantities["update_full"])
+    breakdown["overhead"] = coefficients.fixed_bytes + max(step - backward, 0.0)
+    return breakdown
+
+
+def model_problems(model: ModelFacts, config: TrainingConfig) -> list[str]:
+    found = config.problems()
+    name = Path(model.path).name or "the model"
+    if isinstance(config.num_layers, int) and config.num_layers > model.num_layers:
+        found.append(f"num_layers is {config.num_layers}, but {name} has only "
+                     f"{model.num_layers} layers; use -1 to train all of them, or fewer.")
+    quantized = model.quantized or bool(config.quantize_base)
+    if config.method is Method.FULL and quantized:
+        found.append(f"full fine-tuning needs an unquantized model, and {name} is quantized; "
+                     "use qlora (or lora) on it.")
+    if config.method is Method.QLORA and not quantized:
+        found.append(f"qlora needs a quantized base model, and {name} is not quantized; use "
+                     "lora, or quantize it first (`mlx_lm convert -q`).")
+    return found

@@ -1,0 +1,124 @@
+"""Measured peaks beside their estimates (memory_history.jsonl), and the correction they
+give later estimates."""
+
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from zyquo_tui.core.memory.budget import CPU
+from zyquo_tui.core.runs.run import Run
+from zyquo_tui.core.store.paths import zyquo_home
+
+HISTORY_FILE = "memory_history.jsonl"
+HISTORY_WINDOW = 10  # the most recent measurements the correction looks at
+HISTORY_MIN_EFFECT = 0.02  # ratios closer to 1 than this leave the estimate alone
+HISTORY_CLAMP = (0.5, 2.0)
+
+
+@dataclass
+class HistoryCorrection:
+    """A factor from this machine's measured peaks against their estimates."""
+
+    factor: float
+    measurements: int
+    same_model: bool
+
+    def sentence(self) -> str:
+        which = "this model's" if self.same_model else "this machine's"
+        return (f"scaled by {self.factor:.2f}: the median measured/estimated ratio of "
+                f"{which} last {self.measurements} measured run(s) ({HISTORY_FILE}).")
+
+
+class MemoryHistory:
+    """This machine's measured peaks beside their estimates: memory_history.jsonl.
+
+    One JSON object per line: time, host, device, model, method, settings, estimate_bytes (the
+    uncorrected model estimate), measured_peak_bytes, source ("measure" or "run") and run_id.
+    `plan --measure` appends; finished runs are added by `record_run` (the supervisor calls it
+    when a run ends) or `import_runs` (a scan of the store).
+    """
+
+    def __init__(self, path: Path | None = None, records: list[dict[str, Any]] | None = None
+                 ) -> None:
+        self.path = path
+        self.records: list[dict[str, Any]] = list(records or [])
+
+    @classmethod
+    def load(cls, home: Path | None = None) -> "MemoryHistory":
+        path = (home or zyquo_home()) / HISTORY_FILE
+        records = []
+        try:
+            with open(path, encoding="utf-8") as handle:
+                for line in handle:
+                    try:
+                        record = json.loads(line)
+                    except ValueError:
+                        continue  # a partial last line, or a line damaged by hand
+                    if (isinstance(record, dict)
+                            and isinstance(record.get("estimate_bytes"), (int, float))
+                            and isinstance(record.get("measured_peak_bytes"), (int, float))
+                            and record["estimate_bytes"] > 0):
+                        records.append(record)
+        except OSError:
+            pass
+        return cls(path, records)
+
+    def append(self, record: dict[str, Any]) -> None:
+        record = {"time": round(time.time()), "host": socket.gethostname(), **record}
+        self.records.append(record)
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def correction(self, device: str, model_path: str | None = None) -> HistoryCorrection | None:
+        host = socket.gethostname()
+        mine = [r for r in self.records if r.get("host") == host and r.get("device") == device]
+        same = [r for r in mine if model_path and r.get("model") == model_path]
+        chosen = (same or mine)[-HISTORY_WINDOW:]
+        if not chosen:
+            return None
+        factor = statistics.median(r["measured_peak_bytes"] / r["estimate_bytes"]
+                                   for r in chosen)
+        factor = min(max(factor, HISTORY_CLAMP[0]), HISTORY_CLAMP[1])
+        if abs(factor - 1) < HISTORY_MIN_EFFECT:
+            return None
+        return HistoryCorrection(factor=factor, measurements=len(chosen), same_model=bool(same))
+
+    def record_run(self, run: Run) -> bool:
+        """Add a finished run's measured peak beside the estimate its gate recorded.
+
+        Only runs whose estimate used the dataset's real longest row count: with the row
+        length unknown the estimate assumed max_seq_length, which is no fair comparison.
+        Returns whether a record was added.
+        """
+        memory = run.memory or {}
+        peak = (run.summary or {}).get("peak_memory_bytes")
+        estimate = memory.get("model_estimate_bytes")
+        if not peak or not estimate or not memory.get("exact_sequence"):
+            return False
+        if any(r.get("run_id") == run.id for r in self.records):
+            return False
+        host = (run.process or {}).get("host")
+        if host and host != socket.gethostname():
+            return False
+        self.append({"device": memory.get("device", CPU), "model": run.model,
+                     "method": run.method.value, "settings": memory.get("settings"),
+                     "estimate_bytes": int(estimate), "measured_peak_bytes": int(peak),
+                     "source": "run", "run_id": run.id})
+        return True
+
+    def import_runs(self, runs: Iterable[Any]) -> int:
+        """record_run for every finished run (others and damaged records are skipped)."""
+        added = 0
+        for run in runs:
+            if isinstance(run, Run) and run.state.is_terminal and self.record_run(run):
+                added += 1
+        return added

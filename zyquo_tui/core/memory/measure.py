@@ -1,0 +1,92 @@
+"""Real measurements in a subprocess (mlx lives there): a few training steps' peak, and a
+dataset's token lengths."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
+from zyquo_tui.core.memory.budget import CPU, GPU
+from zyquo_tui.core.memory.estimate import TrainingConfig
+from zyquo_tui.core.runs.settings import Hyperparameters
+from zyquo_tui.core.system.child_process import run_child
+
+
+@dataclass
+class Measurement:
+    """The peak MLX memory of a few real training steps of a config."""
+
+    peak_bytes: int
+    batch_width: int
+    seconds: float
+    device: str
+    longest_row_tokens: int | None = None
+
+
+def _subprocess_json(command: list[str], spec: dict[str, Any], timeout: float,
+                     cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
+    returncode, stdout, stderr = run_child(command, input_text=json.dumps(spec),
+                                           timeout=timeout, cancelled=cancelled,
+                                           timeout_hint="measure a smaller config")
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"The measurement failed (exit status {returncode}): {last}",
+                        EXIT_PROBLEMS)
+    result = json.loads(lines[-1])
+    if "error" in result:
+        raise UserError(f"The measurement failed: {result['error']}", EXIT_PROBLEMS)
+    return result
+
+
+def measure_peak(model_path: str, config: TrainingConfig, *, data: str | None = None,
+                 hyperparameters: Hyperparameters | None = None,
+                 extra_config: dict[str, Any] | None = None, steps: int = 3,
+                 timeout: float = 3600.0, python: str | None = None,
+                 cancelled: Callable[[], bool] | None = None) -> Measurement:
+    """Train `steps` real steps of the config in a subprocess (trainer/measure.py).
+
+    With `data`, on the dataset's longest rows (its worst batch); without, on rows of
+    batch_width random tokens. `hyperparameters` gives the settings the config does not hold
+    (optimizer_config, LoRA scale...). Blocks until done: call it from a worker thread;
+    `cancelled()` turning true kills the subprocess (a UserError).
+    """
+    spec: dict[str, Any] = {
+        "model": model_path,
+        "method": config.method.value,
+        "hyperparameters": config.to_hyperparameters(hyperparameters).to_dict(),
+        "steps": steps,
+        "extra_config": extra_config or {},
+    }
+    if data:
+        spec["data"] = data
+    else:
+        spec["synthetic_tokens"] = config.batch_width
+    result = _subprocess_json([python or sys.executable, "-m", "zyquo_tui.trainer.measure", "-"],
+                              spec, timeout, cancelled)
+    device = GPU if "gpu" in str(result.get("device", "")).lower() else CPU
+    return Measurement(peak_bytes=int(result["peak_memory_bytes"]),
+                       batch_width=int(result["batch_width"]),
+                       seconds=float(result.get("seconds", 0.0)), device=device,
+                       longest_row_tokens=result.get("longest_row_tokens"))
+
+
+def dataset_token_lengths(model_path: str, data: str, *, extra_config: dict[str, Any] | None = None,
+                          mask_prompt: bool = False, timeout: float = 900.0,
+                          python: str | None = None,
+                          cancelled: Callable[[], bool] | None = None) -> list[int]:
+    """Every train row's token count, tokenized as training will (a subprocess).
+
+    core.token_stats reports summaries (min, median, p95, max); the suggestions need each
+    row's length, to count the rows every shorter max_seq_length would cut.
+    """
+    spec = {"lengths": True, "model": model_path, "data": data, "method": "lora",
+            "hyperparameters": {"mask_prompt": mask_prompt, "batch_size": 1},
+            "extra_config": extra_config or {}}
+    result = _subprocess_json([python or sys.executable, "-m", "zyquo_tui.trainer.measure", "-"],
+                              spec, timeout, cancelled)
+    return [int(n) for n in result["lengths"]]

@@ -1,0 +1,1 @@
+"""Starting and watching trainers: the supervisor (any process) and the detached runner."""

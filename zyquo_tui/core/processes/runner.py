@@ -1,0 +1,215 @@
+"""The runner: a small detached process that owns the machine's one active training run.
+
+`python -m zyquo_tui.core.processes.runner --home HOME --lock-fd N [RUN_ID]` is started by the supervisor
+(from the CLI or the dashboard) with the machine's active-run lock already held on fd N. It
+starts the trainer as its child, waits for it (so no zombie is left), enforces the cancel grace
+period, records how the trainer ended, and then starts the next queued run, until the queue is
+empty. It imports neither textual nor mlx, and it does not depend on any dashboard or SSH
+session: closing those leaves it and the trainer running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from zyquo_tui.core.events import protocol as ev
+from zyquo_tui.core.runs.failures import classify_exit
+from zyquo_tui.core.runs.run import Run, RunState
+from zyquo_tui.core.store.queue import RunQueue
+from zyquo_tui.core.store.store import EVENTS_FILE, LOG_FILE, RunStore
+from zyquo_tui.core.store.user_settings import Settings
+from zyquo_tui.core.system.liveness import identity, signal_group
+from zyquo_tui.core.system.machine import caffeinate_prefix
+
+POLL_SECONDS = 0.25
+LOG_TAIL_BYTES = 16_384
+
+
+def log_tail(path: Path, size: int = LOG_TAIL_BYTES) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - size))
+            return handle.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def terminal_event(path: Path) -> dict | None:
+    """The last terminal event of the run's latest session (after its last `started`)."""
+    last = None
+    for event in ev.read_events(path):
+        if event["type"] == ev.STARTED:
+            last = None
+        elif event["type"] in ev.TERMINAL_TYPES:
+            last = event
+    return last
+
+
+class Runner:
+    """Runs the given run, then each queued run in turn, one at a time."""
+
+    def __init__(self, home: Path, lock_fd: int) -> None:
+        self.store = RunStore(home)
+        self.queue = RunQueue(home)
+        self.lock_fd = lock_fd
+        self.settings = Settings.load(home)
+
+    def serve(self, first: str | None) -> None:
+        run_id = first
+        while True:
+            if run_id is None:
+                run_id = self._next_queued()
+                if run_id is None:
+                    return
+            self._execute(run_id)
+            run_id = None
+
+    def _next_queued(self) -> str | None:
+        with self.queue.locked() as order:
+            while order:
+                run_id = order.pop(0)
+                try:
+                    run = self.store.get(run_id)
+                except Exception:
+                    continue  # deleted or damaged while waiting: skip it
+                if run.state is RunState.QUEUED:
+                    return run_id
+            # Release the machine while the queue is locked, so a run queued now either was
+            # seen above or will find the machine free and start its own runner.
+            os.close(self.lock_fd)
+            self.lock_fd = -1
+            return None
+
+    def _execute(self, run_id: str) -> None:
+        me = identity(os.getpid())
+
+        def starting(run):
+            if run.state is not RunState.STARTING:
+                run.set_state(RunState.STARTING)
+            run.process = {"runner_pid": me["pid"], "runner_start_time": me["start_time"],
+                           "host": me["host"], "requested_at": time.time()}
+        try:
+            self.store.update(run_id, starting)
+        except Exception as error:
+            print(f"runner: cannot start {run_id}: {error}", flush=True)
+            return
+        run_dir = self.store.run_dir(run_id)
+        with open(run_dir / LOG_FILE, "ab") as log:
+            trainer = subprocess.Popen(
+                [*caffeinate_prefix(), sys.executable, "-m", "zyquo_tui.trainer", str(run_dir)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, pass_fds=(self.lock_fd,),
+            )
+        started = identity(trainer.pid)
+
+        def record(run):
+            run.process = {**(run.process or {}), "pid": started["pid"],
+                           "start_time": started["start_time"]}
+        self.store.update(run_id, record)
+        returncode = self._wait(run_id, trainer)
+        self._settle(run_id, returncode)
+
+    def _wait(self, run_id: str, trainer: subprocess.Popen) -> int:
+        """Wait for the trainer; carry out a cancel request, killing it after the grace period."""
+        grace = self.settings.cancel_grace_seconds
+        terminated = killed = False
+        while True:
+            try:
+                return trainer.wait(timeout=POLL_SECONDS)
+            except subprocess.TimeoutExpired:
+                pass
+            if killed:
+                continue
+            try:
+                asked = (self.store.get(run_id).process or {}).get("cancel_requested_at")
+            except Exception:
+                asked = None
+            if not asked:
+                continue
+            if not terminated:
+                # The canceller signals too, but it may have asked before the pid was known.
+                signal_group(trainer.pid, signal.SIGTERM)
+                terminated = True
+            if time.time() - asked > grace:
+                print(f"runner: {run_id} did not stop within {grace:.0f} s; killing it", flush=True)
+                signal_group(trainer.pid, signal.SIGKILL)
+                killed = True
+
+    def _settle(self, run_id: str, returncode: int) -> None:
+        run_dir = self.store.run_dir(run_id)
+
+        def settle(run):
+            run.process = {**(run.process or {}), "returncode": returncode,
+                           "ended_at": time.time()}
+            record_end(run, run_dir, returncode)
+        try:
+            run = self.store.update(run_id, settle)
+        except Exception as error:
+            print(f"runner: cannot record the end of {run_id}: {error}", flush=True)
+            return
+        try:
+            from zyquo_tui.core.store.retention import apply_retention
+
+            apply_retention(self.store, run_id)  # keep-best-and-last-N, when the run chose it
+        except Exception as error:
+            print(f"runner: retention not applied to {run_id}: {error}", flush=True)
+        try:
+            # The measured peak beside the gate's estimate: the memory advisor learns from it.
+            from zyquo_tui.core.memory.history import MemoryHistory
+
+            MemoryHistory.load(self.store.home).record_run(run)
+        except Exception as error:  # a figure for later estimates, never worth a failure
+            print(f"runner: memory history not updated for {run_id}: {error}", flush=True)
+
+
+def record_end(run: Run, run_dir: Path, returncode: int | None) -> None:
+    """Make the record tell how the trainer ended, also when it could not say so itself.
+
+    Called under the run's lock by the runner (which knows the exit status) and by any reader
+    that finds the trainer and the runner gone (which does not).
+    """
+    if run.state.is_terminal:
+        return  # the trainer recorded its own end
+    final = terminal_event(run_dir / EVENTS_FILE)
+    if final is not None:
+        run.set_state(RunState(final["type"]))
+        if final["type"] == ev.FAILED:
+            run.failure = {k: final.get(k) for k in ("cause", "message", "suggestion")}
+        return
+    if (run.process or {}).get("cancel_requested_at"):
+        # Killed after the grace period: the cancel happened, without a final checkpoint.
+        writer = ev.EventWriter(run_dir / EVENTS_FILE)
+        writer.write(ev.CANCELLED, iteration=run.summary.get("step", 0), checkpoint=None,
+                     forced=True)
+        writer.close()
+        run.set_state(RunState.CANCELLED)
+        return
+    run.failure = classify_exit(returncode, log_tail(run_dir / LOG_FILE)).to_dict()
+    run.set_state(RunState.INTERRUPTED)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m zyquo_tui.core.processes.runner")
+    parser.add_argument("--home", required=True)
+    parser.add_argument("--lock-fd", type=int, required=True)
+    parser.add_argument("--no-detach", action="store_true")
+    parser.add_argument("run_id", nargs="?")
+    args = parser.parse_args(argv)
+    if not args.no_detach and os.fork() > 0:
+        # The parent returns at once, so whoever started us reaps it and never sees a zombie;
+        # the child goes on, adopted by init (or the nearest subreaper).
+        os._exit(0)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # an SSH session ending must not stop us
+    Runner(Path(args.home), args.lock_fd).serve(args.run_id)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

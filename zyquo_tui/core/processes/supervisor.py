@@ -1,0 +1,366 @@
+"""Supervisor: start, queue, cancel, resume, fork and follow runs; the same for CLI and dashboard.
+
+Trainers are never children of the caller: each is started by a detached runner process
+(core/runner.py) that holds the machine's active-run lock ($ZYQUO_HOME/active.lock) for as long
+as it has work. So a dashboard or SSH session can end at any time, and any later process sees
+the same runs, reads the same events and can cancel them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import AsyncIterator
+
+from zyquo_tui.core.errors import UserError
+from zyquo_tui.core.events import protocol as ev
+from zyquo_tui.core.processes.runner import record_end
+from zyquo_tui.core.runs.run import Run, RunState
+from zyquo_tui.core.store.checkpoints import adapter_file, list_checkpoints
+from zyquo_tui.core.store.queue import RunQueue
+from zyquo_tui.core.store.store import RunStore
+from zyquo_tui.core.store.user_settings import Settings
+from zyquo_tui.core.system.liveness import process_alive, signal_group
+
+ACTIVE_LOCK = "active.lock"
+RUNNER_LOG = "runner.log"
+# A run marked starting whose runner has not yet recorded itself is given this long.
+STARTING_GRACE_SECONDS = 30.0
+
+
+class Supervisor:
+    """Operations on runs that involve processes; everything it knows is in the store."""
+
+    def __init__(self, store: RunStore | None = None, settings: Settings | None = None) -> None:
+        self.store = store or RunStore()
+        self.settings = settings or Settings.load(self.store.home)
+        self.queue = RunQueue(self.store.home)
+
+    # -- the machine's one active run --------------------------------------------------------
+
+    def _try_take_machine(self) -> int | None:
+        """An fd holding the active-run lock, or None when another run holds it."""
+        import fcntl
+
+        self.store.ensure()
+        fd = os.open(self.store.home / ACTIVE_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+    def machine_busy(self) -> bool:
+        fd = self._try_take_machine()
+        if fd is None:
+            return True
+        os.close(fd)
+        return False
+
+    def _spawn_runner(self, lock_fd: int, run_id: str | None) -> None:
+        argv = [sys.executable, "-m", "zyquo_tui.core.processes.runner", "--home", str(self.store.home),
+                "--lock-fd", str(lock_fd)]
+        if run_id:
+            argv.append(run_id)
+        with open(self.store.home / RUNNER_LOG, "ab") as log:
+            launcher = subprocess.Popen(argv, pass_fds=(lock_fd,), stdin=subprocess.DEVNULL,
+                                        stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        os.close(lock_fd)  # the runner holds the lock now
+        launcher.wait(timeout=30)  # it forks and exits at once
+
+    # -- starting ----------------------------------------------------------------------------
+
+    def start(self, run_id: str, *, queue_if_busy: bool = False,
+              override_memory: bool = False) -> Run:
+        """Start a configured run now; when another run is active, queue it or refuse.
+
+        A run whose memory verdict is "won't fit" is refused unless `override_memory`.
+        """
+        run = self.refresh(self.store.get(run_id))
+        if run.state is not RunState.CONFIGURED:
+            hint = {RunState.QUEUED: "it is already queued",
+                    RunState.STARTING: "it is already starting",
+                    RunState.RUNNING: "it is already running",
+                    RunState.COMPLETED: "it has completed; fork it to train again"}.get(
+                        run.state, f"use `zyquo-tui runs resume {run_id}`")
+            raise UserError(f"Run {run_id} is {run.state.value} and cannot be started: {hint}.")
+        self._check_settings(run)
+        self.check_memory(run, override=override_memory)
+        return self._launch(run, queue_if_busy)
+
+    def _check_settings(self, run: Run) -> None:
+        errors, _ = run.problems()
+        if errors:
+            raise UserError(f"Run {run.id} cannot start: {errors[0]}")
+
+    def check_memory(self, run: Run, *, override: bool = False) -> Run:
+        """The memory gate: put the verdict in `run.memory`; refuse "won't fit" without override.
+
+        The verdict is saved with the state change that starts or queues the run, so a refused
+        start leaves the record as it was.
+
+        The first estimate assumes rows as long as max_seq_length, which needs no tokenizer.
+        Only when that does not fit is the data tokenized (a subprocess, seconds) to judge
+        again with its real longest row, so a generous cap alone never blocks a run.
+        """
+        from zyquo_tui.core.errors import EXIT_PROBLEMS
+        from zyquo_tui.core.memory.advisor import MemoryAdvisor, gate
+        from zyquo_tui.core.memory.measure import dataset_token_lengths
+
+        advisor = MemoryAdvisor.for_machine(self.store.home)
+        try:
+            gate(run, advisor, override=override)
+        except UserError as error:
+            if error.exit_status != EXIT_PROBLEMS:
+                raise
+            lengths = dataset_token_lengths(run.model, run.data, extra_config=run.extra_config,
+                                            mask_prompt=run.hyperparameters.mask_prompt)
+            gate(run, advisor, override=override, longest_row_tokens=max(lengths, default=None))
+        return run
+
+    def _wait_for_winding_down_runner(self, timeout: float = 10.0) -> None:
+        """A runner whose last run just ended holds the machine for a moment more (it records
+        the exit and looks at the queue); don't call the machine busy because of that."""
+        deadline = time.monotonic() + timeout
+        while self.machine_busy() and time.monotonic() < deadline:
+            if any(isinstance(r, Run) and self.refresh(r).state.is_active
+                   for r in self.store.iter_runs()):
+                return  # a run really is active
+            time.sleep(0.1)
+
+    def _launch(self, run: Run, queue_if_busy: bool) -> Run:
+        self._wait_for_winding_down_runner()  # outside the queue lock: the runner needs it
+        with self.queue.locked() as order:
+            fd = self._try_take_machine()
+            if fd is None:
+                if not queue_if_busy:
+                    raise UserError(
+                        f"Another run is active on this machine, so run {run.id} was not "
+                        "started; try again when it ends, or add --queue-if-busy to queue it.")
+                self._mark_queued(run.id, run.memory)
+                order.append(run.id)
+                return self.store.get(run.id)
+            try:
+                def starting(r: Run) -> None:
+                    r.set_state(RunState.STARTING)
+                    r.process = {"requested_at": time.time(), "host": os.uname().nodename}
+                    r.memory = run.memory or r.memory
+                self.store.update(run.id, starting)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._spawn_runner(fd, run.id)
+        return self.store.get(run.id)
+
+    def _mark_queued(self, run_id: str, memory: dict | None = None) -> None:
+        def queued(r: Run) -> None:
+            r.set_state(RunState.QUEUED)
+            r.memory = memory or r.memory
+            r.queued_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.store.update(run_id, queued)
+
+    def enqueue(self, run_id: str, *, override_memory: bool = False) -> Run:
+        """Add a configured run to the end of the queue; start the queue if the machine is free."""
+        run = self.refresh(self.store.get(run_id))
+        if run.state is RunState.QUEUED:
+            raise UserError(f"Run {run_id} is already queued (position "
+                            f"{self.queue.position(run_id)}).")
+        if run.state is not RunState.CONFIGURED:
+            raise UserError(f"Run {run_id} is {run.state.value}; only a configured run can be "
+                            "queued (resume or fork the others).")
+        self._check_settings(run)
+        self.check_memory(run, override=override_memory)
+        self._queue_and_kick(run_id, run.memory)
+        return self.store.get(run_id)
+
+    def _queue_and_kick(self, run_id: str, memory: dict | None = None) -> None:
+        with self.queue.locked() as order:
+            self._mark_queued(run_id, memory)
+            order.append(run_id)
+            fd = self._try_take_machine()
+            if fd is not None:
+                self._spawn_runner(fd, None)
+
+    def dequeue(self, run_id: str) -> Run:
+        with self.queue.locked() as order:
+            if run_id not in order:
+                raise UserError(f"Run {run_id} is not in the queue.")
+            order.remove(run_id)
+            def configured(r: Run) -> None:
+                if r.state is RunState.QUEUED:
+                    r.set_state(RunState.CONFIGURED)
+                    r.queued_at = None
+            return self.store.update(run_id, configured)
+
+    def move(self, run_id: str, position: int) -> list[str]:
+        """Put a queued run at `position` (1 = next); returns the new order."""
+        with self.queue.locked() as order:
+            if run_id not in order:
+                raise UserError(f"Run {run_id} is not in the queue.")
+            order.remove(run_id)
+            order.insert(max(0, min(position - 1, len(order))), run_id)
+            return list(order)
+
+    # -- cancel, resume, fork ------------------------------------------------------------------
+
+    def cancel(self, run_id: str) -> Run:
+        """Ask an active run to stop (it saves a checkpoint); a queued run leaves the queue."""
+        run = self.refresh(self.store.get(run_id))
+        if run.state is RunState.QUEUED:
+            return self.dequeue(run_id)
+        if not run.state.is_active:
+            raise UserError(f"Run {run_id} is {run.state.value}, not running, so there is "
+                            "nothing to cancel.")
+        def requested(r: Run) -> None:
+            r.process = {**(r.process or {}), "cancel_requested_at": time.time()}
+        run = self.store.update(run_id, requested)
+        # The runner sees the request within a poll, sends the one SIGTERM (a second would stop
+        # the trainer without its checkpoint) and enforces the grace period. Without a runner
+        # (killed), signal the trainer from here.
+        pid = (run.process or {}).get("pid")
+        if not process_alive(run.process, "runner_") and pid and process_alive(run.process):
+            signal_group(pid, signal.SIGTERM)
+        return run
+
+    def resume(self, run_id: str, step: int | None = None, *, queue_if_busy: bool = False) -> Run:
+        """Continue a cancelled, failed or interrupted run exactly, from a saved step."""
+        run = self.refresh(self.store.get(run_id))
+        if not run.state.can_resume:
+            raise UserError(f"Run {run_id} is {run.state.value}; only a cancelled, failed or "
+                            "interrupted run can be resumed.")
+        checkpoints = [c for c in list_checkpoints(self.store.adapters_dir(run_id)) if c.resumable]
+        if not checkpoints:
+            raise UserError(f"Run {run_id} has no checkpoint to resume from; fork or create a "
+                            "new run instead.")
+        steps = [c.step for c in checkpoints]
+        if step is None:
+            step = steps[-1]
+        elif step not in steps:
+            raise UserError(f"Run {run_id} has no resumable checkpoint at step {step}; "
+                            f"it has {', '.join(map(str, steps))}.")
+        self._check_settings(run)
+
+        def from_step(r: Run) -> None:
+            r.resume_from_step = step
+            r.failure = None
+        self.store.update(run_id, from_step)
+        return self._launch(self.store.get(run_id), queue_if_busy)
+
+    def fork(self, run_id: str, step: int, name: str | None = None) -> Run:
+        """A new run that starts from the weights of `step` (a warm start, as mlx-lm resumes)."""
+        parent = self.store.get(run_id)
+        weights = adapter_file(self.store.adapters_dir(run_id), step)
+        if not weights.is_file():
+            steps = [c.step for c in list_checkpoints(self.store.adapters_dir(run_id))]
+            raise UserError(f"Run {run_id} has no checkpoint at step {step}"
+                            + (f"; it has {', '.join(map(str, steps))}." if steps else "."))
+        child = Run.new(model=parent.model, data=parent.data, method=parent.method,
+                        name=name or f"{parent.name} (fork @{step})",
+                        hyperparameters=parent.hyperparameters)
+        child.extra_config = dict(parent.extra_config)
+        child.lineage = {"parent": parent.id, "step": step, "adapter_file": str(weights)}
+        return self.store.create(child)
+
+    # -- reading the truth ---------------------------------------------------------------------
+
+    def refresh(self, run: Run) -> Run:
+        """The run with its lifecycle brought up to date from its processes and events.
+
+        A run marked active whose trainer and runner are both gone did end: with the terminal
+        event it wrote, or else as interrupted (crash, SIGKILL, reboot).
+        """
+        if not run.state.is_active:
+            return run
+        process = run.process or {}
+        if process_alive(process) or process_alive(process, "runner_"):
+            return run
+        if not process.get("pid") and time.time() - process.get("requested_at", 0) < \
+                STARTING_GRACE_SECONDS:
+            return run  # the runner is still coming up
+        run_dir = self.store.run_dir(run.id)
+
+        def settle(r: Run) -> None:
+            if r.state.is_active:
+                record_end(r, run_dir, None)
+        return self.store.update(run.id, settle)
+
+    def get(self, run_id: str) -> Run:
+        return self.refresh(self.store.get(run_id))
+
+    async def wait(self, run_id: str, poll: float = 0.25, timeout: float | None = None) -> Run:
+        """Wait until the run is no longer queued or active; returns it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            run = self.get(run_id)
+            if not run.state.is_active and run.state is not RunState.QUEUED:
+                return run
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} is still {run.state.value}")
+            await _sleep(poll)
+
+    async def follow_batches(self, run_id: str, poll: float = 0.2,
+                             from_offset: int = 0) -> AsyncIterator[list[dict]]:
+        """Lists of new events as they arrive (a burst comes as one list), until the run ends.
+
+        The same for a run this process started and one started by any other process. Idle
+        cost: one stat() per poll; reading costs only the bytes appended since the last read.
+        """
+        path = self.store.events_path(run_id)
+        reader = ev.EventReader(path, offset=from_offset)
+        last_size = -1
+        last_check = 0.0
+        while True:
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                size = 0
+            if size != last_size:
+                last_size = size
+                batch = reader.read_new()
+                if batch:
+                    yield batch
+                    if batch[-1]["type"] in ev.TERMINAL_TYPES and not self._restarting(run_id):
+                        return
+            now = time.monotonic()
+            if now - last_check > 1.0:  # liveness is dearer than a stat: once a second
+                last_check = now
+                run = self.get(run_id)
+                if not run.state.is_active and run.state is not RunState.QUEUED:
+                    # The trainer saves its final state a moment before its final event:
+                    # give that event a little time to arrive, so no follower misses it.
+                    grace_end = time.monotonic() + 2.0
+                    while True:
+                        rest = reader.read_new()
+                        if rest:
+                            yield rest
+                            if rest[-1]["type"] in ev.TERMINAL_TYPES:
+                                return
+                        if time.monotonic() > grace_end:
+                            return
+                        await _sleep(0.05)
+            await _sleep(poll)
+
+    def _restarting(self, run_id: str) -> bool:
+        return self.get(run_id).state in (RunState.STARTING, RunState.QUEUED)
+
+    async def follow(self, run_id: str, poll: float = 0.2) -> AsyncIterator[dict]:
+        """Every event of the run, from the first, as it arrives; ends with the run."""
+        async for batch in self.follow_batches(run_id, poll):
+            for event in batch:
+                yield event
+
+
+async def _sleep(seconds: float) -> None:
+    import asyncio  # imported here: listing runs from the CLI needs no event loop
+
+    await asyncio.sleep(seconds)
+
+
+def runner_log(store: RunStore) -> Path:
+    return store.home / RUNNER_LOG

@@ -1,0 +1,144 @@
+"""Runs to and from mlx-lm's YAML config (the schema of `mlx_lm lora -c FILE`, mlx-lm 0.32).
+
+Exported files reproduce the run with `mlx_lm lora -c FILE`; any mlx-lm config imports into a
+run, and keys this version does not model are kept (passed through on export) and reported.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from zyquo_tui.core.errors import UserError
+from zyquo_tui.core.runs.run import Run
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
+
+# Keys of mlx-lm's CONFIG_DEFAULTS that map onto Run fields other than hyperparameters, or that
+# describe what to do rather than how to train.
+_RUN_KEYS = {"model", "data", "fine_tune_type", "adapter_path", "train", "config",
+             "resume_adapter_file"}
+_HYPERPARAMETER_KEYS = set(Hyperparameters().to_dict())
+
+
+class _MlxLmLoader(yaml.SafeLoader):
+    """YAML as mlx-lm reads it: `1e-5` is a float (plain YAML 1.1 reads it as a string).
+
+    A subclass, so the patch mlx-lm applies to the global SafeLoader is not needed here.
+    """
+
+
+_MlxLmLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:
+     [-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def load_mlx_yaml(path: Path) -> dict[str, Any]:
+    """Read an mlx-lm YAML config; UserError with file:line when it is not a YAML mapping."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file; give the path of an mlx-lm YAML config.") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"{path}: cannot be read ({error}); give an mlx-lm YAML config.") from None
+    try:
+        data = yaml.load(text, Loader=_MlxLmLoader)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(error, "problem", None) or "not valid YAML"
+        raise UserError(f"{where}: {problem}; fix the YAML and try again.") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}:1: an mlx-lm config must be a YAML mapping of keys to values.")
+    return data
+
+
+def run_to_mlx_config(run: Run, adapter_path: str | None = None) -> dict[str, Any]:
+    """The mlx-lm config that trains this run (`mlx_lm lora -c` accepts it as is)."""
+    hp = run.hyperparameters.to_dict()
+    if hp["lr_schedule"] is None:
+        del hp["lr_schedule"]
+    if not hp["optimizer_config"]:
+        del hp["optimizer_config"]
+    if run.method is Method.FULL:
+        hp.pop("lora_parameters")
+    config: dict[str, Any] = {
+        "model": run.model,
+        "train": True,
+        "data": run.data,
+        "fine_tune_type": run.method.fine_tune_type,
+        **hp,
+        "adapter_path": adapter_path or "adapters",
+    }
+    if run.lineage and run.lineage.get("adapter_file"):
+        config["resume_adapter_file"] = run.lineage["adapter_file"]
+    config.update(run.extra_config)
+    return config
+
+
+def dump_mlx_yaml(config: dict[str, Any]) -> str:
+    return yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+
+
+def run_from_mlx_config(
+    config: dict[str, Any], *, source: str = "config", base_dir: Path | None = None,
+    quantized_model: bool | None = None,
+) -> tuple[Run, list[str]]:
+    """A new run from an mlx-lm config; returns it with the unknown keys that were kept."""
+    model = config.get("model")
+    data = config.get("data")
+    if not isinstance(model, str) or not model:
+        raise UserError(f"{source}: the config has no model; add `model: PATH`.")
+    if not isinstance(data, str) or not data:
+        raise UserError(f"{source}: the config has no data; add `data: PATH`.")
+    if base_dir is not None:
+        model = _resolve(model, base_dir)
+        data = _resolve(data, base_dir)
+    fine_tune_type = config.get("fine_tune_type", "lora")
+    if fine_tune_type not in ("lora", "dora", "full"):
+        raise UserError(
+            f"{source}: fine_tune_type {fine_tune_type!r} is unknown; use lora, dora or full."
+        )
+    method = Method(fine_tune_type)
+    if method is Method.LORA and quantized_model:
+        method = Method.QLORA
+    hp_values = {k: v for k, v in config.items() if k in _HYPERPARAMETER_KEYS}
+    hp = Hyperparameters.from_dict(hp_values)
+    if hp.lr_schedule is None and "lr_schedule" in config:
+        hp.lr_schedule = None
+    unknown = {k: v for k, v in config.items()
+               if k not in _HYPERPARAMETER_KEYS and k not in _RUN_KEYS}
+    run = Run.new(model=model, data=data, method=method, hyperparameters=hp)
+    run.extra_config = unknown
+    warm_start = config.get("resume_adapter_file")
+    if isinstance(warm_start, str) and warm_start:
+        # mlx-lm's resume is a warm start from weights: the same as our fork from a checkpoint.
+        path = _resolve(warm_start, base_dir) if base_dir is not None else warm_start
+        run.lineage = {"parent": None, "step": None, "adapter_file": path}
+    return run, sorted(unknown)
+
+
+def _resolve(value: str, base_dir: Path) -> str:
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return str(path)
+    candidate = base_dir / path
+    # mlx-lm resolves relative paths from the working directory; a config file travels with
+    # its data more often, so prefer the path beside the file when it exists.
+    return str(candidate.resolve()) if candidate.exists() else value

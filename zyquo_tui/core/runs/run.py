@@ -1,0 +1,179 @@
+"""Runs: what a fine-tuning run is, the states it moves through, and its hyperparameters.
+
+Hyperparameters keep mlx-lm's names and defaults (mlx-lm 0.32), so a run maps one to one onto
+an mlx-lm YAML config (see `core/mlx_config.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
+
+SCHEMA_VERSION = 1
+
+
+class RunState(str, enum.Enum):
+    """Where a run is in its life. Terminal states can only be left by a resume."""
+
+    CONFIGURED = "configured"
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"  # the trainer vanished without a terminal event
+
+    @property
+    def is_active(self) -> bool:
+        """A trainer process exists (or is about to) for this run."""
+        return self in (RunState.STARTING, RunState.RUNNING)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+    @property
+    def can_resume(self) -> bool:
+        return self in (RunState.CANCELLED, RunState.FAILED, RunState.INTERRUPTED)
+
+
+TERMINAL_STATES = frozenset(
+    {RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED, RunState.INTERRUPTED}
+)
+
+_RESUMABLE = {RunState.QUEUED, RunState.STARTING}
+
+ALLOWED_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
+    RunState.CONFIGURED: frozenset({RunState.QUEUED, RunState.STARTING}),
+    RunState.QUEUED: frozenset({RunState.CONFIGURED, RunState.STARTING}),
+    RunState.STARTING: frozenset(
+        {RunState.RUNNING, RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED,
+         RunState.INTERRUPTED}
+    ),
+    RunState.RUNNING: frozenset(
+        {RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED, RunState.INTERRUPTED}
+    ),
+    RunState.COMPLETED: frozenset(),
+    RunState.FAILED: frozenset(_RESUMABLE),
+    RunState.CANCELLED: frozenset(_RESUMABLE),
+    RunState.INTERRUPTED: frozenset(_RESUMABLE),
+}
+
+
+class InvalidTransition(ValueError):
+    """A state change that the run's lifecycle does not allow."""
+
+
+def check_transition(current: RunState, new: RunState) -> None:
+    if new not in ALLOWED_TRANSITIONS[current]:
+        raise InvalidTransition(f"a {current.value} run cannot become {new.value}")
+
+
+def new_run_id(now: float | None = None) -> str:
+    """An id that sorts by creation time: UTC date, time to the millisecond, random suffix."""
+    now = time.time() if now is None else now
+    stamp = datetime.fromtimestamp(now, tz=timezone.utc)
+    return f"{stamp:%Y%m%d-%H%M%S}-{int(now * 1000) % 1000:03d}-{secrets.token_hex(2)}"
+
+
+def utc_now_iso() -> str:
+    return datetime.now(tz=timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class Run:
+    """The record of one run, stored as run.json in its run directory."""
+
+    id: str
+    name: str
+    method: Method
+    model: str
+    data: str
+    hyperparameters: Hyperparameters = field(default_factory=Hyperparameters)
+    state: RunState = RunState.CONFIGURED
+    created: str = field(default_factory=utc_now_iso)
+    # Where this run came from: {"parent": run id, "step": checkpoint step} for a fork.
+    lineage: dict[str, Any] | None = None
+    # The step to resume from on the next start (exact resume), or None to start fresh.
+    resume_from_step: int | None = None
+    # The trainer process: {"pid", "start_time", "host"} while one exists or last existed.
+    process: dict[str, Any] | None = None
+    # Figures rebuilt from events: last step, last losses, best validation, measured peak.
+    summary: dict[str, Any] = field(default_factory=dict)
+    # Why the run failed: {"cause", "message", "suggestion"}.
+    failure: dict[str, Any] | None = None
+    # mlx-lm config keys this version does not model: kept and passed through unchanged.
+    extra_config: dict[str, Any] = field(default_factory=dict)
+    # The memory verdict at start, and whether the user overrode a "won't fit".
+    memory: dict[str, Any] | None = None
+    # When the run entered the queue (queue order is kept in the store's queue file).
+    queued_at: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    @classmethod
+    def new(cls, *, model: str, data: str, method: Method | str = Method.LORA,
+            name: str | None = None, hyperparameters: Hyperparameters | None = None,
+            run_id: str | None = None) -> "Run":
+        run_id = run_id or new_run_id()
+        method = Method(method)
+        return cls(
+            id=run_id,
+            name=name or f"{os.path.basename(str(model).rstrip('/'))} {method.value}",
+            method=method,
+            model=str(model),
+            data=str(data),
+            hyperparameters=hyperparameters or Hyperparameters(),
+        )
+
+    def set_state(self, new: RunState) -> None:
+        check_transition(self.state, new)
+        self.state = new
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["method"] = self.method.value
+        data["state"] = self.state.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Run":
+        """Build a run from its record; raises ValueError with a reason when it is malformed."""
+        if not isinstance(data, dict):
+            raise ValueError("the record is not a JSON object")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(
+                f"schema_version {version!r} is not {SCHEMA_VERSION} (written by another "
+                "version of zyquo-tui)"
+            )
+        try:
+            values = {k: v for k, v in data.items() if k in _RUN_FIELDS}
+            values["method"] = Method(values["method"])
+            values["state"] = RunState(values["state"])
+            values["hyperparameters"] = Hyperparameters.from_dict(
+                values.get("hyperparameters") or {}
+            )
+            for key in ("id", "name", "model", "data"):
+                if not isinstance(values[key], str):
+                    raise ValueError(f"{key} is not text")
+            return cls(**values)
+        except KeyError as error:
+            raise ValueError(f"the field {error.args[0]} is missing") from None
+        except (TypeError, ValueError) as error:
+            raise ValueError(str(error)) from None
+
+    def problems(self) -> tuple[list[str], list[str]]:
+        """Errors and warnings of the run's settings, one sentence each."""
+        return self.hyperparameters.problems(self.method)
+
+
+_RUN_FIELDS = frozenset(f.name for f in dataclasses.fields(Run))

@@ -1,0 +1,1 @@
+"""This machine: facts (macOS sources fail soft), process liveness, helper child processes."""

@@ -1,0 +1,1 @@
+"""The Textual dashboard: every line of Textual lives in this package."""

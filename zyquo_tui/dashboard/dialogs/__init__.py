@@ -1,0 +1,1 @@
+"""The dashboard's modal dialogs, one a file."""

@@ -1,0 +1,1 @@
+"""The dashboard's full screens, one a file."""

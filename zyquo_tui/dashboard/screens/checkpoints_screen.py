@@ -1,0 +1,207 @@
+"""CheckpointsScreen: a run's saved steps and what can be done with each."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from zyquo_tui.core.formatting import fmt_bytes, fmt_loss
+from zyquo_tui.core.store.checkpoints import list_checkpoints
+from zyquo_tui.core.store.retention import RetentionPolicy, load_policy, save_policy
+from zyquo_tui.dashboard.dialogs.adapter_command_screen import (
+    AdapterCommandScreen,
+    adapter_commands,
+)
+from zyquo_tui.dashboard.dialogs.confirm_screen import ConfirmScreen
+from zyquo_tui.dashboard.dialogs.retention_screen import RetentionScreen
+from zyquo_tui.dashboard.messages import MetricsReceived, RunsRefreshed
+from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS, VERBS, RunVerbs
+from zyquo_tui.dashboard.widgets.checkpoint_table import CheckpointTable
+from zyquo_tui.dashboard.widgets.title_bar import TitleBar
+
+
+class CheckpointsScreen(RunVerbs, Screen):
+    """Step, validation loss at that step, the best one marked, size and time of every
+    checkpoint; resume or fork from one, see the mlx-lm commands that use it, delete it, and
+    choose which ones the run keeps when it completes."""
+
+    AREA = "Checkpoints"
+    BINDINGS = [
+        Binding("r", "resume_here", "Resume here", id="checkpoints.resume",
+                tooltip="Continue the run exactly from this checkpoint"),
+        Binding("f", "fork_here", "Fork", id="checkpoints.fork",
+                tooltip="A new run warm-started from this checkpoint's weights"),
+        Binding("d", "delete_checkpoint", "Delete", id="checkpoints.delete",
+                tooltip="Delete this checkpoint's files (asks first)"),
+        Binding("t", "retention", "Retention", id="checkpoints.retention",
+                tooltip="Keep the best and the last N checkpoints when the run completes"),
+        VERB_BINDINGS["logs"],
+        Binding("escape", "back", "Back", id="app.back", tooltip="Back"),
+    ]
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self._shown_key: tuple | None = None
+        self._summary_shown: Text | None = None
+
+    def compose(self) -> ComposeResult:
+        yield TitleBar("checkpoints", id="title")
+        yield Static(id="checkpoint-summary")
+        yield CheckpointTable(id="checkpoints")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.service.open_feed(self.run_id)
+        self.reload()
+        self.query_one(CheckpointTable).focus()
+
+    def on_unmount(self) -> None:
+        self.service.close_feed(self.run_id)
+
+    def current_run_id(self) -> str | None:
+        return self.run_id
+
+    @property
+    def table(self) -> CheckpointTable:
+        return self.query_one(CheckpointTable)
+
+    # -- data -------------------------------------------------------------------------------------
+
+    # The App tells only the screen on top; shown again, the screen catches up on resume.
+    def on_runs_refreshed(self, message: RunsRefreshed) -> None:
+        self.reload()
+
+    def on_screen_resume(self) -> None:
+        self.reload()
+
+    def on_metrics_received(self, message: MetricsReceived) -> None:
+        # Train events arrive many times a second; only a new checkpoint changes this screen.
+        if message.run_id == self.run_id and self._feed_key() != self._shown_key:
+            self.reload()
+
+    def _feed_key(self) -> tuple | None:
+        feed = self.service.feed(self.run_id)
+        return (feed.loaded, len(feed.metrics.checkpoints)) if feed is not None else None
+
+    def reload(self) -> None:
+        service = self.service
+        run = service.run(self.run_id)
+        title = self.query_one(TitleBar)
+        if run is None:
+            title.context = f"Checkpoints · {self.run_id} (not found)"
+            return
+        title.context = f"Checkpoints · {run.name}"
+        feed = service.feed(self.run_id)
+        metrics = feed.metrics if feed is not None and feed.loaded else None
+        checkpoints = list_checkpoints(service.store.adapters_dir(self.run_id))
+        self._shown_key = self._feed_key()
+        self.table.show(checkpoints, metrics)
+        summary = Text()
+        summary.append(f"{run.state.value}", style="bold")
+        summary.append(f" · {len(checkpoints)} checkpoint(s), "
+                       f"{fmt_bytes(sum(c.bytes for c in checkpoints))}")
+        best = self.table.best_step
+        if not checkpoints:
+            summary.append(f" · the trainer saves one every {run.hyperparameters.save_every} "
+                           "steps", style="dim")
+        elif best is not None and metrics is not None:
+            summary.append(f" · best: step {best} (val {fmt_loss(metrics.val_at(best))})")
+        elif metrics is None:
+            summary.append(" · reading validation losses…", style="dim")
+        policy = load_policy(service.store.run_dir(self.run_id))
+        summary.append("\nRetention: ")
+        summary.append(policy.describe() if policy else "keep every checkpoint", style="bold")
+        summary.append(" (applied when the run completes; t to change)", style="dim")
+        summary_widget = self.query_one("#checkpoint-summary", Static)
+        if summary != self._summary_shown:
+            self._summary_shown = summary
+            summary_widget.update(summary)
+        self.refresh_verbs(self.table.selected_step(), len(checkpoints))
+
+    @on(DataTable.RowHighlighted, "#checkpoints")
+    def selection_moved(self) -> None:
+        self.refresh_verbs(self.table.selected_step())
+
+    @on(DataTable.RowSelected, "#checkpoints")
+    def row_chosen(self) -> None:
+        self.action_show_command()
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    def action_resume_here(self) -> None:
+        checkpoint = self.table.selected()
+        if checkpoint is not None:
+            self.service.resume(self.run_id, checkpoint.step)
+
+    def action_fork_here(self) -> None:
+        checkpoint = self.table.selected()
+        if checkpoint is not None:
+            self.service.fork(self.run_id, checkpoint.step)
+
+    def action_show_command(self) -> None:
+        run = self.current_run()
+        checkpoint = self.table.selected()
+        if run is None or checkpoint is None:
+            return
+        steps = [c.step for c in self.table.checkpoints]
+        commands = adapter_commands(run.model, self.service.store.adapters_dir(run.id),
+                                    checkpoint, latest_step=max(steps))
+        self.app.push_screen(AdapterCommandScreen(
+            f"Generate with step {checkpoint.step} of {run.name}", commands))
+
+    def action_delete_checkpoint(self) -> None:
+        checkpoint = self.table.selected()
+        if checkpoint is None:
+            return
+        kind = "weights and resume state" if checkpoint.resumable else "weights"
+        best = " It is the best checkpoint of the run." \
+            if checkpoint.step == self.table.best_step else ""
+
+        def answered(confirmed: bool | None) -> None:
+            if confirmed:
+                self.service.delete_checkpoint(self.run_id, checkpoint, done=self.reload)
+        self.app.push_screen(ConfirmScreen(
+            f"Delete the checkpoint of step {checkpoint.step}?",
+            f"Its {kind} ({fmt_bytes(checkpoint.bytes)}) are removed for good.{best}",
+            confirm_label="Delete", keep_label="Keep"), answered)
+
+    def action_retention(self) -> None:
+        run_dir = self.service.store.run_dir(self.run_id)
+
+        def chosen(choice: object) -> None:
+            if choice is None:
+                return
+            policy = choice if isinstance(choice, RetentionPolicy) else None
+            save_policy(run_dir, policy)
+            said = policy.describe() if policy else "keep every checkpoint"
+            self.notify(f"Run {self.run_id}: {said} when it completes.", title="Retention",
+                        timeout=4)
+            self.reload()
+        self.app.push_screen(RetentionScreen(load_policy(run_dir)), chosen)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in VERBS:
+            return self.verb_check(action)
+        run = self.current_run()
+        checkpoint = self.table.selected() if self.is_mounted else None
+        if action in ("show_command", "fork_here"):
+            return checkpoint is not None
+        if action == "resume_here":
+            return (checkpoint is not None and checkpoint.resumable and run is not None
+                    and run.state.can_resume)
+        if action == "delete_checkpoint":
+            if checkpoint is None or run is None:
+                return False
+            newest = max(c.step for c in self.table.checkpoints)
+            return not (run.state.is_active and checkpoint.step == newest)
+        if action == "retention":
+            return run is not None
+        return True

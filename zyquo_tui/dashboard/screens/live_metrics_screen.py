@@ -1,0 +1,158 @@
+"""LiveMetricsScreen: one run's metrics as they arrive."""
+
+from __future__ import annotations
+
+import time
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Footer
+
+from zyquo_tui.core.formatting import fmt_bytes, fmt_loss, fmt_number, fmt_rate
+from zyquo_tui.dashboard.messages import MetricsReceived, RunsRefreshed
+from zyquo_tui.dashboard.run_feed import SMOOTHABLE
+from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS, VERBS, RunVerbs
+from zyquo_tui.dashboard.widgets.failure_panel import FailurePanel
+from zyquo_tui.dashboard.widgets.loss_chart import LossChart
+from zyquo_tui.dashboard.widgets.metric_sparkline import MetricSparkline
+from zyquo_tui.dashboard.widgets.recent_events import RecentEvents
+from zyquo_tui.dashboard.widgets.run_status import RunStatus
+from zyquo_tui.dashboard.widgets.title_bar import TitleBar
+
+# Live metrics redraw the screen at most this often (a key press redraws at once).
+REDRAW_SECONDS = 0.5
+
+SPARKLINES = (
+    ("train_loss", "train loss", fmt_loss),
+    ("val_loss", "val loss", fmt_loss),
+    ("tokens_per_second", "tokens/s", fmt_rate),
+    ("learning_rate", "learn rate", fmt_number),
+    ("peak_memory_bytes", "peak memory", fmt_bytes),
+)
+
+
+class LiveMetricsScreen(RunVerbs, Screen):
+    """Progress, timing, a sparkline per metric with its current value, the loss chart (train
+    and validation on the same axes), the latest events and, for a failed run, why and what to
+    try. The data come from the run's RunFeed in the App's RunService, so leaving the screen
+    stops nothing; new events redraw it as they arrive."""
+
+    AREA = "Run"
+    BINDINGS = [
+        Binding("s", "toggle_smoothing", "Smoothing", id="run.smoothing",
+                tooltip="Smooth train loss and tokens/s (raw stays faintly behind; the "
+                        "learning rate is never smoothed)"),
+        VERB_BINDINGS["cancel"], VERB_BINDINGS["resume"], VERB_BINDINGS["checkpoints"],
+        VERB_BINDINGS["logs"],
+        Binding("escape", "back", "Back", id="app.back", tooltip="Back to the runs"),
+    ]
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.feed = None
+        self._failure_shown: tuple | None = None
+        self._drawn_at = 0.0
+        self._drawn_loaded = False
+        self._redraw_timer: Timer | None = None
+
+    def compose(self) -> ComposeResult:
+        yield TitleBar("run", id="title")
+        yield RunStatus(id="status")
+        with Vertical(id="sparklines"):
+            for key, label, _ in SPARKLINES:
+                yield MetricSparkline(label, id=f"spark-{key}")
+        yield LossChart(id="loss-chart")
+        yield RecentEvents(id="events")
+        yield FailurePanel(id="failure")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.feed = self.service.open_feed(self.run_id)
+        self.redraw()
+
+    def on_unmount(self) -> None:
+        self.service.close_feed(self.run_id)
+
+    def current_run_id(self) -> str | None:
+        return self.run_id
+
+    # The App tells only the screen on top; shown again (after a modal, or coming back from
+    # checkpoints or logs) the screen catches up on resume.
+    def on_metrics_received(self, message: MetricsReceived) -> None:
+        # Bursts every follow poll: redraw at most every REDRAW_SECONDS, the last one always.
+        if message.run_id != self.run_id:
+            return
+        wait = REDRAW_SECONDS - (time.monotonic() - self._drawn_at)
+        if wait <= 0 or not self._drawn_loaded:  # the history just arrived: show it now
+            self.redraw()
+        elif self._redraw_timer is None:
+            self._redraw_timer = self.set_timer(wait, self.redraw)
+
+    def on_runs_refreshed(self, message: RunsRefreshed) -> None:
+        self.redraw()
+
+    def on_screen_resume(self) -> None:
+        self.redraw()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.redraw)
+
+    def redraw(self) -> None:
+        self._drawn_at = time.monotonic()
+        if self._redraw_timer is not None:
+            self._redraw_timer.stop()
+            self._redraw_timer = None
+        service = self.service
+        run = service.run(self.run_id)
+        title = self.query_one(TitleBar)
+        if run is None:
+            title.context = f"Run {self.run_id} (not found)"
+            return
+        title.context = f"Run · {run.name}"
+        feed = service.feed(self.run_id) or self.feed
+        loaded = feed is not None and feed.loaded
+        self._drawn_loaded = loaded
+        metrics = feed.metrics if loaded else None
+        self.query_one(RunStatus).show(run, metrics, elapsed=service.elapsed(run),
+                                       queue_position=service.queue_position(run.id))
+        smoothing = self.app.smoothing  # type: ignore[attr-defined]
+        chart = self.query_one(LossChart)
+        if not loaded:
+            # A static line, not Textual's animated loading indicator: an animation would
+            # compete with the worker reading the history for the one core Python gives us.
+            chart.show_message("reading the run's events…")
+            return
+        for key, _, formatting in SPARKLINES:
+            display = feed.display[key]
+            if smoothing and key in SMOOTHABLE:
+                values = [value for _, value in display.smoothed()]
+            else:
+                values = display.in_order()
+            current = metrics.series[key].last
+            self.query_one(f"#spark-{key}", MetricSparkline).show(
+                values, formatting(current), key=(feed.version, smoothing))
+        chart.set_data(feed.display["train_loss"], feed.display["val_loss"],
+                       metrics.iters or run.hyperparameters.iters, smoothing, feed.version)
+        self.query_one(RecentEvents).show(feed.recent)
+        failure = run.failure if run.state.is_terminal else None
+        if (failure, run.state) != self._failure_shown:
+            self._failure_shown = (failure, run.state)
+            self.query_one(FailurePanel).show(failure, run.state.value)
+            self.set_class(bool(failure), "-failed")
+        self.refresh_verbs()
+
+    def action_toggle_smoothing(self) -> None:
+        self.app.smoothing = not self.app.smoothing  # type: ignore[attr-defined]
+        self.redraw()  # the chart's legend says which it is
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in VERBS:
+            return self.verb_check(action)
+        return True

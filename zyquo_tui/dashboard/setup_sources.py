@@ -1,0 +1,239 @@
+"""SetupSources: where the setup screens get their facts, in one replaceable object.
+
+The new-run, models, datasets and machine screens read models, datasets, validation reports,
+token counts, memory budgets, measured peaks and machine figures through this class and
+nothing else, so tests (and the snapshots) swap in fixed figures by subclassing it. Every
+method may block (files, subprocesses): the screens call them from worker threads.
+
+The App keeps one instance (`setup_sources(app)`), so validation reports survive moving
+between screens; a report is reused only while the dataset's files are unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from zyquo_tui.core.library.datasets import (
+    SPLITS,
+    DatasetInfo,
+    DatasetReport,
+    discover_datasets,
+    validate_dataset,
+)
+from zyquo_tui.core.library.models import ModelInfo, discover_models, model_search_roots
+from zyquo_tui.core.library.token_stats import TokenStats, measure_tokens
+from zyquo_tui.core.memory.advisor import MemoryAdvisor
+from zyquo_tui.core.memory.budget import MemoryBudget, budget_from, cached_probe
+from zyquo_tui.core.memory.estimate import TrainingConfig
+from zyquo_tui.core.memory.measure import Measurement, dataset_token_lengths, measure_peak
+from zyquo_tui.core.runs.run import Run
+from zyquo_tui.core.runs.settings import Hyperparameters
+from zyquo_tui.core.system import machine
+
+_UNREAD = object()
+
+
+@dataclass
+class TrainerUse:
+    """What the trainer of an active run holds in memory now (its process and children)."""
+
+    run_id: str
+    run_name: str
+    pid: int
+    rss_bytes: int
+
+
+@dataclass
+class MachineReading:
+    """One look at the machine, for the machine panel. None where it cannot be read here."""
+
+    platform: str  # "macOS", "Linux", ...
+    total_bytes: int
+    available_bytes: int
+    swap_used_bytes: int
+    swap_total_bytes: int | None
+    budget: MemoryBudget | None
+    cpu_load: float | None  # 1-minute load average
+    cpu_count: int | None
+    free_percent: int | None = None  # macOS memory_pressure
+    gpu: machine.GpuUse | None = None
+    gpu_note: str = ""  # why there is no GPU figure
+    trainers: list[TrainerUse] = field(default_factory=list)
+
+
+def trainer_use(run: Run) -> TrainerUse | None:
+    """Resident memory of an active run's trainer (pid plus start time, as liveness checks
+    it), with its children: on macOS the recorded pid is caffeinate's, the trainer its child."""
+    process_record = run.process or {}
+    pid = process_record.get("pid")
+    if not pid:
+        return None
+    try:
+        process = psutil.Process(int(pid))
+        start = process_record.get("start_time")
+        if start is not None and abs(process.create_time() - float(start)) > 0.05:
+            return None  # the pid was reused by another process
+        rss = process.memory_info().rss
+        for child in process.children(recursive=True):
+            try:
+                rss += child.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+    return TrainerUse(run.id, run.name, int(pid), int(rss))
+
+
+class SetupSources:
+    """The facts behind the setup screens (see the module docstring)."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.known_models: list[ModelInfo] | None = None  # the last discovery's result
+        self._probe: Any = _UNREAD
+        self._reports: dict[str, tuple[tuple, DatasetReport]] = {}
+        self._lengths: dict[tuple, list[int]] = {}
+        self._lock = threading.Lock()
+
+    # -- models and datasets ------------------------------------------------------------------
+
+    def models(self) -> list[ModelInfo]:
+        found = discover_models(self.home)
+        self.known_models = found
+        return found
+
+    def search_folders(self) -> list[tuple[str, str, bool]]:
+        """(folder, source, exists) of every folder searched for models."""
+        return [(str(root.path), root.source, root.path.is_dir())
+                for root in model_search_roots(self.home)]
+
+    def datasets(self, extra: Iterable[Path | str] = ()) -> list[DatasetInfo]:
+        return discover_datasets(self.home, extra)
+
+    def validation(self, path: str) -> DatasetReport:
+        """The dataset's validation report, reused while its files are unchanged.
+
+        Validated with a batch size of 1: the batch-size checks belong to the form, which
+        knows the batch size the user is typing.
+        """
+        stamp = _files_stamp(Path(path))
+        with self._lock:
+            cached = self._reports.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        report = validate_dataset(path, batch_size=1)
+        with self._lock:
+            self._reports[path] = (stamp, report)
+        return report
+
+    def cached_validation(self, path: str) -> DatasetReport | None:
+        """A report already made for this path (unchanged files), without validating."""
+        with self._lock:
+            cached = self._reports.get(path)
+        if cached is not None and cached[0] == _files_stamp(Path(path)):
+            return cached[1]
+        return None
+
+    # -- tokens ---------------------------------------------------------------------------------
+
+    def token_lengths(self, model: str, data: str, extra_config: dict[str, Any],
+                      mask_prompt: bool, cancelled: Callable[[], bool] | None = None
+                      ) -> list[int]:
+        """Every train row's token count under the model's tokenizer (a subprocess, seconds;
+        remembered for the session while the dataset's files are unchanged). `cancelled()`
+        turning true stops the subprocess."""
+        key = (model, data, mask_prompt, repr(sorted(extra_config.items())),
+               _files_stamp(Path(data)))
+        with self._lock:
+            known = self._lengths.get(key)
+        if known is not None:
+            return list(known)
+        lengths = dataset_token_lengths(model, data, extra_config=extra_config,
+                                        mask_prompt=mask_prompt, cancelled=cancelled)
+        with self._lock:
+            self._lengths[key] = list(lengths)
+        return lengths
+
+    def token_stats(self, data: str, model: str, max_seq_length: int, preview_line: int,
+                    cancelled: Callable[[], bool]) -> TokenStats:
+        return measure_tokens(data, model, max_seq_length=max_seq_length,
+                              preview_line=preview_line, cancelled=cancelled)
+
+    # -- memory ---------------------------------------------------------------------------------
+
+    def advisor(self) -> MemoryAdvisor:
+        """This machine's budget (the MLX probe is cached per machine; the first one takes
+        seconds) and its measured history, including finished runs of the store."""
+        advisor = MemoryAdvisor.for_machine(self.home)
+        try:
+            from zyquo_tui.core.store.store import RunStore
+
+            advisor.history.import_runs(RunStore(self.home).iter_runs())
+        except Exception:  # a store that cannot be read costs the correction, nothing more
+            pass
+        return advisor
+
+    def measure(self, model: str, config: TrainingConfig, *, data: str | None,
+                hyperparameters: Hyperparameters, extra_config: dict[str, Any],
+                cancelled: Callable[[], bool] | None = None) -> Measurement:
+        return measure_peak(model, config, data=data, hyperparameters=hyperparameters,
+                            extra_config=extra_config, cancelled=cancelled)
+
+    # -- the machine ----------------------------------------------------------------------------
+
+    def machine(self, active_runs: Sequence[Run] = ()) -> MachineReading:
+        facts = machine.memory_facts()
+        swap = psutil.swap_memory()
+        try:
+            if self._probe is _UNREAD:  # once a session: a failed probe is not retried
+                self._probe = cached_probe(self.home)  # every two seconds
+            budget = budget_from(self._probe, total_bytes=facts.total_bytes,
+                                 available_bytes=facts.available_bytes,
+                                 wired_limit=facts.wired_limit_bytes)
+        except Exception:
+            budget = None
+        gpu = machine.gpu_use() if machine.IS_MACOS else None
+        if not machine.IS_MACOS:
+            note = "Linux: MLX trains on the CPU here" if platform.system() == "Linux" \
+                else "not a Mac"
+        elif gpu is None:
+            note = "install macmon (brew install macmon) to see GPU use without sudo"
+        else:
+            note = ""
+        trainers = [use for use in (trainer_use(run) for run in active_runs) if use]
+        return MachineReading(
+            platform="macOS" if machine.IS_MACOS else platform.system(),
+            total_bytes=facts.total_bytes, available_bytes=facts.available_bytes,
+            swap_used_bytes=facts.swap_used_bytes, swap_total_bytes=int(swap.total),
+            budget=budget, cpu_load=machine.cpu_load(), cpu_count=os.cpu_count(),
+            free_percent=facts.free_percent, gpu=gpu, gpu_note=note, trainers=trainers)
+
+
+def _files_stamp(folder: Path) -> tuple:
+    files = [folder] if folder.is_file() else [folder / f"{s}.jsonl" for s in SPLITS]
+    stamp = []
+    for file in files:
+        try:
+            stat = file.stat()
+        except OSError:
+            continue
+        stamp.append((file.name, stat.st_mtime_ns, stat.st_size))
+    return tuple(stamp)
+
+
+def setup_sources(app: Any) -> SetupSources:
+    """The App's SetupSources, made on first use (tests set `app.setup_sources` first)."""
+    sources = getattr(app, "setup_sources", None)
+    if sources is None:
+        sources = SetupSources(app.store.home)
+        app.setup_sources = sources
+    return sources
+

@@ -1,0 +1,94 @@
+"""RecentEvents: the latest events of a run, newest at the bottom, one line each."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from rich.text import Text
+
+from zyquo_tui.core.events import protocol as ev
+from zyquo_tui.core.formatting import fmt_bytes, fmt_clock, fmt_loss, fmt_rate
+from zyquo_tui.dashboard.widgets.live_text import LiveText
+
+EVENT_STYLES = {ev.STARTED: "cyan", ev.TRAIN: "", ev.VAL: "yellow", ev.CHECKPOINT: "blue",
+                ev.WARNING: "bold yellow", ev.COMPLETED: "bold green", ev.FAILED: "bold red",
+                ev.CANCELLED: "yellow"}
+
+
+def describe(event: dict[str, Any]) -> str:
+    """One line for an event, in words."""
+    kind = event.get("type", "?")
+    step = event.get("iteration")
+    if kind == ev.STARTED:
+        resumed = event.get("resumed_from_step")
+        dataset = event.get("dataset") or {}
+        if resumed is not None:
+            return f"resumed from step {resumed} of {event.get('iters', '?')}"
+        rows = f", {dataset.get('train')} train rows" if dataset.get("train") else ""
+        return f"started {event.get('iters', '?')} steps{rows}"
+    if kind == ev.TRAIN:
+        return (f"step {step}  train loss {fmt_loss(event.get('train_loss'))}  "
+                f"{fmt_rate(event.get('tokens_per_second'))} tok/s")
+    if kind == ev.VAL:
+        took = event.get("val_time")
+        return (f"step {step}  val loss {fmt_loss(event.get('val_loss'))}"
+                + (f"  ({took:.1f} s)" if isinstance(took, (int, float)) else ""))
+    if kind == ev.CHECKPOINT:
+        size = event.get("bytes")
+        return f"step {step}  checkpoint saved" + (f" ({fmt_bytes(size)})" if size else "")
+    if kind == ev.WARNING:
+        return f"warning: {event.get('message', event.get('code', ''))}"
+    if kind == ev.COMPLETED:
+        return f"completed at step {step}"
+    if kind == ev.FAILED:
+        return f"failed at step {step} ({event.get('cause', '?')}): {event.get('message', '')}"
+    if kind == ev.CANCELLED:
+        saved = event.get("checkpoint")
+        return f"cancelled at step {step}" + (
+            f", checkpoint {saved}" if saved is not None else ", no checkpoint"
+            if event.get("forced") else "")
+    return kind
+
+
+class RecentEvents(LiveText):
+    """The newest events that fit the widget's height, with their time of day."""
+
+    DEFAULT_CSS = """
+    RecentEvents {
+        height: 20%;
+        min-height: 5;
+        max-height: 12;
+        border: round $panel-lighten-2;
+        border-title-color: $foreground;
+        padding: 0 1;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._events: list[dict[str, Any]] = []
+
+    def on_mount(self) -> None:
+        self.border_title = "Latest events"
+
+    def show(self, events: Iterable[dict[str, Any]]) -> None:
+        self._events = list(events)
+        self._draw()
+
+    def on_resize(self) -> None:
+        self._draw()
+
+    def _draw(self) -> None:
+        rows = max(1, self.content_size.height or 3)
+        latest = self._events[-rows:]
+        if not latest:
+            self.text = Text("no events yet", style="dim")
+            return
+        lines = []
+        for event in latest:
+            line = Text(fmt_clock(event.get("time")) + "  ", style="dim")
+            line.append(describe(event), style=EVENT_STYLES.get(event.get("type"), ""))
+            lines.append(line)
+        self.text = Text("\n").join(lines)

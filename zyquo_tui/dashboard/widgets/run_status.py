@@ -1,0 +1,52 @@
+"""RunStatus: a run's state, what it trains, and where it is: step, bar, elapsed, ETA."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from zyquo_tui.core.events.metrics import RunMetrics
+from zyquo_tui.core.formatting import basename, fmt_duration, fmt_rate, progress_bar
+from zyquo_tui.core.runs.run import Run
+from zyquo_tui.dashboard.widgets.live_text import LiveText
+from zyquo_tui.dashboard.widgets.runs_table import STATE_LOOK
+
+
+class RunStatus(LiveText):
+    """Two lines at the top of the run screen: who and what; then progress and timing."""
+
+    DEFAULT_CSS = """
+    RunStatus { height: 2; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
+    """
+
+    def show(self, run: Run, metrics: RunMetrics | None, *, elapsed: float | None,
+             queue_position: int | None) -> None:
+        symbol, style = STATE_LOOK.get(run.state.value, ("?", ""))
+        first = Text()
+        first.append(f"{symbol} {run.state.value}", style=style)
+        if queue_position:
+            first.append(f" #{queue_position}", style=style)
+        first.append("  ")
+        first.append(run.name, style="bold")
+        first.append(f"  {run.method.value} · {basename(run.model)} · {basename(run.data)}"
+                     f" · {run.id}", style="dim")
+
+        iters = run.hyperparameters.iters
+        step = metrics.step if metrics is not None and metrics.started else \
+            (run.summary or {}).get("step", 0)
+        second = Text()
+        fraction = min(1.0, step / iters) if iters else None
+        second.append(f"step {step}/{iters} ")
+        filled, empty = progress_bar(fraction, 20)
+        second.append(filled, style="green" if run.state.is_active else "")
+        second.append(empty, style="dim")
+        if fraction is not None:
+            second.append(f" {fraction * 100:3.0f}%")
+        second.append(f"   elapsed {fmt_duration(elapsed)}")
+        eta = metrics.eta_seconds() if metrics is not None and run.state.is_active else None
+        if eta is not None:
+            second.append(f"   ETA {fmt_duration(eta)}", style="bold")
+        if metrics is not None and run.state.is_active:
+            speed = metrics.series["iterations_per_second"].last
+            if speed:
+                second.append(f"   {fmt_rate(speed)} it/s")
+        self.text = Text("\n").join((first, second))

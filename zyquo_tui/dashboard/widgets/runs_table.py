@@ -1,0 +1,228 @@
+"""RunsTable: every run in one table, filtered and sorted, updated cell by cell."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.widgets import DataTable
+
+from zyquo_tui.core.formatting import DASH, basename, fmt_duration, fmt_loss, fmt_rate, progress_bar
+from zyquo_tui.dashboard.run_service import RunRow
+
+# State shown as a symbol and a word, so it reads without colour (NO_COLOR) too.
+STATE_LOOK = {
+    "running": ("▶", "bold green"),
+    "starting": ("◌", "green"),
+    "queued": ("…", "cyan"),
+    "configured": ("○", ""),
+    "completed": ("✓", "blue"),
+    "failed": ("✗", "bold red"),
+    "cancelled": ("■", "yellow"),
+    "interrupted": ("!", "magenta"),
+    "damaged": ("?", "red"),
+}
+STATE_ORDER = {state: i for i, state in enumerate(
+    ("running", "starting", "queued", "failed", "interrupted", "cancelled", "configured",
+     "completed", "damaged"))}
+PROGRESS_WIDTH = 16
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column: its key, header, width and how rows sort by it."""
+
+    key: str
+    label: str
+    width: int
+    sort_key: Callable[[RunRow], Any]
+
+
+def _missing_last(value: Any) -> tuple:
+    return (value is None, value if value is not None else 0)
+
+
+COLUMNS = (
+    Column("state", "State", 13, lambda r: STATE_ORDER.get(r.state, 99)),
+    Column("name", "Name", 18, lambda r: r.name.lower()),
+    Column("progress", "Progress", PROGRESS_WIDTH, lambda r: _missing_last(r.fraction)),
+    Column("train", "Train", 6, lambda r: _missing_last(r.train_loss)),
+    Column("val", "Val", 6, lambda r: _missing_last(r.val_loss)),
+    Column("eta", "ETA", 6, lambda r: _missing_last(r.eta)),
+    Column("elapsed", "Elapsed", 7, lambda r: _missing_last(r.elapsed)),
+    Column("tps", "Tok/s", 6, lambda r: _missing_last(r.tokens_per_second)),
+    Column("queue", "Q", 2, lambda r: _missing_last(r.queue_position)),
+    Column("method", "Method", 6, lambda r: r.method),
+    Column("model", "Model", 28, lambda r: basename(r.model).lower()),
+    Column("data", "Dataset", 16, lambda r: basename(r.data).lower()),
+    Column("id", "ID", 24, lambda r: r.id),
+)
+COLUMN_BY_KEY = {c.key: c for c in COLUMNS}
+SORTABLE = tuple(c.key for c in COLUMNS)
+
+
+def progress_cell(row: RunRow) -> Text:
+    if row.step is None and row.iters is None:
+        return Text(DASH)
+    label = f"{row.step or 0}/{row.iters or '?'}"
+    bar_width = max(3, PROGRESS_WIDTH - len(label) - 1)
+    filled, empty = progress_bar(row.fraction, bar_width)
+    text = Text(label + " ")
+    text.append(filled, style="green" if row.state in ("running", "starting") else "")
+    text.append(empty, style="dim")
+    return text
+
+
+def row_cells(row: RunRow) -> tuple:
+    symbol, style = STATE_LOOK.get(row.state, ("?", ""))
+    if row.damaged is not None:
+        return (Text(f"{symbol} damaged", style=style), Text(row.damaged, style="red"),
+                DASH, DASH, DASH, DASH, DASH, DASH, "", "", "", "", row.id)
+    return (
+        Text(f"{symbol} {row.state}", style=style),
+        row.name,
+        progress_cell(row),
+        fmt_loss(row.train_loss),
+        fmt_loss(row.val_loss),
+        fmt_duration(row.eta) if row.eta is not None else DASH,
+        fmt_duration(row.elapsed) if row.elapsed is not None else DASH,
+        fmt_rate(row.tokens_per_second) if row.tokens_per_second else DASH,
+        str(row.queue_position) if row.queue_position else "",
+        row.method,
+        basename(row.model),
+        basename(row.data),
+        row.id,
+    )
+
+
+def matches(row: RunRow, words: list[str]) -> bool:
+    haystack = " ".join((row.id, row.name, row.state, row.method, basename(row.model),
+                         basename(row.data))).lower()
+    return all(word in haystack for word in words)
+
+
+class RunsTable(DataTable):
+    """The runs table: one row per run, damaged ones included. `show()` takes every row and
+    applies the filter and the sort; unchanged rows are left alone, changed cells updated in
+    place, and the table is rebuilt only when the order or the set of rows changes."""
+
+    BINDINGS = [
+        Binding("enter", "select_cursor", "Open", id="run.open",
+                tooltip="Open the selected run's live metrics"),
+    ]
+    DEFAULT_CSS = """
+    RunsTable { height: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row", zebra_stripes=False)
+        self.sort_column = "id"
+        self.sort_reverse = True  # newest first: ids sort by creation time
+        self.filter_text = ""
+        self._rows: dict[str, RunRow] = {}
+        self._keys: list[str] = []
+        self._cells: dict[str, tuple] = {}
+        self._shown_rows: dict[str, RunRow] = {}
+
+    def on_mount(self) -> None:
+        for column in COLUMNS:
+            self.add_column(column.label, width=column.width, key=column.key)
+        self._mark_sorted_column()
+
+    def _mark_sorted_column(self) -> None:
+        """The sorted column's header ends with an arrow (↓ for descending)."""
+        for column in COLUMNS:
+            label = column.label
+            if column.key == self.sort_column:
+                label = f"{label or '#'}{'↓' if self.sort_reverse else '↑'}"
+            self.columns[column.key].label = Text(label)
+        self._require_update_dimensions = True
+        self.refresh()
+
+    # -- data -------------------------------------------------------------------------------------
+
+    def show(self, rows: list[RunRow]) -> None:
+        self._rows = {row.id: row for row in rows}
+        self._render_rows()
+
+    def set_sort(self, column: str, reverse: bool | None = None) -> None:
+        if column == self.sort_column and reverse is None:
+            self.sort_reverse = not self.sort_reverse
+        else:
+            self.sort_column = column
+            self.sort_reverse = bool(reverse)
+        self._mark_sorted_column()
+        self._render_rows()
+
+    def set_filter(self, text: str) -> None:
+        self.filter_text = text
+        self._render_rows()
+
+    def visible_rows(self) -> list[RunRow]:
+        words = self.filter_text.lower().split()
+        rows = [r for r in self._rows.values() if not words or matches(r, words)]
+        column = COLUMN_BY_KEY[self.sort_column]
+        rows.sort(key=lambda r: r.id, reverse=True)  # ties: newest first
+        rows.sort(key=column.sort_key, reverse=self.sort_reverse)
+        return rows
+
+    def _render_rows(self) -> None:
+        rows = self.visible_rows()
+        keys = [row.id for row in rows]
+        if keys != self._keys:
+            self._rebuild(rows, keys)
+            return
+        previous = self._shown_rows
+        for row in rows:
+            if previous.get(row.id) == row:
+                continue  # the same figures: nothing to format
+            cells = row_cells(row)
+            before = self._cells.get(row.id)
+            if cells == before:
+                continue
+            for column, old, new in zip(COLUMNS, before or (None,) * len(COLUMNS), cells):
+                if old != new:
+                    self.update_cell(row.id, column.key, new)
+            self._cells[row.id] = cells
+        self._shown_rows = {row.id: row for row in rows}
+
+    def _rebuild(self, rows: list[RunRow], keys: list[str]) -> None:
+        selected = self.selected_run_id()
+        self.clear()
+        self._cells = {row.id: row_cells(row) for row in rows}
+        for row in rows:
+            self.add_row(*self._cells[row.id], key=row.id)
+        self._keys = keys
+        self._shown_rows = {row.id: row for row in rows}
+        if selected in keys:
+            self.move_cursor(row=keys.index(selected), animate=False)
+
+    def _update_dimensions(self, new_rows) -> None:  # type: ignore[override]
+        # DataTable measures every cell of every new row to size auto-width columns: about a
+        # second for 1,000 runs. Every column here has a fixed width and every row one line,
+        # so only the scrollable size needs updating. (DataTable internals, Textual 8.)
+        cells_width = sum(column.get_render_width(self) for column in self.columns.values())
+        header_height = self.header_height if self.show_header else 0
+        self.virtual_size = Size(cells_width + self._row_label_column_width,
+                                 self._total_row_height + header_height)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "select_cursor" and not self._keys:
+            return False  # nothing to open
+        return super().check_action(action, parameters)
+
+    def selected_run_id(self) -> str | None:
+        if not self._keys or self.cursor_row < 0 or self.cursor_row >= len(self._keys):
+            return None
+        return self._keys[self.cursor_row]
+
+    def select_run(self, run_id: str) -> None:
+        if run_id in self._keys:
+            self.move_cursor(row=self._keys.index(run_id), animate=False)
+
+    @property
+    def shown_count(self) -> int:
+        return len(self._keys)

@@ -1,1 +1,0 @@
-"""The dashboard's screens, one a file."""
