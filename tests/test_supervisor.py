@@ -77,7 +77,7 @@ def test_sigkill_gives_interrupted_and_resume_completes_exactly(tiny_model):
 
 FOLLOWER = textwrap.dedent("""
     import asyncio, json, sys
-    from zyquo_tui.core.supervisor import Supervisor
+    from zyquo_tui.core.processes.supervisor import Supervisor
     async def main():
         with open(sys.argv[2], "a") as out:
             async for event in Supervisor().follow(sys.argv[1]):
@@ -96,6 +96,11 @@ def test_training_outlives_its_supervisors_and_a_new_one_sees_every_event_once(t
     follower = subprocess.Popen([sys.executable, "-c", FOLLOWER, run.id, str(first_log)],
                                 stdin=subprocess.DEVNULL)
     wait_for_event(store.run_dir(run.id), lambda e: e["type"] == "train" and e["iteration"] >= 5)
+    deadline = time.monotonic() + 60
+    while not (first_log.exists() and first_log.read_text().strip()):
+        assert follower.poll() is None, "the follower (a dashboard) died before seeing an event"
+        assert time.monotonic() < deadline, "the follower saw no event"
+        time.sleep(0.1)
     # Kill everything that watches the trainer: the follower (a dashboard) and the runner.
     follower.kill()
     follower.wait()
