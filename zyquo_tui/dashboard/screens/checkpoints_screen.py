@@ -12,12 +12,12 @@ from textual.widgets import DataTable, Footer, Static
 from zyquo_tui.core.formatting import fmt_bytes, fmt_loss
 from zyquo_tui.core.store.checkpoints import list_checkpoints
 from zyquo_tui.core.store.retention import RetentionPolicy, load_policy, save_policy
-from zyquo_tui.dashboard.dialogs.adapter_command_screen import (
-    AdapterCommandScreen,
+from zyquo_tui.dashboard.dialogs.adapter_command import (
+    AdapterCommandDialog,
     adapter_commands,
 )
-from zyquo_tui.dashboard.dialogs.confirm_screen import ConfirmScreen
-from zyquo_tui.dashboard.dialogs.retention_screen import RetentionScreen
+from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
+from zyquo_tui.dashboard.dialogs.retention import RetentionDialog
 from zyquo_tui.dashboard.messages import MetricsReceived, RunsRefreshed
 from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS, VERBS, RunVerbs
 from zyquo_tui.dashboard.widgets.checkpoint_table import CheckpointTable
@@ -151,7 +151,7 @@ class CheckpointsScreen(RunVerbs, Screen):
         steps = [c.step for c in self.table.checkpoints]
         commands = adapter_commands(run.model, self.service.store.adapters_dir(run.id),
                                     checkpoint, latest_step=max(steps))
-        self.app.push_screen(AdapterCommandScreen(
+        self.app.push_screen(AdapterCommandDialog(
             f"Generate with step {checkpoint.step} of {run.name}", commands))
 
     def action_delete_checkpoint(self) -> None:
@@ -165,7 +165,7 @@ class CheckpointsScreen(RunVerbs, Screen):
         def answered(confirmed: bool | None) -> None:
             if confirmed:
                 self.service.delete_checkpoint(self.run_id, checkpoint, done=self.reload)
-        self.app.push_screen(ConfirmScreen(
+        self.app.push_screen(ConfirmDialog(
             f"Delete the checkpoint of step {checkpoint.step}?",
             f"Its {kind} ({fmt_bytes(checkpoint.bytes)}) are removed for good.{best}",
             confirm_label="Delete", keep_label="Keep"), answered)
@@ -182,7 +182,7 @@ class CheckpointsScreen(RunVerbs, Screen):
             self.notify(f"Run {self.run_id}: {said} when it completes.", title="Retention",
                         timeout=4)
             self.reload()
-        self.app.push_screen(RetentionScreen(load_policy(run_dir)), chosen)
+        self.app.push_screen(RetentionDialog(load_policy(run_dir)), chosen)
 
     def action_back(self) -> None:
         self.app.pop_screen()

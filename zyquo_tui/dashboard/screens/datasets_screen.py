@@ -27,7 +27,7 @@ from zyquo_tui.core.formatting import DASH, fmt_bytes
 from zyquo_tui.core.library.datasets import DatasetInfo, DatasetReport
 from zyquo_tui.core.library.models import ModelInfo
 from zyquo_tui.core.library.token_stats import DEFAULT_MAX_SEQ_LENGTH, TokenStats
-from zyquo_tui.dashboard.dialogs.text_prompt_screen import TextPromptScreen
+from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
 from zyquo_tui.dashboard.screens.new_run_screen import (
     NewRunScreen,
     dataset_problems,
@@ -349,7 +349,7 @@ class DatasetsScreen(Screen):
                 return
             self.extra.append(str(folder.resolve()))
             self.rescan()
-        self.app.push_screen(TextPromptScreen(
+        self.app.push_screen(TextPromptDialog(
             "Check this dataset folder", "A folder with train.jsonl (and valid.jsonl, "
             "test.jsonl).", str(Path.cwd()) + "/"), chosen)
 

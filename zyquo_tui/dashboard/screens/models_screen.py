@@ -21,7 +21,7 @@ from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.formatting import DASH, fmt_bytes
 from zyquo_tui.core.library.models import READY, ModelInfo
 from zyquo_tui.core.store.user_settings import Settings
-from zyquo_tui.dashboard.dialogs.text_prompt_screen import TextPromptScreen
+from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen, parameters_text
 from zyquo_tui.dashboard.setup_sources import setup_sources
 from zyquo_tui.dashboard.widgets.title_bar import TitleBar
@@ -233,7 +233,7 @@ class ModelsScreen(Screen):
             self.notify(f"Added {resolved} to the model folders (config.toml).",
                         title="Add folder")
             self.action_rescan()
-        self.app.push_screen(TextPromptScreen(
+        self.app.push_screen(TextPromptDialog(
             "Search this folder for models", "Saved in config.toml ([models] folders); "
             "models up to three folders deep are found.", str(Path.home()) + "/"), chosen)
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from textual.binding import Binding
 
 from zyquo_tui.core.runs.run import Run, RunState
-from zyquo_tui.dashboard.dialogs.confirm_screen import ConfirmScreen
+from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
 
 if TYPE_CHECKING:
     from zyquo_tui.dashboard.run_service import RunService
@@ -93,7 +93,7 @@ class RunVerbs:
         def answered(confirmed: bool | None) -> None:
             if confirmed:
                 self.service.cancel(run.id)
-        self.app.push_screen(ConfirmScreen(question, detail, confirm_label="Cancel run",
+        self.app.push_screen(ConfirmDialog(question, detail, confirm_label="Cancel run",
                                            keep_label="Keep running"), answered)
 
     def action_resume_run(self) -> None:
