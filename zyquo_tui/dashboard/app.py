@@ -209,7 +209,7 @@ class ZyquoApp(App[None]):
             self.push_screen(NewRunScreen(like=run))
 
     def action_machine(self) -> None:
-        self.push_screen(MachineDialog())
+        self.push_screen(MachineDialog(self.service.active_runs))
 
     def action_models(self) -> None:
         self.push_screen(ModelsScreen())

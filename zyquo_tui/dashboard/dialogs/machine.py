@@ -9,6 +9,8 @@ cannot be read here says so instead. Below: the resident memory of each active r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -16,6 +18,7 @@ from textual.binding import Binding
 from textual.widgets import Static
 
 from zyquo_tui.core.formatting import DASH, fmt_bytes, progress_bar
+from zyquo_tui.core.runs.run import Run
 from zyquo_tui.dashboard.dialogs.dialog import Dialog
 from zyquo_tui.dashboard.setup_sources import MachineReading, setup_sources
 
@@ -97,7 +100,8 @@ def machine_table(reading: MachineReading) -> Table:
 
 
 class MachineDialog(Dialog[None]):
-    """The machine panel (see the module docstring)."""
+    """The machine panel (see the module docstring); `active_runs` says which runs' trainers
+    to look at, read again at every refresh."""
 
     AREA = "Machine"
     BINDINGS = [Binding("escape,m,q", "close", "Close", id="machine.close",
@@ -113,8 +117,10 @@ class MachineDialog(Dialog[None]):
     """
     SCROLLS = True
 
-    def __init__(self, refresh_seconds: float = REFRESH_SECONDS) -> None:
+    def __init__(self, active_runs: Callable[[], list[Run]],
+                 refresh_seconds: float = REFRESH_SECONDS) -> None:
         super().__init__("Machine")
+        self.active_runs = active_runs
         self.refresh_seconds = refresh_seconds
         self.reading: MachineReading | None = None
         self._reading = False
@@ -132,8 +138,7 @@ class MachineDialog(Dialog[None]):
         if self._reading:
             return
         self._reading = True
-        service = getattr(self.app, "service", None)
-        active = service.active_runs() if service is not None else []
+        active = self.active_runs()
         sources = setup_sources(self.app)
 
         def read() -> None:

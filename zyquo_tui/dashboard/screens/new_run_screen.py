@@ -30,7 +30,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.events import DescendantFocus
-from textual.screen import Screen
 from textual.widgets import Footer, Input, Select, Static
 from textual.worker import get_current_worker
 
@@ -56,6 +55,7 @@ from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
 from zyquo_tui.dashboard.dialogs.preset_picker import PresetPickerDialog
 from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
 from zyquo_tui.dashboard.messages import SampleChanged
+from zyquo_tui.dashboard.screens.zyquo_screen import ZyquoScreen
 from zyquo_tui.dashboard.setup_sources import setup_sources
 from zyquo_tui.dashboard.widgets.hyperparameter_form import (
     FIELD_BY_KEY,
@@ -164,7 +164,7 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "run"
 
 
-class NewRunScreen(Screen):
+class NewRunScreen(ZyquoScreen):
     """Set up a new run (see the module docstring). `like` prefills it from an existing run;
     `model` and `data` preselect a model or dataset folder."""
 
@@ -885,7 +885,7 @@ class NewRunScreen(Screen):
         self._submit(run, how, override=False)
 
     def _submit(self, run: Run, how: str, *, override: bool) -> None:
-        service = self.app.service  # type: ignore[attr-defined]
+        service = self.service
         store = service.store
         supervisor = service.supervisor
         self.submitting = True
@@ -917,7 +917,7 @@ class NewRunScreen(Screen):
                                 + (f" (queue position {position})" if position else "")
                                 + (" with the memory override" if override else "") + ".",
                                 title="Start")
-                self.app.show_view("run", made.id)  # type: ignore[attr-defined]
+                self.app.show_view("run", made.id)
                 return
             if how == "queue":
                 position = supervisor.queue.position(made.id)
@@ -1094,7 +1094,7 @@ class NewRunScreen(Screen):
             self.notify(sentence, title="Fix the field before saving", severity="error")
             self._focus_control(key)
             return
-        home = self.app.store.home  # type: ignore[attr-defined]
+        home = self.app.store.home
         default = slug(self.query_one("#run-name", Input).value.strip() or self._auto_name())
 
         def chosen(name: str | None) -> None:
@@ -1115,7 +1115,7 @@ class NewRunScreen(Screen):
             "dataset; l loads it into a new form later.", default), chosen)
 
     def action_load_preset(self) -> None:
-        home = self.app.store.home  # type: ignore[attr-defined]
+        home = self.app.store.home
         names = list_presets(home)
         if not names:
             self.notify("No presets yet: p saves the form as one.", title="Preset")
