@@ -12,7 +12,7 @@ from zyquo_tui.core.events.metrics import RunMetrics
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.dashboard.app import ZyquoApp
-from zyquo_tui.dashboard.dialogs.confirm_screen import ConfirmScreen
+from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
 from zyquo_tui.dashboard.notify import NotificationSettings
 from zyquo_tui.dashboard.screens.checkpoints_screen import CheckpointsScreen
 from zyquo_tui.dashboard.screens.live_metrics_screen import LiveMetricsScreen
@@ -68,7 +68,7 @@ async def test_watch_cancel_resume_and_find_the_best_checkpoint(tiny_model):
 
         # Cancel from the keyboard: c asks first, y confirms.
         await pilot.press("c")
-        assert isinstance(app.screen, ConfirmScreen)
+        assert isinstance(app.screen, ConfirmDialog)
         await pilot.press("y")
         await wait_until(pilot, lambda: service.run(run.id).state is RunState.CANCELLED,
                          "the run to be cancelled")

@@ -34,7 +34,7 @@ from zyquo_tui.core.store.retention import RetentionPolicy, apply_retention, doo
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.system.liveness import identity
 from zyquo_tui.dashboard.app import ZyquoApp
-from zyquo_tui.dashboard.dialogs.adapter_command_screen import adapter_commands
+from zyquo_tui.dashboard.dialogs.adapter_command import adapter_commands
 from zyquo_tui.dashboard.messages import RunEnded
 from zyquo_tui.dashboard.notify import (
     NotificationSettings,

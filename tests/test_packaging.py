@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -51,6 +52,40 @@ def test_the_cli_imports_no_mlx_for_headless_commands():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "[]"
+
+
+PACKAGE = REPO / "zyquo_tui"
+
+
+def textual_imports(path: Path) -> list[int]:
+    """The lines of `path` that import textual, in any form and at any depth (inside a
+    function or an `if TYPE_CHECKING:` too)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            modules = [node.module or ""]
+        else:
+            continue
+        if any(module.split(".")[0] == "textual" for module in modules):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_every_textual_import_is_under_the_dashboard():
+    dashboard = PACKAGE / "dashboard"
+    assert textual_imports(dashboard / "app.py"), "the check must see the dashboard's imports"
+    outside = [f"{path.relative_to(REPO)}:{line}" for path in sorted(PACKAGE.rglob("*.py"))
+               if dashboard not in path.parents for line in textual_imports(path)]
+    assert outside == [], "Textual belongs under zyquo_tui/dashboard/ only"
+
+
+def test_the_package_top_holds_only_the_entry_points_and_the_shared_resources():
+    # Everything else lives in a folder by area: core/, cli/, trainer/, dashboard/.
+    top = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert top == ["__init__.py", "__main__.py", "resources.py"]
 
 
 @pytest.fixture(scope="module")

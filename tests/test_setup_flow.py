@@ -29,9 +29,9 @@ from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
 from zyquo_tui.core.store.presets import list_presets, load_preset
 from zyquo_tui.core.store.store import RunStore
-from zyquo_tui.dashboard.dialogs.confirm_screen import ConfirmScreen
-from zyquo_tui.dashboard.dialogs.preset_picker_screen import PresetPickerScreen
-from zyquo_tui.dashboard.dialogs.text_prompt_screen import TextPromptScreen
+from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
+from zyquo_tui.dashboard.dialogs.preset_picker import PresetPickerDialog
+from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
 from zyquo_tui.dashboard.messages import SampleChanged
 from zyquo_tui.dashboard.screens.live_metrics_screen import LiveMetricsScreen
 from zyquo_tui.dashboard.screens.models_screen import ModelsScreen, add_model_folder
@@ -191,7 +191,7 @@ async def test_a_preset_saved_and_loaded_again_is_equal(models):
         await type_into(pilot, screen, "warmup", "5")
         screen.extra_config = {"wandb": "my-project"}  # as an imported YAML leaves it
         await pilot.press("escape", "p")
-        await until(pilot, lambda: isinstance(app.screen, TextPromptScreen), "the name prompt")
+        await until(pilot, lambda: isinstance(app.screen, TextPromptDialog), "the name prompt")
         await pilot.press("end", "ctrl+u", *"my preset", "enter")
         await until(pilot, lambda: list_presets() == ["my preset"], "the preset file")
         saved_hp, saved_method = screen.hp, screen.method
@@ -203,7 +203,7 @@ async def test_a_preset_saved_and_loaded_again_is_equal(models):
         fresh = await open_new_run(pilot)
         fresh.query_one("#setup-form").focus()
         await pilot.press("l")
-        await until(pilot, lambda: isinstance(app.screen, PresetPickerScreen), "the presets")
+        await until(pilot, lambda: isinstance(app.screen, PresetPickerDialog), "the presets")
         await pilot.press("enter")
         await until(pilot, lambda: app.screen is fresh and fresh.model_path is not None,
                     "the preset in the form")
@@ -226,7 +226,7 @@ async def test_exported_yaml_is_the_runs_mlx_config_and_imports_back(models, tmp
         await type_into(pilot, screen, "iters", "120")
         await type_into(pilot, screen, "grad_accumulation_steps", "4")
         await pilot.press("escape", "e")
-        await until(pilot, lambda: isinstance(app.screen, TextPromptScreen), "the path prompt")
+        await until(pilot, lambda: isinstance(app.screen, TextPromptDialog), "the path prompt")
         app.screen.query_one("Input").value = str(target)  # a path: typed as one paste
         await pilot.press("enter")
         await until(pilot, target.exists, "the YAML file")
@@ -238,7 +238,7 @@ async def test_exported_yaml_is_the_runs_mlx_config_and_imports_back(models, tmp
         fresh = await open_new_run(pilot)
         fresh.query_one("#setup-form").focus()
         await pilot.press("i")
-        await until(pilot, lambda: isinstance(app.screen, TextPromptScreen), "the path prompt")
+        await until(pilot, lambda: isinstance(app.screen, TextPromptDialog), "the path prompt")
         app.screen.query_one("Input").value = str(target)  # a path: typed as one paste
         await pilot.press("enter")
         await until(pilot, lambda: fresh.model_path is not None, "the imported settings")
@@ -264,12 +264,12 @@ async def test_starting_a_run_that_wont_fit_asks_then_overrides(models, monkeypa
         assert screen.plan.assessment.verdict is Verdict.WONT_FIT
         screen.query_one("#setup-form").focus()
         await pilot.press("s")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question")
         await pilot.press("n")
         await until(pilot, lambda: app.screen is screen, "the form again")
         assert calls == [] and RunStore().list() == []
         await pilot.press("s")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question")
         await pilot.press("y")
         await until(pilot, lambda: calls, "the start")
         assert calls == [{"queue_if_busy": True, "override_memory": True}]

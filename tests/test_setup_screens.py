@@ -17,9 +17,9 @@ from zyquo_tui.core.library.token_stats import TokenStats
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.core.system.liveness import identity
-from zyquo_tui.dashboard.dialogs.text_prompt_screen import TextPromptScreen
+from zyquo_tui.dashboard.dialogs.machine import MachineDialog
+from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
 from zyquo_tui.dashboard.screens.datasets_screen import DatasetsScreen
-from zyquo_tui.dashboard.screens.machine_screen import MachineScreen
 from zyquo_tui.dashboard.screens.models_screen import ModelsScreen
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
 from zyquo_tui.dashboard.setup_sources import SetupSources, trainer_use
@@ -45,7 +45,7 @@ async def test_setup_keys_open_their_screens_from_the_runs_list(models):
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: app.service.loaded, "the store")
         for key, screen_type in (("n", NewRunScreen), ("M", ModelsScreen),
-                                 ("D", DatasetsScreen), ("m", MachineScreen)):
+                                 ("D", DatasetsScreen), ("m", MachineDialog)):
             await pilot.press(key)
             await until(pilot, lambda: isinstance(app.screen, screen_type), screen_type.__name__)
             await pilot.press("escape")
@@ -105,7 +105,7 @@ async def test_adding_a_folder_saves_it_in_config_toml_and_finds_its_models(
         await until(pilot, lambda: screen.discovered, "an empty list")
         assert screen.models == []
         await pilot.press("a")
-        await until(pilot, lambda: isinstance(app.screen, TextPromptScreen), "the prompt")
+        await until(pilot, lambda: isinstance(app.screen, TextPromptDialog), "the prompt")
         app.screen.query_one("Input").value = str(elsewhere / "models")
         await pilot.press("enter")
         await until(pilot, lambda: len(screen.models) == 2, "the folder's models")
@@ -193,7 +193,7 @@ async def test_a_bad_dataset_folder_lists_every_problem_with_file_and_line(model
         await until(pilot, lambda: app.screen.datasets, "the list")
         screen = app.screen
         await pilot.press("o")
-        await until(pilot, lambda: isinstance(app.screen, TextPromptScreen), "the prompt")
+        await until(pilot, lambda: isinstance(app.screen, TextPromptDialog), "the prompt")
         app.screen.query_one("Input").value = str(bad)
         await pilot.press("enter")
         await until(pilot, lambda: any(d.name == "bad" for d in screen.datasets), "the folder")
@@ -251,7 +251,7 @@ async def test_the_machine_panel_shows_each_figure_and_closes_with_m(isolated_ho
     app = dashboard(FixedSources)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("m")
-        await until(pilot, lambda: isinstance(app.screen, MachineScreen)
+        await until(pilot, lambda: isinstance(app.screen, MachineDialog)
                     and app.screen.reading is not None, "the machine panel")
         figures = text_of(app.screen, "#machine-figures")
         for expected in ("41.0 GiB available", "48.0 GiB training may use", "1.2 GiB in use",
@@ -259,4 +259,4 @@ async def test_the_machine_panel_shows_each_figure_and_closes_with_m(isolated_ho
                          "3.1 GiB resident: support-chat dora (pid 4242)"):
             assert expected in figures
         await pilot.press("m")
-        await until(pilot, lambda: not isinstance(app.screen, MachineScreen), "it to close")
+        await until(pilot, lambda: not isinstance(app.screen, MachineDialog), "it to close")

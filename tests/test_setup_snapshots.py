@@ -19,9 +19,9 @@ from test_setup_helpers import FixedSources, until
 from zyquo_tui.core.library.token_stats import TokenStats
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.dashboard.app import ZyquoApp
+from zyquo_tui.dashboard.dialogs.machine import MachineDialog
 from zyquo_tui.dashboard.notify import NotificationSettings
 from zyquo_tui.dashboard.screens.datasets_screen import DatasetsScreen
-from zyquo_tui.dashboard.screens.machine_screen import MachineScreen
 from zyquo_tui.dashboard.screens.models_screen import ModelsScreen
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
 
@@ -292,7 +292,7 @@ class TestMachinePanel:
         async def run_before(pilot):
             await until(pilot, lambda: pilot.app.service.loaded, "the store")
             await pilot.press("m")
-            await until(pilot, lambda: isinstance(pilot.app.screen, MachineScreen)
+            await until(pilot, lambda: isinstance(pilot.app.screen, MachineDialog)
                         and pilot.app.screen.reading is not None, "the machine panel")
             await pilot.pause()
         assert snap_compare(dashboard(), terminal_size=size, run_before=run_before)

@@ -22,7 +22,8 @@ from textual.screen import Screen
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.store.paths import settings_file
 from zyquo_tui.core.store.store import DamagedRun, RunStore
-from zyquo_tui.dashboard.dialogs.help_screen import HelpScreen
+from zyquo_tui.dashboard.dialogs.help import HelpDialog
+from zyquo_tui.dashboard.dialogs.machine import MachineDialog
 from zyquo_tui.dashboard.messages import MetricsReceived, RunEnded, RunsRefreshed, SampleChanged
 from zyquo_tui.dashboard.notify import NotificationSettings, Notifier
 from zyquo_tui.dashboard.run_service import RunService
@@ -30,7 +31,6 @@ from zyquo_tui.dashboard.screens.checkpoints_screen import CheckpointsScreen
 from zyquo_tui.dashboard.screens.datasets_screen import DatasetsScreen
 from zyquo_tui.dashboard.screens.live_metrics_screen import LiveMetricsScreen
 from zyquo_tui.dashboard.screens.logs_screen import LogsScreen
-from zyquo_tui.dashboard.screens.machine_screen import MachineScreen
 from zyquo_tui.dashboard.screens.models_screen import ModelsScreen
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
 from zyquo_tui.dashboard.screens.runs_screen import RunsScreen
@@ -39,7 +39,7 @@ from zyquo_tui.resources import styles_dir
 log = logging.getLogger(__name__)
 
 RUN_VIEWS = {"run": LiveMetricsScreen, "checkpoints": CheckpointsScreen, "logs": LogsScreen}
-SETUP_SCREENS = {"new_run": NewRunScreen, "machine": MachineScreen, "models": ModelsScreen,
+SETUP_SCREENS = {"new_run": NewRunScreen, "machine": MachineDialog, "models": ModelsScreen,
                  "datasets": DatasetsScreen}
 
 
@@ -198,7 +198,7 @@ class ZyquoApp(App[None]):
         self.show_view(view)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.screen))
+        self.push_screen(HelpDialog(self.screen))
 
     def action_new_run(self) -> None:
         self.push_screen(NewRunScreen())
@@ -209,7 +209,7 @@ class ZyquoApp(App[None]):
             self.push_screen(NewRunScreen(like=run))
 
     def action_machine(self) -> None:
-        self.push_screen(MachineScreen())
+        self.push_screen(MachineDialog(self.service.active_runs))
 
     def action_models(self) -> None:
         self.push_screen(ModelsScreen())

@@ -6,25 +6,25 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from zyquo_tui.core.formatting import fmt_bytes, fmt_loss
 from zyquo_tui.core.store.checkpoints import list_checkpoints
 from zyquo_tui.core.store.retention import RetentionPolicy, load_policy, save_policy
-from zyquo_tui.dashboard.dialogs.adapter_command_screen import (
-    AdapterCommandScreen,
+from zyquo_tui.dashboard.dialogs.adapter_command import (
+    AdapterCommandDialog,
     adapter_commands,
 )
-from zyquo_tui.dashboard.dialogs.confirm_screen import ConfirmScreen
-from zyquo_tui.dashboard.dialogs.retention_screen import RetentionScreen
+from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
+from zyquo_tui.dashboard.dialogs.retention import RetentionDialog
 from zyquo_tui.dashboard.messages import MetricsReceived, RunsRefreshed
-from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS, VERBS, RunVerbs
+from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS, VERBS
+from zyquo_tui.dashboard.screens.run_view_screen import RunViewScreen
 from zyquo_tui.dashboard.widgets.checkpoint_table import CheckpointTable
 from zyquo_tui.dashboard.widgets.title_bar import TitleBar
 
 
-class CheckpointsScreen(RunVerbs, Screen):
+class CheckpointsScreen(RunViewScreen):
     """Step, validation loss at that step, the best one marked, size and time of every
     checkpoint; resume or fork from one, see the mlx-lm commands that use it, delete it, and
     choose which ones the run keeps when it completes."""
@@ -44,8 +44,7 @@ class CheckpointsScreen(RunVerbs, Screen):
     ]
 
     def __init__(self, run_id: str) -> None:
-        super().__init__()
-        self.run_id = run_id
+        super().__init__(run_id)
         self._shown_key: tuple | None = None
         self._summary_shown: Text | None = None
 
@@ -62,9 +61,6 @@ class CheckpointsScreen(RunVerbs, Screen):
 
     def on_unmount(self) -> None:
         self.service.close_feed(self.run_id)
-
-    def current_run_id(self) -> str | None:
-        return self.run_id
 
     @property
     def table(self) -> CheckpointTable:
@@ -89,13 +85,10 @@ class CheckpointsScreen(RunVerbs, Screen):
         return (feed.loaded, len(feed.metrics.checkpoints)) if feed is not None else None
 
     def reload(self) -> None:
-        service = self.service
-        run = service.run(self.run_id)
-        title = self.query_one(TitleBar)
+        run = self.show_title("Checkpoints")
         if run is None:
-            title.context = f"Checkpoints · {self.run_id} (not found)"
             return
-        title.context = f"Checkpoints · {run.name}"
+        service = self.service
         feed = service.feed(self.run_id)
         metrics = feed.metrics if feed is not None and feed.loaded else None
         checkpoints = list_checkpoints(service.store.adapters_dir(self.run_id))
@@ -151,7 +144,7 @@ class CheckpointsScreen(RunVerbs, Screen):
         steps = [c.step for c in self.table.checkpoints]
         commands = adapter_commands(run.model, self.service.store.adapters_dir(run.id),
                                     checkpoint, latest_step=max(steps))
-        self.app.push_screen(AdapterCommandScreen(
+        self.app.push_screen(AdapterCommandDialog(
             f"Generate with step {checkpoint.step} of {run.name}", commands))
 
     def action_delete_checkpoint(self) -> None:
@@ -165,7 +158,7 @@ class CheckpointsScreen(RunVerbs, Screen):
         def answered(confirmed: bool | None) -> None:
             if confirmed:
                 self.service.delete_checkpoint(self.run_id, checkpoint, done=self.reload)
-        self.app.push_screen(ConfirmScreen(
+        self.app.push_screen(ConfirmDialog(
             f"Delete the checkpoint of step {checkpoint.step}?",
             f"Its {kind} ({fmt_bytes(checkpoint.bytes)}) are removed for good.{best}",
             confirm_label="Delete", keep_label="Keep"), answered)
@@ -182,10 +175,7 @@ class CheckpointsScreen(RunVerbs, Screen):
             self.notify(f"Run {self.run_id}: {said} when it completes.", title="Retention",
                         timeout=4)
             self.reload()
-        self.app.push_screen(RetentionScreen(load_policy(run_dir)), chosen)
-
-    def action_back(self) -> None:
-        self.app.pop_screen()
+        self.app.push_screen(RetentionDialog(load_policy(run_dir)), chosen)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in VERBS:

@@ -18,7 +18,6 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Select, Static
 from textual.worker import get_current_worker
 
@@ -27,13 +26,14 @@ from zyquo_tui.core.formatting import DASH, fmt_bytes
 from zyquo_tui.core.library.datasets import DatasetInfo, DatasetReport
 from zyquo_tui.core.library.models import ModelInfo
 from zyquo_tui.core.library.token_stats import DEFAULT_MAX_SEQ_LENGTH, TokenStats
-from zyquo_tui.dashboard.dialogs.text_prompt_screen import TextPromptScreen
+from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
 from zyquo_tui.dashboard.screens.new_run_screen import (
     NewRunScreen,
     dataset_problems,
     dataset_summary,
     model_label,
 )
+from zyquo_tui.dashboard.screens.zyquo_screen import ZyquoScreen
 from zyquo_tui.dashboard.setup_sources import setup_sources
 from zyquo_tui.dashboard.widgets.title_bar import TitleBar
 from zyquo_tui.resources import styles_dir
@@ -83,7 +83,7 @@ def preview_text(stats: TokenStats) -> Text:
     return text
 
 
-class DatasetsScreen(Screen):
+class DatasetsScreen(ZyquoScreen):
     """The dataset list, its validation and token statistics (see the module docstring)."""
 
     AREA = "Datasets"
@@ -349,9 +349,6 @@ class DatasetsScreen(Screen):
                 return
             self.extra.append(str(folder.resolve()))
             self.rescan()
-        self.app.push_screen(TextPromptScreen(
+        self.app.push_screen(TextPromptDialog(
             "Check this dataset folder", "A folder with train.jsonl (and valid.jsonl, "
             "test.jsonl).", str(Path.cwd()) + "/"), chosen)
-
-    def action_back(self) -> None:
-        self.app.pop_screen()

@@ -7,14 +7,14 @@ import time
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer
 
 from zyquo_tui.core.formatting import fmt_bytes, fmt_loss, fmt_number, fmt_rate
 from zyquo_tui.dashboard.messages import MetricsReceived, RunsRefreshed
 from zyquo_tui.dashboard.run_feed import SMOOTHABLE
-from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS, VERBS, RunVerbs
+from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS
+from zyquo_tui.dashboard.screens.run_view_screen import RunViewScreen
 from zyquo_tui.dashboard.widgets.failure_panel import FailurePanel
 from zyquo_tui.dashboard.widgets.loss_chart import LossChart
 from zyquo_tui.dashboard.widgets.metric_sparkline import MetricSparkline
@@ -34,7 +34,7 @@ SPARKLINES = (
 )
 
 
-class LiveMetricsScreen(RunVerbs, Screen):
+class LiveMetricsScreen(RunViewScreen):
     """Progress, timing, a sparkline per metric with its current value, the loss chart (train
     and validation on the same axes), the latest events and, for a failed run, why and what to
     try. The data come from the run's RunFeed in the App's RunService, so leaving the screen
@@ -51,8 +51,7 @@ class LiveMetricsScreen(RunVerbs, Screen):
     ]
 
     def __init__(self, run_id: str) -> None:
-        super().__init__()
-        self.run_id = run_id
+        super().__init__(run_id)
         self.feed = None
         self._failure_shown: tuple | None = None
         self._drawn_at = 0.0
@@ -76,9 +75,6 @@ class LiveMetricsScreen(RunVerbs, Screen):
 
     def on_unmount(self) -> None:
         self.service.close_feed(self.run_id)
-
-    def current_run_id(self) -> str | None:
-        return self.run_id
 
     # The App tells only the screen on top; shown again (after a modal, or coming back from
     # checkpoints or logs) the screen catches up on resume.
@@ -106,20 +102,17 @@ class LiveMetricsScreen(RunVerbs, Screen):
         if self._redraw_timer is not None:
             self._redraw_timer.stop()
             self._redraw_timer = None
-        service = self.service
-        run = service.run(self.run_id)
-        title = self.query_one(TitleBar)
+        run = self.show_title("Run")
         if run is None:
-            title.context = f"Run {self.run_id} (not found)"
             return
-        title.context = f"Run · {run.name}"
+        service = self.service
         feed = service.feed(self.run_id) or self.feed
         loaded = feed is not None and feed.loaded
         self._drawn_loaded = loaded
         metrics = feed.metrics if loaded else None
         self.query_one(RunStatus).show(run, metrics, elapsed=service.elapsed(run),
                                        queue_position=service.queue_position(run.id))
-        smoothing = self.app.smoothing  # type: ignore[attr-defined]
+        smoothing = self.app.smoothing
         chart = self.query_one(LossChart)
         if not loaded:
             # A static line, not Textual's animated loading indicator: an animation would
@@ -146,13 +139,5 @@ class LiveMetricsScreen(RunVerbs, Screen):
         self.refresh_verbs()
 
     def action_toggle_smoothing(self) -> None:
-        self.app.smoothing = not self.app.smoothing  # type: ignore[attr-defined]
+        self.app.smoothing = not self.app.smoothing
         self.redraw()  # the chart's legend says which it is
-
-    def action_back(self) -> None:
-        self.app.pop_screen()
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in VERBS:
-            return self.verb_check(action)
-        return True

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import Footer
 
 from zyquo_tui.dashboard.messages import RunsRefreshed
-from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS, VERBS, RunVerbs
+from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS
+from zyquo_tui.dashboard.screens.run_view_screen import RunViewScreen
 from zyquo_tui.dashboard.widgets.title_bar import TitleBar
 from zyquo_tui.dashboard.widgets.trainer_log import TrainerLog
 
 TAIL_SECONDS = 0.5
 
 
-class LogsScreen(RunVerbs, Screen):
+class LogsScreen(RunViewScreen):
     """The trainer's stdout and stderr. Follow mode (on at first) keeps the view at the end as
     lines arrive; `f` pauses it to read back, `g` and `G` jump to the top and the end."""
 
@@ -28,10 +28,6 @@ class LogsScreen(RunVerbs, Screen):
         VERB_BINDINGS["cancel"], VERB_BINDINGS["checkpoints"],
         Binding("escape", "back", "Back", id="app.back", tooltip="Back"),
     ]
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__()
-        self.run_id = run_id
 
     def compose(self) -> ComposeResult:
         yield TitleBar("logs", id="title")
@@ -47,9 +43,6 @@ class LogsScreen(RunVerbs, Screen):
 
     def tail(self) -> None:
         self.query_one(TrainerLog).read_new()
-
-    def current_run_id(self) -> str | None:
-        return self.run_id
 
     def on_runs_refreshed(self, message: RunsRefreshed) -> None:
         self._update_title()
@@ -78,11 +71,3 @@ class LogsScreen(RunVerbs, Screen):
 
     def action_end(self) -> None:
         self.query_one(TrainerLog).scroll_end(animate=False)
-
-    def action_back(self) -> None:
-        self.app.pop_screen()
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in VERBS:
-            return self.verb_check(action)
-        return True

@@ -14,15 +14,15 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.formatting import DASH, fmt_bytes
 from zyquo_tui.core.library.models import READY, ModelInfo
 from zyquo_tui.core.store.user_settings import Settings
-from zyquo_tui.dashboard.dialogs.text_prompt_screen import TextPromptScreen
+from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen, parameters_text
+from zyquo_tui.dashboard.screens.zyquo_screen import ZyquoScreen
 from zyquo_tui.dashboard.setup_sources import setup_sources
 from zyquo_tui.dashboard.widgets.title_bar import TitleBar
 from zyquo_tui.resources import styles_dir
@@ -107,7 +107,7 @@ def add_model_folder(home: Path, folder: str) -> bool:
     return True
 
 
-class ModelsScreen(Screen):
+class ModelsScreen(ZyquoScreen):
     """The model list (see the module docstring)."""
 
     AREA = "Models"
@@ -213,7 +213,7 @@ class ModelsScreen(Screen):
         self.rescan()
 
     def action_add_folder(self) -> None:
-        home = self.app.store.home  # type: ignore[attr-defined]
+        home = self.app.store.home
 
         def chosen(path: str | None) -> None:
             if not path:
@@ -233,9 +233,6 @@ class ModelsScreen(Screen):
             self.notify(f"Added {resolved} to the model folders (config.toml).",
                         title="Add folder")
             self.action_rescan()
-        self.app.push_screen(TextPromptScreen(
+        self.app.push_screen(TextPromptDialog(
             "Search this folder for models", "Saved in config.toml ([models] folders); "
             "models up to three folders deep are found.", str(Path.home()) + "/"), chosen)
-
-    def action_back(self) -> None:
-        self.app.pop_screen()

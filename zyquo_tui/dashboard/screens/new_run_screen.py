@@ -30,7 +30,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.events import DescendantFocus
-from textual.screen import Screen
 from textual.widgets import Footer, Input, Select, Static
 from textual.worker import get_current_worker
 
@@ -52,10 +51,11 @@ from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
 from zyquo_tui.core.store.paths import presets_dir
 from zyquo_tui.core.store.presets import Preset, list_presets, load_preset, save_preset
-from zyquo_tui.dashboard.dialogs.confirm_screen import ConfirmScreen
-from zyquo_tui.dashboard.dialogs.preset_picker_screen import PresetPickerScreen
-from zyquo_tui.dashboard.dialogs.text_prompt_screen import TextPromptScreen
+from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
+from zyquo_tui.dashboard.dialogs.preset_picker import PresetPickerDialog
+from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
 from zyquo_tui.dashboard.messages import SampleChanged
+from zyquo_tui.dashboard.screens.zyquo_screen import ZyquoScreen
 from zyquo_tui.dashboard.setup_sources import setup_sources
 from zyquo_tui.dashboard.widgets.hyperparameter_form import (
     FIELD_BY_KEY,
@@ -164,7 +164,7 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "run"
 
 
-class NewRunScreen(Screen):
+class NewRunScreen(ZyquoScreen):
     """Set up a new run (see the module docstring). `like` prefills it from an existing run;
     `model` and `data` preselect a model or dataset folder."""
 
@@ -876,7 +876,7 @@ class NewRunScreen(Screen):
                 fix = (f"Key 1 in the form makes it fit: {plan.suggestions[0].title}.")
             else:
                 fix = "No change of settings found that fits this machine."
-            self.app.push_screen(ConfirmScreen(
+            self.app.push_screen(ConfirmDialog(
                 f"{run.name} won't fit in memory. {verb} it anyway?",
                 f"It {plan.assessment.reason} Past the budget, macOS swaps, and training can "
                 f"freeze the machine or crash the GPU driver. {fix}",
@@ -885,7 +885,7 @@ class NewRunScreen(Screen):
         self._submit(run, how, override=False)
 
     def _submit(self, run: Run, how: str, *, override: bool) -> None:
-        service = self.app.service  # type: ignore[attr-defined]
+        service = self.service
         store = service.store
         supervisor = service.supervisor
         self.submitting = True
@@ -917,7 +917,7 @@ class NewRunScreen(Screen):
                                 + (f" (queue position {position})" if position else "")
                                 + (" with the memory override" if override else "") + ".",
                                 title="Start")
-                self.app.show_view("run", made.id)  # type: ignore[attr-defined]
+                self.app.show_view("run", made.id)
                 return
             if how == "queue":
                 position = supervisor.queue.position(made.id)
@@ -954,7 +954,7 @@ class NewRunScreen(Screen):
             def answered(confirmed: bool | None) -> None:
                 if confirmed:
                     self._measure(plan)
-            self.app.push_screen(ConfirmScreen(
+            self.app.push_screen(ConfirmDialog(
                 "Measure a config that won't fit?",
                 "Measuring trains a few real steps: past the budget the machine swaps and may "
                 "freeze. Apply a suggestion first, or measure anyway.",
@@ -1058,7 +1058,7 @@ class NewRunScreen(Screen):
                 return
             self.notify(f"Wrote {target}: `mlx_lm lora -c {target}` trains this run.",
                         title="Export", timeout=8)
-        self.app.push_screen(TextPromptScreen(
+        self.app.push_screen(TextPromptDialog(
             "Export the mlx-lm config to", "mlx_lm lora -c FILE trains this run as it is.",
             str(default)), chosen)
 
@@ -1082,7 +1082,7 @@ class NewRunScreen(Screen):
             kept = f"; kept {len(unknown)} other keys as they are: {', '.join(unknown)}" \
                 if unknown else ""
             self.notify(f"Filled the form from {source}{kept}.", title="Import", timeout=8)
-        self.app.push_screen(TextPromptScreen(
+        self.app.push_screen(TextPromptDialog(
             "Import an mlx-lm YAML config", "Its model, data, method and settings fill the form; "
             "keys this form has no field for are kept and exported again.",
             str(Path.cwd()) + "/", placeholder="path/to/config.yaml"), chosen)
@@ -1094,7 +1094,7 @@ class NewRunScreen(Screen):
             self.notify(sentence, title="Fix the field before saving", severity="error")
             self._focus_control(key)
             return
-        home = self.app.store.home  # type: ignore[attr-defined]
+        home = self.app.store.home
         default = slug(self.query_one("#run-name", Input).value.strip() or self._auto_name())
 
         def chosen(name: str | None) -> None:
@@ -1110,12 +1110,12 @@ class NewRunScreen(Screen):
                 self.notify(error.message, title="Preset", severity="error", timeout=8)
                 return
             self.notify(f"Saved preset {name} ({path}).", title="Preset")
-        self.app.push_screen(TextPromptScreen(
+        self.app.push_screen(TextPromptDialog(
             "Save these settings as a preset named", "Method, hyperparameters, model and "
             "dataset; l loads it into a new form later.", default), chosen)
 
     def action_load_preset(self) -> None:
-        home = self.app.store.home  # type: ignore[attr-defined]
+        home = self.app.store.home
         names = list_presets(home)
         if not names:
             self.notify("No presets yet: p saves the form as one.", title="Preset")
@@ -1131,4 +1131,4 @@ class NewRunScreen(Screen):
                 return
             self.apply_preset(preset)
             self.notify(f"Loaded preset {name}.", title="Preset", timeout=4)
-        self.app.push_screen(PresetPickerScreen(names, str(presets_dir(home))), chosen)
+        self.app.push_screen(PresetPickerDialog(names, str(presets_dir(home))), chosen)

@@ -1,22 +1,18 @@
-"""RunVerbs: the verbs every screen about runs shares, defined once.
+"""RunVerbsScreen: the verbs every screen about runs shares, defined once.
 
 Start, cancel (after a confirmation), resume, and moving to a run's metrics, checkpoints or
-logs. A screen mixes this in, says which run is meant (`current_run_id`), lists the bindings it
-wants from VERB_BINDINGS, and asks `verb_check` in its check_action so the footer shows only
-the verbs valid for that run in its current state.
+logs. A screen built on it says which run is meant (`current_run_id`) and lists the bindings it
+wants from VERB_BINDINGS; its check_action (or `verb_check`, from a screen's own check_action)
+lets the footer show only the verbs valid for that run in its current state.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from textual.binding import Binding
 
 from zyquo_tui.core.runs.run import Run, RunState
-from zyquo_tui.dashboard.dialogs.confirm_screen import ConfirmScreen
-
-if TYPE_CHECKING:
-    from zyquo_tui.dashboard.run_service import RunService
+from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
+from zyquo_tui.dashboard.screens.zyquo_screen import ZyquoScreen
 
 VERB_BINDINGS = {
     "start": Binding("s", "start_run", "Start", id="run.start",
@@ -35,8 +31,8 @@ VERBS = frozenset({"start_run", "cancel_run", "resume_run", "open_run", "open_ch
                    "open_logs"})
 
 
-class RunVerbs:
-    """Mixin for screens that act on one run at a time (see the module docstring)."""
+class RunVerbsScreen(ZyquoScreen):
+    """A screen that acts on one run at a time (see the module docstring)."""
 
     _verbs_key: object = None
 
@@ -50,11 +46,7 @@ class RunVerbs:
         key = (self.current_run_id(), run.state if run else None, extra)
         if key != self._verbs_key:
             self._verbs_key = key
-            self.refresh_bindings()  # type: ignore[attr-defined]
-
-    @property
-    def service(self) -> "RunService":
-        return self.app.service  # type: ignore[attr-defined]
+            self.refresh_bindings()
 
     def current_run(self) -> Run | None:
         return self.service.run(self.current_run_id())
@@ -69,6 +61,11 @@ class RunVerbs:
             return run.state.is_active or run.state is RunState.QUEUED
         if action == "resume_run":
             return run.state.can_resume
+        return True
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in VERBS:
+            return self.verb_check(action)
         return True
 
     def action_start_run(self) -> None:
@@ -93,7 +90,7 @@ class RunVerbs:
         def answered(confirmed: bool | None) -> None:
             if confirmed:
                 self.service.cancel(run.id)
-        self.app.push_screen(ConfirmScreen(question, detail, confirm_label="Cancel run",
+        self.app.push_screen(ConfirmDialog(question, detail, confirm_label="Cancel run",
                                            keep_label="Keep running"), answered)
 
     def action_resume_run(self) -> None:
@@ -113,4 +110,4 @@ class RunVerbs:
     def _open(self, view: str) -> None:
         run_id = self.current_run_id()
         if run_id is not None:
-            self.app.show_view(view, run_id)  # type: ignore[attr-defined]
+            self.app.show_view(view, run_id)

@@ -5,11 +5,10 @@ from __future__ import annotations
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 
 from zyquo_tui.dashboard.messages import MetricsReceived, RunsRefreshed, SampleChanged
-from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS, VERBS, RunVerbs
+from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS, VERBS, RunVerbsScreen
 from zyquo_tui.dashboard.widgets.empty_store_panel import EmptyStorePanel
 from zyquo_tui.dashboard.widgets.filter_bar import FilterBar
 from zyquo_tui.dashboard.widgets.runs_table import SORTABLE, RunsTable
@@ -19,7 +18,7 @@ from zyquo_tui.dashboard.widgets.title_bar import TitleBar
 TABLE_REFRESH_SECONDS = 0.5
 
 
-class RunsScreen(RunVerbs, Screen):
+class RunsScreen(RunVerbsScreen):
     """Every run with its state, progress, losses, speed and timing; `/` filters, `o` sorts,
     enter opens a run's live metrics. On an empty store it offers to build and train the
     sample instead."""

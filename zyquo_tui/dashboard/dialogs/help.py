@@ -1,4 +1,4 @@
-"""HelpScreen: every key that works where the user is, and what it does."""
+"""HelpDialog: every key that works where the user is, and what it does."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.screen import ModalScreen, Screen
+from textual.screen import Screen
 from textual.widgets import Static
+
+from zyquo_tui.dashboard.dialogs.dialog import Dialog
 
 EVERYWHERE = (
     ("1 2 3 4", "Runs, metrics, checkpoints, logs of the selected run"),
@@ -22,29 +23,21 @@ EVERYWHERE = (
 )
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpDialog(Dialog[None]):
     """The keys of the screen underneath (only those valid now), then the keys that work
     everywhere, and a reminder that quitting never stops training."""
 
     BINDINGS = [Binding("escape,question_mark,q", "close", "Close", id="help.close")]
     DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll {
-        width: 84;
-        max-width: 98%;
-        height: auto;
-        max-height: 95%;
-        border: thick $accent;
-        background: $surface;
-        padding: 0 1;
-    }
+    HelpDialog > .dialog-frame { width: 84; max-width: 98%; max-height: 95%; padding: 0 1; }
     """
+    SCROLLS = True
 
     def __init__(self, screen: Screen) -> None:
         super().__init__()
         self.under = screen
 
-    def compose(self) -> ComposeResult:
+    def compose_content(self) -> ComposeResult:
         area = getattr(self.under, "AREA", "Dashboard")
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold", no_wrap=True)
@@ -69,8 +62,4 @@ class HelpScreen(ModalScreen[None]):
         table.add_row("", "")
         table.add_row("", Text("Training runs in its own process: closing the dashboard or the "
                                "SSH session never stops it.", style="italic"))
-        with VerticalScroll():
-            yield Static(table)
-
-    def action_close(self) -> None:
-        self.dismiss(None)
+        yield Static(table)

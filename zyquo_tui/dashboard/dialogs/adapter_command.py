@@ -1,4 +1,4 @@
-"""AdapterCommandScreen: the mlx-lm commands that use a checkpoint, ready to copy."""
+"""AdapterCommandDialog: the mlx-lm commands that use a checkpoint, ready to copy."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
-from textual.screen import ModalScreen
+from textual.containers import VerticalScroll
 from textual.widgets import Footer, Static
 
 from zyquo_tui.core.store.checkpoints import ADAPTER_CONFIG, Checkpoint
+from zyquo_tui.dashboard.dialogs.dialog import Dialog
 
 PROMPT = "Write a haiku about training."
 
@@ -55,7 +55,7 @@ def adapter_commands(model: str, adapters: Path, checkpoint: Checkpoint, latest_
     return "\n".join(lines)
 
 
-class AdapterCommandScreen(ModalScreen[None]):
+class AdapterCommandDialog(Dialog[None]):
     """Shows the commands, wrapped to the window; `y` copies them exactly (unwrapped) to the
     clipboard through the terminal (OSC 52, which also works over SSH in most terminals), and
     the mouse can select them too."""
@@ -65,37 +65,26 @@ class AdapterCommandScreen(ModalScreen[None]):
         Binding("escape,q", "close", "Close", id="command.close"),
     ]
     DEFAULT_CSS = """
-    AdapterCommandScreen { align: center middle; }
-    AdapterCommandScreen > Vertical {
+    AdapterCommandDialog > .dialog-frame {
         width: 100;
         max-width: 98%;
-        height: auto;
         max-height: 95%;
-        border: thick $accent;
-        background: $surface;
         padding: 0 1;
     }
-    AdapterCommandScreen .heading { text-style: bold; margin: 0 0 1 0; }
-    AdapterCommandScreen VerticalScroll { height: auto; max-height: 70vh; }
-    AdapterCommandScreen #commands { background: $boost; padding: 0 1; }
-    AdapterCommandScreen Footer { dock: none; }
+    AdapterCommandDialog VerticalScroll { height: auto; max-height: 70vh; }
+    AdapterCommandDialog #commands { background: $boost; padding: 0 1; }
+    AdapterCommandDialog Footer { dock: none; }
     """
 
     def __init__(self, heading: str, commands: str) -> None:
-        super().__init__()
-        self.heading = heading
+        super().__init__(heading)
         self.commands = commands
 
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Static(self.heading, classes="heading", markup=False)
-            with VerticalScroll():
-                yield Static(self.commands, markup=False, id="commands")
-            yield Footer(compact=True)
+    def compose_content(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(self.commands, markup=False, id="commands")
+        yield Footer(compact=True)
 
     def action_copy(self) -> None:
         self.app.copy_to_clipboard(self.commands)
         self.notify("Copied the commands to the clipboard.", title="mlx-lm", timeout=3)
-
-    def action_close(self) -> None:
-        self.dismiss(None)

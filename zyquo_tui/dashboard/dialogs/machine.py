@@ -1,4 +1,4 @@
-"""MachineScreen: this machine's memory, budget, swap, load and GPU, and what training uses.
+"""MachineDialog: this machine's memory, budget, swap, load and GPU, and what training uses.
 
 A panel over whatever screen is open (`m` from anywhere, esc closes). Every two seconds a
 worker thread reads: total and available memory, the MLX budget training may use (and where
@@ -9,17 +9,18 @@ cannot be read here says so instead. Below: the resident memory of each active r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from zyquo_tui.core.formatting import DASH, fmt_bytes, progress_bar
+from zyquo_tui.core.runs.run import Run
+from zyquo_tui.dashboard.dialogs.dialog import Dialog
 from zyquo_tui.dashboard.setup_sources import MachineReading, setup_sources
-from zyquo_tui.resources import styles_dir
 
 REFRESH_SECONDS = 2.0
 BAR_WIDTH = 20
@@ -98,25 +99,35 @@ def machine_table(reading: MachineReading) -> Table:
     return table
 
 
-class MachineScreen(ModalScreen[None]):
-    """The machine panel (see the module docstring)."""
+class MachineDialog(Dialog[None]):
+    """The machine panel (see the module docstring); `active_runs` says which runs' trainers
+    to look at, read again at every refresh."""
 
     AREA = "Machine"
-    CSS_PATH = str(styles_dir() / "setup.tcss")
     BINDINGS = [Binding("escape,m,q", "close", "Close", id="machine.close",
                         tooltip="Close the machine panel")]
+    DEFAULT_CSS = """
+    MachineDialog > .dialog-frame {
+        width: 78;
+        max-width: 100%;
+        max-height: 100%;
+        padding: 0 1;
+    }
+    MachineDialog .dialog-heading { margin-bottom: 0; }
+    """
+    SCROLLS = True
 
-    def __init__(self, refresh_seconds: float = REFRESH_SECONDS) -> None:
-        super().__init__()
+    def __init__(self, active_runs: Callable[[], list[Run]],
+                 refresh_seconds: float = REFRESH_SECONDS) -> None:
+        super().__init__("Machine")
+        self.active_runs = active_runs
         self.refresh_seconds = refresh_seconds
         self.reading: MachineReading | None = None
         self._reading = False
 
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(id="machine-box"):
-            yield Static("Machine", id="machine-title", markup=False)
-            yield Static("reading…", id="machine-figures", markup=False)
-            yield Static("", id="machine-keys", markup=False)
+    def compose_content(self) -> ComposeResult:
+        yield Static("reading…", id="machine-figures", markup=False)
+        yield Static("", id="machine-keys", markup=False)
 
     def on_mount(self) -> None:
         self.read()
@@ -127,8 +138,7 @@ class MachineScreen(ModalScreen[None]):
         if self._reading:
             return
         self._reading = True
-        service = getattr(self.app, "service", None)
-        active = service.active_runs() if service is not None else []
+        active = self.active_runs()
         sources = setup_sources(self.app)
 
         def read() -> None:
@@ -155,11 +165,8 @@ class MachineScreen(ModalScreen[None]):
         title.append(f"This machine · {reading.platform}", style="bold")
         if reading.cpu_count:
             title.append(f" · {reading.cpu_count} cores", style="bold")
-        self.query_one("#machine-title", Static).update(title)
+        self.query_one(".dialog-heading", Static).update(title)
         self.query_one("#machine-figures", Static).update(machine_table(reading))
         every = f"every {self.refresh_seconds:g} s" if self.refresh_seconds else "on open"
         self.query_one("#machine-keys", Static).update(
             Text(f"Read {every} · esc closes", style="dim"))
-
-    def action_close(self) -> None:
-        self.dismiss(None)

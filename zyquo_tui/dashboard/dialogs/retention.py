@@ -1,51 +1,40 @@
-"""RetentionScreen: choose which checkpoints a run keeps when it completes."""
+"""RetentionDialog: choose which checkpoints a run keeps when it completes."""
 
 from __future__ import annotations
 
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
-from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from zyquo_tui.core.store.retention import KEEP_LAST_CHOICES, RetentionPolicy
+from zyquo_tui.dashboard.dialogs.dialog import Dialog
 
 KEEP_EVERYTHING = "keep-everything"
 
 
-class RetentionScreen(ModalScreen[object]):
+class RetentionDialog(Dialog[object]):
     """A list of choices: keep every checkpoint, or the best one and the last N. Dismisses with
     a RetentionPolicy, KEEP_EVERYTHING, or None when the user backs out."""
 
-    BINDINGS = [Binding("escape", "cancel", "Back", id="retention.back")]
+    BINDINGS = [Binding("escape", "close", "Back", id="retention.back")]
     DEFAULT_CSS = """
-    RetentionScreen { align: center middle; }
-    RetentionScreen > Vertical {
-        width: 64;
-        max-width: 95%;
-        height: auto;
-        border: thick $accent;
-        background: $surface;
-        padding: 1 2;
-    }
-    RetentionScreen OptionList { height: auto; margin-top: 1; }
+    RetentionDialog .dialog-heading { margin-bottom: 0; }
+    RetentionDialog OptionList { height: auto; margin-top: 1; }
     """
 
     def __init__(self, current: RetentionPolicy | None) -> None:
-        super().__init__()
+        super().__init__("Which checkpoints to keep when the run completes")
         self.current = current
 
-    def compose(self) -> ComposeResult:
+    def compose_content(self) -> ComposeResult:
         options = [Option("Keep every checkpoint", id=KEEP_EVERYTHING)]
         for n in KEEP_LAST_CHOICES:
             options.append(Option(RetentionPolicy(n).describe().capitalize(), id=str(n)))
-        with Vertical():
-            yield Static("[b]Which checkpoints to keep when the run completes[/b]\n"
-                         "The best is the one with the lowest validation loss. A cancelled, "
-                         "failed or interrupted run keeps them all, for resuming.")
-            yield OptionList(*options, id="choices")
+        yield Static("The best is the one with the lowest validation loss. A cancelled, "
+                     "failed or interrupted run keeps them all, for resuming.", markup=False)
+        yield OptionList(*options, id="choices")
 
     def on_mount(self) -> None:
         choices = self.query_one(OptionList)
@@ -57,6 +46,3 @@ class RetentionScreen(ModalScreen[object]):
     def chosen(self, event: OptionList.OptionSelected) -> None:
         key = event.option.id
         self.dismiss(KEEP_EVERYTHING if key == KEEP_EVERYTHING else RetentionPolicy(int(key)))
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
