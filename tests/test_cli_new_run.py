@@ -1,18 +1,20 @@
-"""`runs new` and `runs import-config`: the checks the new-run form makes, the flag of every
-setting, model names, default names, and bad input refused in one sentence with nothing stored."""
+"""`runs new`, `runs import-config` and `runs start`: the checks the new-run form makes, the flag
+of every setting, model names, default names, and bad input refused in one sentence with
+nothing stored."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import SAMPLE_DATA
+from conftest import REPO, SAMPLE_DATA
 
 from zyquo_tui.cli.main import main
 from zyquo_tui.core.library.datasets import validate_dataset
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.runs.checks import DataTraits, ModelTraits, check_run
 from zyquo_tui.core.runs.mlx_config import dump_mlx_yaml, run_to_mlx_config
-from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.runs.run import Run, RunState
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 from zyquo_tui.core.store.store import RunStore
 
 COMPLETIONS = str(SAMPLE_DATA / "completions")
@@ -219,3 +221,30 @@ def test_flags_override_a_config_and_none_removes_its_schedule(capsys, tiny_mode
 ])
 def test_a_bad_flag_value_is_refused_with_the_definitions_sentence(capsys, on, flags, sentence):
     assert refused(capsys, "runs", "new", *on, *flags) == f"The run was not created: {sentence}"
+
+
+def test_runs_start_makes_the_same_checks_on_a_run_made_before(capsys, tiny_model, tmp_path):
+    """A run whose dataset lost rows since it was made: start refuses it with the form's
+    sentence, and the run stays configured."""
+    data = tmp_path / "shrinking"
+    data.mkdir()
+    rows = (SAMPLE_DATA / "completions" / "train.jsonl").read_text().splitlines()
+    (data / "train.jsonl").write_text("\n".join(rows) + "\n")
+    store = RunStore().ensure()
+    run = store.create(Run.new(model=str(tiny_model), data=str(data), hyperparameters=
+                               Hyperparameters(num_layers=-1, batch_size=8)))
+    (data / "train.jsonl").write_text("\n".join(rows[:5]) + "\n")
+    status, _, err = cli(capsys, "runs", "start", run.id)
+    assert status == 2 and err == (f"zyquo-tui: Run {run.id} cannot start: batch_size 8 is more "
+                                   "than the 5 rows of train.jsonl: mlx-lm refuses to train; "
+                                   "lower it or add rows.\n")
+    assert store.get(run.id).state is RunState.CONFIGURED
+
+
+def test_the_docs_name_every_settings_flag():
+    readme = (REPO / "README.md").read_text()
+    cli_doc = (REPO / "docs" / "CLI.md").read_text()
+    for setting in SETTINGS.values():
+        flag = setting.flag if setting.kind != "bool" else f"--[no-]{setting.flag[2:]}"
+        assert f"`{flag}`" in cli_doc, flag
+        assert flag in " ".join(readme.split()), flag
