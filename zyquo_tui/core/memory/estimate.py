@@ -191,9 +191,8 @@ class TrainingConfig:
         adafactor = (hp.optimizer_config or {}).get("adafactor") or {}
         sgd = (hp.optimizer_config or {}).get("sgd") or {}
         return cls(
-            method=Method(method), batch_size=hp.batch_size, max_seq_length=hp.max_seq_length,
-            num_layers=hp.num_layers, rank=hp.rank, grad_checkpoint=bool(hp.grad_checkpoint),
-            optimizer=hp.optimizer, grad_accumulation_steps=hp.grad_accumulation_steps,
+            method=Method(method),
+            **{key: SETTINGS[key].get(hp) for key in MEMORY_SETTINGS},
             longest_row_tokens=longest_row_tokens,
             adafactor_first_moment=adafactor.get("beta_1") is not None,
             sgd_momentum=bool(sgd.get("momentum")),
@@ -206,13 +205,8 @@ class TrainingConfig:
     def to_hyperparameters(self, base: Hyperparameters | None = None) -> Hyperparameters:
         """Hyperparameters with this config's settings (the rest from `base` or defaults)."""
         hp = Hyperparameters.from_dict((base or Hyperparameters()).to_dict())
-        hp.batch_size = self.batch_size
-        hp.max_seq_length = self.max_seq_length
-        hp.num_layers = self.num_layers
-        hp.grad_checkpoint = self.grad_checkpoint
-        hp.optimizer = self.optimizer
-        hp.grad_accumulation_steps = self.grad_accumulation_steps
-        SETTINGS["rank"].set(hp, self.rank)
+        for key in MEMORY_SETTINGS:
+            SETTINGS[key].set(hp, getattr(self, key))
         return hp
 
 

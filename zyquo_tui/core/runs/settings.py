@@ -3,10 +3,10 @@
 Every setting of a run is one `Setting` in SETTINGS: its key, mlx-lm's name for it (dotted for
 nested ones: lora_parameters.rank, lr_schedule.warmup), type, default, the check of its value
 with its bounds or choices (core/runs/value_checks.py), label and help, the form's group, its
-CLI flag, and whether only LoRA and DoRA have it. Everything else reads this one definition: Hyperparameters'
-defaults, `zyquo-tui runs new`'s flags (cli/setting_flags.py), the new-run form's fields
-(dashboard/widgets/hyperparameter_form.py), the mlx-lm YAML (mlx_config.py), presets and the
-memory estimate (core/memory/estimate.py TrainingConfig).
+CLI flag, and whether only LoRA and DoRA have it. Everything else reads this one definition:
+Hyperparameters' defaults, `zyquo-tui runs new`'s flags (cli/setting_flags.py), the new-run
+form's fields (dashboard/widgets/hyperparameter_form.py), the mlx-lm YAML (mlx_config.py),
+presets and the memory estimate (core/memory/estimate.py TrainingConfig).
 
 Checks that relate settings to one another are CROSS_CHECKS here; checks against the model and
 the dataset are in core/runs/checks.py. All of them return structured problems

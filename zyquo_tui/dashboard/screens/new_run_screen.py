@@ -671,7 +671,8 @@ class NewRunScreen(Screen):
             panel.show_message("cannot read the model", self.facts_error or "")
             return
         if not hp_ok or self.plan is None:
-            sentence = next(iter(self.field_errors.values()), "")
+            sentence = next((sentence for key, sentence in self.field_errors.items()
+                             if key != "dataset"), "")
             panel.show_message("fix the marked field", sentence)
             return
         plan = self.plan
@@ -807,8 +808,10 @@ class NewRunScreen(Screen):
                         f"would stop the run; fix them first.{where}"), "dataset"
             if "dataset" in self.field_errors:  # rows mlx-lm does not train (preference)
                 return self.field_errors["dataset"], "dataset"
-        if self.field_errors:
-            key, sentence = next(iter(self.field_errors.items()))
+        marked = [(key, sentence) for key, sentence in self.field_errors.items()
+                  if need_data or key != "dataset"]
+        if marked:
+            key, sentence = marked[0]
             return sentence, key
         return None
 
