@@ -350,7 +350,7 @@ class Hyperparameters:
                 continue  # no schedule, or one without a name (CROSS_CHECKS says so)
             found += setting.problems(setting.get(self))
         for check in CROSS_CHECKS:
-            if all(wanted(key) for key in check.involves):
+            if all(wanted(key) and SETTINGS[key].applies_to(method) for key in check.involves):
                 found += check.run(self)
         return found
 
@@ -391,6 +391,13 @@ def _optimizer_config_shape(hp: Hyperparameters) -> list[Problem]:
     return []
 
 
+def _lora_parameters_shape(hp: Hyperparameters) -> list[Problem]:
+    if not isinstance(hp.lora_parameters, dict):
+        return [Problem("rank", "lora_parameters must map rank, scale and dropout to their "
+                                "values, as in mlx-lm's config.")]
+    return []
+
+
 def _weight_decay_needs_its_optimizer(hp: Hyperparameters) -> list[Problem]:
     decay = SETTINGS["weight_decay"].get(hp)
     if decay is not None and hp.optimizer in OPTIMIZERS \
@@ -415,6 +422,7 @@ def _interval_past_the_end(key: str, what: str) -> Callable[[Hyperparameters], l
 CROSS_CHECKS: tuple[CrossCheck, ...] = (
     CrossCheck(("schedule",), _schedule_shape),
     CrossCheck(("optimizer",), _optimizer_config_shape),
+    CrossCheck(("rank",), _lora_parameters_shape),
     CrossCheck(("optimizer", "weight_decay"), _weight_decay_needs_its_optimizer),
     CrossCheck(("save_every", "iters"),
                _interval_past_the_end("save_every", "only the final checkpoint will be saved.")),
