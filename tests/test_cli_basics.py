@@ -9,7 +9,7 @@ import sys
 
 from zyquo_tui import __version__
 
-from conftest import zyquo_cli
+from conftest import SAMPLE_DATA, zyquo_cli
 
 
 def test_version():
@@ -43,10 +43,12 @@ def test_sample_builds_two_models_that_mlx_lm_loads(isolated_home):
     assert loaded.stdout.split("\n")[:2] == ["mlx_lm.models.llama 2"] * 2
 
 
-def test_runs_list_shows_damaged_runs_beside_good_ones(isolated_home):
-    good = zyquo_cli("runs", "new", "--model", "/m", "--data", "/d", "--name", "good one")
+def test_runs_list_shows_damaged_runs_beside_good_ones(isolated_home, tiny_model):
+    where = ("--model", str(tiny_model), "--data", str(SAMPLE_DATA / "completions"),
+             "--num-layers", "-1")
+    good = zyquo_cli("runs", "new", *where, "--name", "good one")
     assert good.returncode == 0, good.stderr
-    bad = zyquo_cli("runs", "new", "--model", "/m", "--data", "/d")
+    bad = zyquo_cli("runs", "new", *where)
     bad_id = bad.stdout.strip()
     (isolated_home / "runs" / bad_id / "run.json").write_text("{truncated")
     listing = json.loads(zyquo_cli("runs", "list", "--json").stdout)
@@ -69,12 +71,13 @@ def test_an_unknown_command_is_one_sentence_and_exit_2():
     assert "invalid choice" in message
 
 
-def test_an_unusable_store_location_is_one_sentence_and_exit_2(tmp_path):
+def test_an_unusable_store_location_is_one_sentence_and_exit_2(tmp_path, tiny_model):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     env = {**os.environ, "ZYQUO_HOME": str(blocker / "home")}
-    done = subprocess.run([sys.executable, "-m", "zyquo_tui", "runs", "new", "--model", "/m",
-                           "--data", "/d"], capture_output=True, text=True, env=env)
+    done = subprocess.run([sys.executable, "-m", "zyquo_tui", "runs", "new", "--model",
+                           str(tiny_model), "--data", str(SAMPLE_DATA / "completions"),
+                           "--num-layers", "-1"], capture_output=True, text=True, env=env)
     assert "a file stands where" in _one_sentence_exit_2(done)
     if os.geteuid() != 0:  # root can write anywhere
         locked = tmp_path / "locked"

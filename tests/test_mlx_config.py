@@ -128,8 +128,10 @@ def test_a_file_that_is_not_yaml_is_one_sentence_with_its_line(tmp_path):
     assert json.loads(listed.stdout) == []
 
 
-def test_a_config_with_a_bad_value_is_refused_with_the_reason(tmp_path):
+def test_a_config_with_a_bad_value_is_refused_with_the_reason(tiny_model, tmp_path):
     path = tmp_path / "bad.yaml"
-    path.write_text("model: m\ndata: d\nbatch_size: 0\n")
+    path.write_text(f"model: {tiny_model}\ndata: {SAMPLE_DATA / 'completions'}\n"
+                    "num_layers: -1\nbatch_size: 0\n")
     done = zyquo_cli("runs", "import-config", str(path))
     assert done.returncode == 2 and "batch_size must be at least 1, not 0" in done.stderr
+    assert json.loads(zyquo_cli("runs", "list", "--json").stdout) == []

@@ -131,8 +131,9 @@ def test_an_unknown_architecture_is_estimated_and_said(capsys, tmp_path, isolate
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--batch-size", "0"], "batch_size must be a whole number of at least 1, not 0."),
-    (["--batch-size", "-3"], "batch_size must be a whole number of at least 1, not -3."),
+    (["--batch-size", "0"], "batch_size must be at least 1, not 0."),
+    (["--batch-size", "-3"], "batch_size must be at least 1, not -3."),
+    (["--batch-size", "abc"], "batch_size must be a whole number, not 'abc'."),
     (["--max-seq-length", "0"], "max_seq_length must be"),
     (["--num-layers", "16"], "has only 4 layers"),
     (["--num-layers", "4", "--method", "qlora"], "qlora needs a quantized base model"),

@@ -38,7 +38,7 @@ from zyquo_tui.dashboard.screens.models_screen import ModelsScreen, add_model_fo
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
 from zyquo_tui.dashboard.widgets.method_picker import MethodPicker
 
-from conftest import SAMPLE_DATA
+from conftest import SAMPLE_DATA, zyquo_cli
 
 COMPLETIONS = str(SAMPLE_DATA / "completions")
 
@@ -364,6 +364,28 @@ async def test_preference_rows_are_refused_with_the_reason_and_no_run_is_made(mo
         messages = [n.message for n in app._notifications]
         assert any(m.startswith("preference: preference rows") for m in messages), messages
         assert app.focused is screen.query_one("#dataset")
+
+
+async def test_the_forms_data_checks_are_the_clis_with_the_same_sentences(models):
+    """Text rows with mask_prompt on and a batch bigger than train.jsonl: the form marks each
+    field with the sentence `runs new` refuses the same settings with."""
+    text = str(SAMPLE_DATA / "text")
+    app = dashboard(lambda home: FixedSources(home, lengths=[60]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=text)
+        await settle(pilot, screen)
+        screen.form.set_values({"mask_prompt": True, "batch_size": "300"},
+                               touched={"mask_prompt", "batch_size"})
+        await pilot.pause()
+        marked = {key: screen.form.row(key)._problem for key in ("mask_prompt", "batch_size")}
+    for flags, key in ((["--mask-prompt"], "mask_prompt"), (["--batch-size", "300"],
+                                                            "batch_size")):
+        done = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data", text,
+                         "--num-layers", "-1", *flags)
+        assert done.returncode == 2
+        sentence = done.stderr.strip().removeprefix("zyquo-tui: The run was not created: ")
+        assert marked[key] == (sentence, False), (marked, done.stderr)
+    assert RunStore().list() == []
 
 
 async def test_models_found_later_join_the_list_without_reopening_the_form(

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from zyquo_tui.core.memory.estimate import TERMS
-from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.runs.checks import ModelTraits, problems_with_model
+from zyquo_tui.core.runs.problems import Problem
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method, form_settings
 from zyquo_tui.dashboard.widgets.breakdown_bar import legend, segment_widths, short_bytes
 from zyquo_tui.dashboard.widgets.hyperparameter_form import (
-    FIELDS,
+    FIELD_KEYS,
     default_values,
-    field_of,
     form_values,
     hyperparameters_from,
     schedule_guess,
@@ -25,8 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_the_form_starts_at_mlx_lm_defaults():
-    hp, local = hyperparameters_from(default_values())
-    assert hp == Hyperparameters() and local == {}
+    assert hyperparameters_from(default_values()) == Hyperparameters()
 
 
 @pytest.mark.parametrize("settings", [
@@ -37,16 +37,17 @@ def test_the_form_starts_at_mlx_lm_defaults():
     {"lr_schedule": {"name": "cosine_decay", "arguments": [1e-5, 1000, 1e-7], "warmup": 100,
                      "warmup_init": 1e-7}},
     {"optimizer": "adafactor", "optimizer_config": {"adafactor": {"beta_1": 0.9}}},
+    {"lora_parameters": {"keys": ["self_attn.q_proj"]},
+     "optimizer": "adamw", "optimizer_config": {"adamw": {"weight_decay": 0.05}}},
 ])
 def test_hyperparameters_survive_the_form(settings):
     hp = Hyperparameters.from_dict(settings)
-    again, local = hyperparameters_from(form_values(hp), base=hp)
-    assert again == hp and local == {}
+    assert hyperparameters_from(form_values(hp), base=hp) == hp
 
 
 def test_an_empty_field_means_mlx_lm_default():
     values = default_values() | {"batch_size": "", "learning_rate": "  ", "rank": ""}
-    hp, _ = hyperparameters_from(values)
+    hp = hyperparameters_from(values)
     assert (hp.batch_size, hp.learning_rate, hp.rank) == (4, 1e-5, 8)
 
 
@@ -60,29 +61,37 @@ def test_an_empty_field_means_mlx_lm_default():
     ("lora_dropout", "1", "lora_parameters.dropout must be from 0 up to (not including) 1, "
                           "not 1.0."),
 ])
-def test_a_bad_value_is_marked_at_its_field_with_the_problems_sentence(field, text, sentence):
-    hp, _ = hyperparameters_from(default_values() | {field: text})
-    errors, _ = hp.problems(Method.LORA)
-    assert sentence in errors
-    assert field_of(sentence) == field
+def test_a_bad_value_is_a_problem_at_its_field_with_its_sentence(field, text, sentence):
+    hp = hyperparameters_from(default_values() | {field: text})
+    assert hp.problems(Method.LORA) == [Problem(field, sentence)]
 
 
-def test_warnings_and_model_problems_find_their_fields_too():
-    hp, _ = hyperparameters_from(default_values() | {"iters": "50"})
-    _, warnings = hp.problems(Method.LORA)
-    assert {field_of(w) for w in warnings} == {"save_every", "steps_per_eval"}
-    assert field_of("num_layers is 16, but zyquo-tiny has only 2 layers; use -1 ...") == \
-        "num_layers"
-    assert field_of("full fine-tuning needs an unquantized model, and x is quantized") == \
-        "method"
-    assert field_of("qlora needs a quantized base model, and x is not quantized") == "method"
+def test_warnings_and_model_problems_name_their_fields_too():
+    hp = hyperparameters_from(default_values() | {"iters": "50"})
+    warnings = hp.problems(Method.LORA)
+    assert {p.key for p in warnings} == {"save_every", "steps_per_eval"}
+    assert not any(p.is_error for p in warnings)
+    tiny = ModelTraits("zyquo-tiny", quantized=False, num_layers=2)
+    assert [p.key for p in problems_with_model(Method.QLORA, hp, tiny)] == \
+        ["num_layers", "method"]
+    quantized = ModelTraits("zyquo-tiny-4bit", quantized=True, num_layers=2)
+    assert [p.key for p in problems_with_model(Method.FULL, hp, quantized)] == \
+        ["num_layers", "method"]
 
 
-def test_schedule_arguments_that_are_not_numbers_are_the_forms_own_problem():
-    values = default_values() | {"schedule": "cosine_decay", "schedule_arguments": "1e-5, lots"}
-    _, local = hyperparameters_from(values)
-    assert local == {"schedule_arguments": "lr_schedule.arguments must be numbers separated "
-                                           "by commas, not 'lots'."}
+@pytest.mark.parametrize("values, problem", [
+    ({"schedule_arguments": "1e-5, lots"},
+     Problem("schedule_arguments", "lr_schedule.arguments must be numbers separated by commas, "
+                                   "not 'lots'.")),
+    ({"warmup": "-3"},
+     Problem("warmup", "warmup must be a whole number of 0 or more, not -3.")),
+    ({"warmup": "10", "warmup_init": "slow"},
+     Problem("warmup_init", "warmup_init must be a learning rate of 0 or more, not 'slow'.")),
+])
+def test_a_schedule_field_that_is_wrong_is_a_problem_of_the_definition(values, problem):
+    hp = hyperparameters_from(default_values() | {"schedule": "cosine_decay",
+                                                  "schedule_arguments": "1e-5, 1000"} | values)
+    assert hp.problems(Method.LORA) == [problem]
 
 
 def test_picking_a_schedule_guesses_its_arguments_from_lr_and_iters():
@@ -91,9 +100,14 @@ def test_picking_a_schedule_guesses_its_arguments_from_lr_and_iters():
     assert schedule_guess("step_decay", 1e-5, 1000) == "1e-05, 0.5, 250"
 
 
-def test_every_field_has_a_label_and_a_line_of_help():
-    assert all(spec.label and spec.help and "\n" not in spec.help for spec in FIELDS)
-    assert len({spec.key for spec in FIELDS}) == len(FIELDS)
+def test_every_setting_has_a_label_a_line_of_help_a_flag_and_a_valid_default():
+    assert all(s.label and s.help and "\n" not in s.help for s in SETTINGS.values())
+    assert len({s.flag for s in SETTINGS.values()}) == len(SETTINGS)
+    assert all(s.flag.startswith("--") for s in SETTINGS.values())
+    assert FIELD_KEYS == {s.key for s in form_settings()}
+    for setting in SETTINGS.values():
+        if setting.default is not None:
+            assert setting.problems(setting.default) == [], setting.key
 
 
 def test_breakdown_cells_add_up_and_small_terms_stay_visible():

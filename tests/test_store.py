@@ -148,14 +148,14 @@ def test_state_transitions_follow_the_lifecycle():
     ({"num_layers": -2}, "num_layers must be at least 1 (or -1), not -2."),
 ])
 def test_each_bad_hyperparameter_gets_one_clear_sentence(change, message):
-    errors, _ = Hyperparameters.from_dict(change).problems(Method.LORA)
-    assert errors == [message]
+    problems = Hyperparameters.from_dict(change).problems(Method.LORA)
+    assert [p.sentence for p in problems if p.is_error] == [message]
 
 
 def test_save_every_larger_than_iters_is_only_a_warning():
-    errors, warnings = Hyperparameters(iters=50, save_every=100).problems(Method.LORA)
-    assert errors == []
-    assert any("save_every (100) is larger than iters (50)" in w for w in warnings)
+    problems = Hyperparameters(iters=50, save_every=100).problems(Method.LORA)
+    assert not any(p.is_error for p in problems)
+    assert any("save_every (100) is larger than iters (50)" in p.sentence for p in problems)
 
 
 def test_defaults_are_mlx_lm_defaults():

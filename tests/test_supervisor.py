@@ -21,6 +21,7 @@ from zyquo_tui.core.system.liveness import identity, is_alive
 
 from conftest import SAMPLE_DATA, wait_for_event, zyquo_cli
 from helpers import losses_by_iteration, make_run
+from test_plan_cli import fake_machine
 
 COMPLETIONS = SAMPLE_DATA / "completions"
 ENDLESS = dict(iters=100000, steps_per_report=1, save_every=5, steps_per_eval=100000)
@@ -248,8 +249,10 @@ def test_cancel_still_works_when_the_runner_is_gone(tiny_model):
     assert cancelled["type"] == "cancelled" and cancelled["checkpoint"] is not None
 
 
-def test_a_run_that_wont_fit_needs_an_explicit_override_which_is_recorded(tiny_model):
-    store, run = make_run(tiny_model, COMPLETIONS, batch_size=200_000, max_seq_length=65_536)
+def test_a_run_that_wont_fit_needs_an_explicit_override_which_is_recorded(tiny_model,
+                                                                          isolated_home):
+    fake_machine(isolated_home, 1 << 20)  # a 1 MiB budget: not even the sample model fits
+    store, run = make_run(tiny_model, COMPLETIONS, iters=4)
 
     refused = zyquo_cli("runs", "start", run.id)
 
@@ -264,9 +267,8 @@ def test_a_run_that_wont_fit_needs_an_explicit_override_which_is_recorded(tiny_m
     record = store.get(run.id)
     assert record.memory["verdict"] == "won't fit" and record.memory["override"] is True
     assert record.memory["estimate_bytes"] > record.memory["budget_bytes"]
-    # 200,000 rows per batch is more than the data has: the trainer refuses it, safely.
-    assert started.returncode == 1 and record.state is RunState.FAILED
-    assert record.failure["cause"] == "data"
+    # The budget is this test's fiction, not the machine's: the overridden run trains.
+    assert started.returncode == 0 and record.state is RunState.COMPLETED
 
 
 def test_a_run_that_fits_records_its_verdict(tiny_model):

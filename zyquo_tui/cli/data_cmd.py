@@ -22,7 +22,7 @@ from zyquo_tui.core.library.datasets import (
     discover_datasets,
     validate_dataset,
 )
-from zyquo_tui.core.library.models import find_model
+from zyquo_tui.core.library.models import resolve_model
 from zyquo_tui.core.library.rows import Problem, training_refusal
 from zyquo_tui.core.library.token_stats import (
     DEFAULT_MAX_SEQ_LENGTH,
@@ -73,7 +73,7 @@ def cmd_check(args) -> int:
     if args.max_seq_length is not None and not args.model:
         raise UserError("--max-seq-length needs --model: token counts come from the model's "
                         "tokenizer.")
-    model_path = _resolve_model(args.model) if args.model else None
+    model_path = resolve_model(args.model).path if args.model else None
     max_seq_length = args.max_seq_length or DEFAULT_MAX_SEQ_LENGTH
 
     report = validate_dataset(path, batch_size=args.batch_size)
@@ -97,16 +97,6 @@ def cmd_check(args) -> int:
     else:
         _print_check(report, stats, skipped)
     return EXIT_OK if report.ok and not training_refusal(report.format) else EXIT_PROBLEMS
-
-
-def _resolve_model(name_or_path: str) -> Path:
-    model = find_model(name_or_path)
-    if model is None:
-        raise UserError(f"No model {name_or_path!r}: give a model folder, or a name that "
-                        "`zyquo-tui models` lists.")
-    if not (model.path / "config.json").is_file():
-        raise UserError(f"{model.path} has no config.json, so it is not a model folder.")
-    return model.path
 
 
 def _check_json(report: DatasetReport, batch_size: int, stats: TokenStats | None,

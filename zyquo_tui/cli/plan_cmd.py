@@ -12,20 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from zyquo_tui.cli.output import print_json, print_table
+from zyquo_tui.cli.setting_flags import add_setting_flags, apply_settings, settings_given
 from zyquo_tui.core.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UserError
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict, fmt_bytes
-from zyquo_tui.core.memory.estimate import TERMS, TrainingConfig
+from zyquo_tui.core.memory.estimate import MEMORY_SETTINGS, TERMS, TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.memory.measure import Measurement, dataset_token_lengths, measure_peak
 from zyquo_tui.core.runs.mlx_config import load_mlx_yaml, run_from_mlx_config
-from zyquo_tui.core.runs.settings import OPTIMIZERS, Hyperparameters, Method
-
-_FLAGS = (
-    ("--batch-size", "batch_size"),
-    ("--max-seq-length", "max_seq_length"),
-    ("--num-layers", "num_layers"),
-    ("--grad-accumulation-steps", "grad_accumulation_steps"),
-)
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 
 
 def register(subparsers) -> None:
@@ -36,11 +30,11 @@ def register(subparsers) -> None:
     parser.add_argument("--data", help="dataset folder: its longest tokenized row sets the "
                         "sequence length, and suggestions count the rows they cut")
     parser.add_argument("--method", choices=[m.value for m in Method])
-    for flag, dest in _FLAGS:
-        parser.add_argument(flag, dest=dest, type=int)
-    parser.add_argument("--rank", type=int, help="LoRA rank (lora_parameters.rank)")
-    parser.add_argument("--grad-checkpoint", action="store_true", default=None)
-    parser.add_argument("--optimizer", choices=OPTIMIZERS)
+    # The settings that decide memory, with runs new's flags; the optimizer is picked from
+    # its list (argparse refuses another name).
+    add_setting_flags(parser, MEMORY_SETTINGS - {"optimizer"})
+    optimizer = SETTINGS["optimizer"]
+    parser.add_argument(optimizer.flag, choices=optimizer.choices, help=optimizer.help)
     parser.add_argument("--config", type=Path, help="an mlx-lm YAML config to start from "
                         "(flags override it)")
     parser.add_argument("--measure", action="store_true",
@@ -90,17 +84,11 @@ def _settings(args) -> tuple[str, str | None, Method | None, Hyperparameters, di
         extra = run.extra_config
     if not model:
         raise UserError("plan needs --model PATH (or --config FILE naming a model).")
-    values = hp.to_dict()
-    for _, dest in _FLAGS:
-        if getattr(args, dest) is not None:
-            values[dest] = getattr(args, dest)
-    if args.grad_checkpoint:
-        values["grad_checkpoint"] = True
+    hp = Hyperparameters.from_dict(hp.to_dict())
+    given = settings_given(args)
     if args.optimizer:
-        values["optimizer"] = args.optimizer
-    hp = Hyperparameters.from_dict(values)
-    if args.rank is not None:
-        hp.lora_parameters["rank"] = args.rank
+        given["optimizer"] = args.optimizer
+    apply_settings(hp, given)
     if args.method:
         method = Method(args.method)
     return _resolve_model(model), data, method, hp, extra
@@ -126,7 +114,7 @@ def run(args) -> int:
     config = TrainingConfig.from_hyperparameters(method, hp)
     bad = config.problems()
     if bad:
-        raise UserError(bad[0])
+        raise UserError(bad[0].sentence)
 
     lengths: list[int] | None = None
     if data is not None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zyquo_tui.cli.output import fmt_bytes, fmt_loss, print_json, print_table
+from zyquo_tui.cli.setting_flags import add_setting_flags, apply_settings, settings_given
 from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
 from zyquo_tui.core.runs.run import Run, RunState
-from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.runs.settings import Method
 from zyquo_tui.core.store.index import listing_row, listing_rows
 from zyquo_tui.core.store.queue import RunQueue
 from zyquo_tui.core.store.store import RunStore
@@ -24,18 +25,6 @@ if TYPE_CHECKING:
 
 # The supervisor, the YAML config and the metrics are imported by the commands that use them:
 # `runs list` over 10,000 runs must start fast (bench/bench_runs_list.py).
-
-# mlx-lm's training flags, as `mlx_lm lora` spells them: (flag, key, type)
-TRAINING_FLAGS = [
-    ("--iters", "iters", int), ("--batch-size", "batch_size", int),
-    ("--learning-rate", "learning_rate", float), ("--num-layers", "num_layers", int),
-    ("--max-seq-length", "max_seq_length", int), ("--steps-per-report", "steps_per_report", int),
-    ("--steps-per-eval", "steps_per_eval", int), ("--save-every", "save_every", int),
-    ("--val-batches", "val_batches", int),
-    ("--grad-accumulation-steps", "grad_accumulation_steps", int), ("--seed", "seed", int),
-    ("--optimizer", "optimizer", str),
-]
-
 
 def register(subparsers) -> None:
     runs = subparsers.add_parser("runs", help="create, start, watch and manage runs")
@@ -47,16 +36,16 @@ def register(subparsers) -> None:
     p.set_defaults(handler=cmd_list)
 
     p = sub.add_parser("new", help="configure a new run (prints its id)")
-    p.add_argument("--model", help="model folder (MLX format)")
+    p.add_argument("--model", help="model folder (MLX format), or a name as `zyquo-tui models` "
+                                   "lists it")
     p.add_argument("--data", help="data folder with train.jsonl (valid.jsonl, test.jsonl)")
-    p.add_argument("--method", choices=[m.value for m in Method])
-    for flag, key, kind in TRAINING_FLAGS:
-        p.add_argument(flag, dest=key, type=kind)
-    p.add_argument("--grad-checkpoint", action="store_true", default=None)
-    p.add_argument("--mask-prompt", action="store_true", default=None)
-    p.add_argument("--rank", type=int, help="LoRA rank (lora_parameters.rank)")
-    p.add_argument("--config", type=Path, help="an mlx-lm YAML config to start from")
-    p.add_argument("--name")
+    p.add_argument("--method", choices=[m.value for m in Method],
+                   help="default: qlora on a quantized model, else lora (lora on a quantized "
+                        "model is qlora)")
+    add_setting_flags(p)
+    p.add_argument("--config", type=Path, help="an mlx-lm YAML config to start from (flags "
+                                               "override it)")
+    p.add_argument("--name", help="default: the model folder's name and the method")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_new)
 
@@ -141,13 +130,42 @@ def _metrics(store: RunStore, run_id: str) -> "RunMetrics":
     return metrics
 
 
-def _settings_from_args(args) -> dict:
-    values = {key: getattr(args, key) for _, key, _ in TRAINING_FLAGS
-              if getattr(args, key, None) is not None}
-    for key in ("grad_checkpoint", "mask_prompt"):
-        if getattr(args, key, None):
-            values[key] = True
-    return values
+def _checked_run(config: dict[str, Any], *, source: str, base_dir: Path | None,
+                 refused: str, model: str | None = None, data: str | None = None,
+                 settings: dict[str, Any] | None = None, method: str | None = None,
+                 name: str | None = None) -> tuple[Run, list[str], list[str]]:
+    """A new run from an mlx-lm config and the command line's choices, checked as the new-run
+    form checks it (core/runs/checks.py `check_run`): returns it with the config's unknown keys
+    and the warnings; raises UserError (`refused` and the first error's sentence) instead.
+
+    The model is resolved as `data check --model` resolves it (a folder, or a name as `zyquo-tui
+    models` lists it) and stored as its absolute folder; LoRA on a quantized base is QLoRA.
+    """
+    from zyquo_tui.core.library.models import resolve_model
+    from zyquo_tui.core.runs.checks import DataTraits, ModelTraits, check_run
+    from zyquo_tui.core.runs.mlx_config import run_from_mlx_config
+    from zyquo_tui.core.runs.problems import errors_in, warnings_in
+
+    # Paths given on the command line are the user's, from the working directory; those in
+    # the config may be relative to its file (run_from_mlx_config resolves them).
+    given = {key: "-" for key, value in (("model", model), ("data", data)) if value}
+    run, unknown = run_from_mlx_config({**config, **given}, source=source, base_dir=base_dir)
+    info = resolve_model(model or run.model)
+    run.model = str(info.path.expanduser().resolve())
+    run.data = str(Path(data or run.data).expanduser().resolve())
+    apply_settings(run.hyperparameters, settings or {})
+    traits = ModelTraits.from_info(info)
+    if method:
+        run.method = Method(method)
+    if run.method is Method.LORA and traits.quantized:
+        run.method = Method.QLORA  # the same training: the quantized base makes it QLoRA
+    run.name = name or Run.default_name(run.model, run.method)
+    problems = check_run(run.method, run.hyperparameters, model=traits,
+                         data=DataTraits.read(run.data))
+    errors = errors_in(problems)
+    if errors:
+        raise UserError(f"{refused}{errors[0].sentence}")
+    return run, unknown, [problem.sentence for problem in warnings_in(problems)]
 
 
 def _wait_for(supervisor, run_id: str, wanted: RunState) -> int:
@@ -185,35 +203,21 @@ def cmd_list(args) -> int:
 
 
 def cmd_new(args) -> int:
-    from zyquo_tui.core.runs.mlx_config import load_mlx_yaml, run_from_mlx_config
+    from zyquo_tui.core.runs.mlx_config import load_mlx_yaml
 
     store = RunStore().ensure()
     if args.config:
-        config = load_mlx_yaml(args.config)
-        if args.model:
-            config["model"] = args.model
-        if args.data:
-            config["data"] = args.data
-        run, unknown = run_from_mlx_config(config, source=str(args.config),
-                                           base_dir=args.config.parent)
-        _report_unknown(unknown, args.config)
+        config, source, base_dir = load_mlx_yaml(args.config), str(args.config), args.config.parent
+    elif not args.model or not args.data:
+        raise UserError("runs new needs --model PATH and --data PATH (or --config FILE).")
     else:
-        if not args.model or not args.data:
-            raise UserError("runs new needs --model PATH and --data PATH (or --config FILE).")
-        run = Run.new(model=str(Path(args.model).expanduser().resolve()),
-                      data=str(Path(args.data).expanduser().resolve()))
-    values = {**run.hyperparameters.to_dict(), **_settings_from_args(args)}
-    run.hyperparameters = Hyperparameters.from_dict(values)
-    if args.rank is not None:
-        run.hyperparameters.lora_parameters["rank"] = args.rank
-    if args.method:
-        run.method = Method(args.method)
-    if args.name:
-        run.name = args.name
-    errors, warnings = run.problems()
-    if errors:
-        raise UserError(f"The run was not created: {errors[0]}")
+        config, source, base_dir = {}, "the command line", None
+    run, unknown, warnings = _checked_run(
+        config, source=source, base_dir=base_dir, refused="The run was not created: ",
+        model=args.model, data=args.data, settings=settings_given(args), method=args.method,
+        name=args.name)
     store.create(run)
+    _report_unknown(unknown, args.config)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:
@@ -440,18 +444,17 @@ def cmd_export(args) -> int:
 
 
 def cmd_import(args) -> int:
-    from zyquo_tui.core.runs.mlx_config import load_mlx_yaml, run_from_mlx_config
+    from zyquo_tui.core.runs.mlx_config import load_mlx_yaml
 
     store = RunStore().ensure()
     config = load_mlx_yaml(args.file)
-    run, unknown = run_from_mlx_config(config, source=str(args.file), base_dir=args.file.parent)
-    if args.name:
-        run.name = args.name
-    errors, warnings = run.problems()
-    if errors:
-        raise UserError(f"{args.file}: {errors[0]}")
+    run, unknown, warnings = _checked_run(config, source=str(args.file),
+                                          base_dir=args.file.parent, refused=f"{args.file}: ",
+                                          name=args.name)
     store.create(run)
     _report_unknown(unknown, args.file)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         print_json({"id": run.id, "name": run.name, "unknown_keys": unknown,
                     "warnings": warnings})

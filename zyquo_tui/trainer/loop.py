@@ -26,25 +26,10 @@ from mlx.utils import tree_flatten, tree_map
 from mlx_lm.tuner.trainer import default_loss, evaluate, grad_checkpoint
 from mlx_lm.utils import maybe_set_recommended_wired_limit
 
+from zyquo_tui.core.runs.settings import Hyperparameters
 from zyquo_tui.trainer import checkpoints
 from zyquo_tui.trainer.batches import BatchStream
 from zyquo_tui.trainer.loading import fail
-
-
-@dataclass
-class LoopSettings:
-    """mlx-lm's TrainingArgs, and where checkpoints go."""
-
-    batch_size: int
-    iters: int
-    val_batches: int
-    steps_per_report: int
-    steps_per_eval: int
-    save_every: int
-    max_seq_length: int
-    grad_checkpoint: bool
-    grad_accumulation_steps: int
-    adapters: Path
 
 
 @dataclass
@@ -66,15 +51,18 @@ class LoopResult:
 
 
 class TrainingLoop:
-    """Runs steps `start + 1 .. iters` of one training run."""
+    """Runs steps `start + 1 .. iters` of one training run, from the run's settings (the ones
+    its config.yaml holds: batch size, iters, report, validation and save intervals, max_seq_length,
+    grad checkpointing and accumulation), saving checkpoints in `adapters`."""
 
     def __init__(self, model: nn.Module, optimizer, train_set, val_set,
-                 settings: LoopSettings, hooks: LoopHooks) -> None:
+                 settings: Hyperparameters, adapters: Path, hooks: LoopHooks) -> None:
         self.model = model
         self.optimizer = optimizer
         self.train_set = train_set
         self.val_set = val_set
         self.settings = settings
+        self.adapters = adapters
         self.hooks = hooks
         self.batches = BatchStream(train_set, settings.batch_size, settings.max_seq_length)
         self.start_step = 0
@@ -92,7 +80,7 @@ class TrainingLoop:
 
     def restore(self, step: int) -> None:
         """Continue from the checkpoint of `step`: weights, optimizer, RNG, data position, sums."""
-        adapters = self.settings.adapters
+        adapters = self.adapters
         try:
             meta, tensors = checkpoints.load_state(adapters, step)
         except FileNotFoundError:
@@ -224,7 +212,7 @@ class TrainingLoop:
             },
         }
         written = checkpoints.save_checkpoint(
-            self.settings.adapters, it, weights, self.optimizer.state, self.grad_accum,
+            self.adapters, it, weights, self.optimizer.state, self.grad_accum,
             self.loss_sum, meta,
         )
         info = {"iteration": it, **written}

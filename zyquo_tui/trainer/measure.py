@@ -20,6 +20,7 @@ Exit status: 0 with the JSON result, 1 with {"error": sentence} when training co
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import tempfile
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from zyquo_tui.core.runs.problems import errors_in
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
 from zyquo_tui.trainer.loading import TrainerFailure, fail, prepare_model
@@ -108,9 +110,9 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     from zyquo_tui.trainer import loading
 
     run = _run_of(spec)
-    errors, _ = run.problems()
+    errors = errors_in(run.problems())
     if errors:
-        raise fail("config", errors[0])
+        raise fail("config", errors[0].sentence)
     if spec.get("lengths"):
         return {"lengths": token_lengths(run, _load_tokenizer(run))}
     started = time.perf_counter()
@@ -127,23 +129,19 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     optimizer = prepare_model(model, run)
     loaded_bytes = int(mx.get_active_memory())
 
-    from zyquo_tui.trainer.loop import LoopHooks, LoopSettings, TrainingLoop
+    from zyquo_tui.trainer.loop import LoopHooks, TrainingLoop
 
-    accumulation = hp.grad_accumulation_steps
-    steps = max(int(spec.get("steps", 3)), 2 * accumulation)
+    steps = max(int(spec.get("steps", 3)), 2 * hp.grad_accumulation_steps)
+    # The run's own settings, but only `steps` steps, a report each, no validation or save.
+    settings = dataclasses.replace(hp, iters=steps, val_batches=0, steps_per_report=1,
+                                   steps_per_eval=steps + 1, save_every=steps + 1)
     peaks: list[int] = []
     with tempfile.TemporaryDirectory(prefix="zyquo-measure-") as adapters:
-        settings = LoopSettings(
-            batch_size=hp.batch_size, iters=steps, val_batches=0, steps_per_report=1,
-            steps_per_eval=steps + 1, save_every=steps + 1, max_seq_length=hp.max_seq_length,
-            grad_checkpoint=hp.grad_checkpoint, grad_accumulation_steps=accumulation,
-            adapters=Path(adapters),
-        )
         hooks = LoopHooks(
             on_train=lambda info: peaks.append(info["peak_memory_bytes"]),
             on_val=lambda info: None, on_checkpoint=lambda info: None,
         )
-        loop = TrainingLoop(model, optimizer, _Rows(rows), [], settings, hooks)
+        loop = TrainingLoop(model, optimizer, _Rows(rows), [], settings, Path(adapters), hooks)
         width = int(loop.batches._make_batch(list(range(hp.batch_size)))[0].shape[1])
         loop.run()
     trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))

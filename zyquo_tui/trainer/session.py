@@ -19,6 +19,7 @@ from zyquo_tui import __version__
 from zyquo_tui.core.events import protocol as ev
 from zyquo_tui.core.runs.failures import Failure, failure, looks_like_oom
 from zyquo_tui.core.runs.mlx_config import dump_mlx_yaml, run_to_mlx_config
+from zyquo_tui.core.runs.problems import errors_in
 from zyquo_tui.core.runs.run import ALLOWED_TRANSITIONS, Run, RunState
 from zyquo_tui.core.runs.settings import Method
 from zyquo_tui.core.store.store import CONFIG_FILE, EVENTS_FILE, RunStore
@@ -137,9 +138,9 @@ class TrainingSession:
         return EXIT_DONE
 
     def _train(self, run: Run) -> int:
-        errors, _ = run.problems()
+        errors = errors_in(run.problems())
         if errors:
-            raise fail("config", errors[0])
+            raise fail("config", errors[0].sentence)
         adapters = self.store.adapters_dir(run.id)
         adapters.mkdir(exist_ok=True)
         config = run_to_mlx_config(run, adapter_path=str(adapters))
@@ -174,18 +175,13 @@ class TrainingSession:
         np.random.seed(hp.seed)
         optimizer = self._prepare_model(model, run, config, adapters)
 
-        from zyquo_tui.trainer.loop import LoopHooks, LoopSettings, TrainingLoop
+        from zyquo_tui.trainer.loop import LoopHooks, TrainingLoop
 
-        settings = LoopSettings(
-            batch_size=hp.batch_size, iters=hp.iters, val_batches=hp.val_batches,
-            steps_per_report=hp.steps_per_report, steps_per_eval=hp.steps_per_eval,
-            save_every=hp.save_every, max_seq_length=hp.max_seq_length,
-            grad_checkpoint=hp.grad_checkpoint,
-            grad_accumulation_steps=hp.grad_accumulation_steps, adapters=adapters,
-        )
         hooks = LoopHooks(self._on_train, self._on_val, self._on_checkpoint,
                           should_stop=lambda: self.stop.requested)
-        loop = self.loop = TrainingLoop(model, optimizer, train_set, val_set, settings, hooks)
+        # The settings config.yaml was written from, as they are: nothing copied by hand.
+        loop = self.loop = TrainingLoop(model, optimizer, train_set, val_set, hp, adapters,
+                                        hooks)
         resumed_from = run.resume_from_step
         if resumed_from is not None:
             loop.restore(resumed_from)

@@ -34,11 +34,12 @@ from zyquo_tui.core.library.rows import (
     format_family,
     peek_format,
 )
+from zyquo_tui.core.runs.settings import default_of
 from zyquo_tui.core.store.paths import zyquo_home
 from zyquo_tui.resources import sample_data_dir
 
 SPLITS = ("train", "valid", "test")
-DEFAULT_BATCH_SIZE = 4  # mlx-lm's default batch_size
+DEFAULT_BATCH_SIZE = default_of("batch_size")  # the run setting's default
 SOURCE_ZYQUO = "zyquo"
 SOURCE_SAMPLE = "sample"
 SOURCE_PATH = "path"

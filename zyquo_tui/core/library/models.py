@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.library.folder_search import find_folders, resolved
 from zyquo_tui.core.library.safetensors_header import (
     SafetensorsHeaderError,
@@ -446,6 +447,18 @@ def find_model(name_or_path: str, home: Path | None = None) -> ModelInfo | None:
         if model.name == name_or_path:
             return model
     return None
+
+
+def resolve_model(name_or_path: str, home: Path | None = None) -> ModelInfo:
+    """The model a user named on the command line: a folder, or a name as `zyquo-tui models`
+    lists it. UserError (one sentence) when there is no such model."""
+    model = find_model(name_or_path, home)
+    if model is None:
+        raise UserError(f"No model {name_or_path!r}: give a model folder, or a name that "
+                        "`zyquo-tui models` lists.")
+    if not (model.path / "config.json").is_file():
+        raise UserError(f"{model.path} has no config.json, so it is not a model folder.")
+    return model
 
 
 def _looks_like_model(folder: Path) -> bool:

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE, UserError
+from zyquo_tui.core.runs.settings import default_of
 from zyquo_tui.core.system.child_process import run_child
 
-DEFAULT_MAX_SEQ_LENGTH = 2048  # mlx-lm's default
+DEFAULT_MAX_SEQ_LENGTH = default_of("max_seq_length")  # the run setting's default
 DEFAULT_TIMEOUT_SECONDS = 900.0
 
 

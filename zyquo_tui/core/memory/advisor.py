@@ -153,7 +153,7 @@ class MemoryAdvisor:
     def estimate(self, model: ModelFacts, config: TrainingConfig, *,
                  use_history: bool = True) -> Estimate:
         device = self.device or self.budget.device
-        problems = model_problems(model, config)
+        problems = [problem.sentence for problem in model_problems(model, config)]
         if config.problems():
             breakdown = dict.fromkeys(TERMS, 0)
             return Estimate(0, breakdown, 0, config, device, 0, 0, 0, list(model.notes),

@@ -40,13 +40,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from zyquo_tui.core.memory.budget import CPU, GPU
-from zyquo_tui.core.memory.facts import DEFAULT_MAX_SEQ_LENGTH, LORA_BYTES, PAD_TO, ModelFacts
+from zyquo_tui.core.memory.facts import LORA_BYTES, PAD_TO, ModelFacts
+from zyquo_tui.core.runs.checks import ModelTraits, problems_with_model
+from zyquo_tui.core.runs.problems import Problem, errors_in
 from zyquo_tui.core.runs.run import Run
-from zyquo_tui.core.runs.settings import OPTIMIZERS, Hyperparameters, Method
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method, default_of
 
 
 @dataclass(frozen=True)
@@ -109,9 +110,20 @@ GPU_COEFFICIENTS = dataclasses.replace(CPU_COEFFICIENTS, calibrated=False)
 COEFFICIENTS = {CPU: CPU_COEFFICIENTS, GPU: GPU_COEFFICIENTS}
 
 
+def _from_definition(key: str) -> Any:
+    """A default read from the run settings' one definition (core/runs/settings.py)."""
+    return field(default_factory=lambda: default_of(key))
+
+
+# The settings of the definition that decide a run's memory: TrainingConfig's own fields.
+MEMORY_SETTINGS = frozenset({"batch_size", "max_seq_length", "num_layers", "rank",
+                             "grad_checkpoint", "optimizer", "grad_accumulation_steps"})
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
-    """The settings that decide a run's memory, with mlx-lm's names and defaults.
+    """The settings that decide a run's memory: a projection of its Hyperparameters, with the
+    same names, defaults and checks (core/runs/settings.py), plus what the estimate alone needs.
 
     longest_row_tokens is the dataset's longest tokenized row when known: batches are padded
     to their longest row, so it, not max_seq_length, sets the activations. Unknown, every
@@ -119,13 +131,13 @@ class TrainingConfig:
     """
 
     method: Method = Method.LORA
-    batch_size: int = 4
-    max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH
-    num_layers: int = 16
-    rank: int = 8
-    grad_checkpoint: bool = False
-    optimizer: str = "adam"
-    grad_accumulation_steps: int = 1
+    batch_size: int = _from_definition("batch_size")
+    max_seq_length: int = _from_definition("max_seq_length")
+    num_layers: int = _from_definition("num_layers")
+    rank: int = _from_definition("rank")
+    grad_checkpoint: bool = _from_definition("grad_checkpoint")
+    optimizer: str = _from_definition("optimizer")
+    grad_accumulation_steps: int = _from_definition("grad_accumulation_steps")
     longest_row_tokens: int | None = None
     adafactor_first_moment: bool = False  # optimizer_config.adafactor.beta_1 is set
     sgd_momentum: bool = False  # optimizer_config.sgd.momentum is above 0
@@ -163,25 +175,12 @@ class TrainingConfig:
                                      "group_size": self.quantize_base[1]}
         return data
 
-    def problems(self) -> list[str]:
-        """Values no run can train with, one sentence each."""
-        found = []
-        for name in ("batch_size", "max_seq_length", "grad_accumulation_steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                found.append(f"{name} must be a whole number of at least 1, not {value!r}.")
-        if (isinstance(self.num_layers, bool) or not isinstance(self.num_layers, int)
-                or (self.num_layers < 1 and self.num_layers != -1)):
-            found.append(f"num_layers must be at least 1 (or -1 for all), not "
-                         f"{self.num_layers!r}.")
-        if self.method is not Method.FULL and (
-                isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1):
-            found.append(f"rank must be a whole number of at least 1, not {self.rank!r}.")
-        if self.optimizer not in OPTIMIZERS:
-            found.append(f"optimizer {self.optimizer!r} is unknown; choose one of "
-                         f"{', '.join(OPTIMIZERS)}.")
+    def problems(self) -> list[Problem]:
+        """Values no run can train with: the definition's checks of the settings held here."""
+        found = errors_in(self.to_hyperparameters().problems(self.method, only=MEMORY_SETTINGS))
         if self.longest_row_tokens is not None and self.longest_row_tokens < 0:
-            found.append("the longest row cannot have a negative number of tokens.")
+            found.append(Problem("longest_row_tokens", "the longest row cannot have a negative "
+                                                       "number of tokens."))
         return found
 
     @classmethod
@@ -192,9 +191,8 @@ class TrainingConfig:
         adafactor = (hp.optimizer_config or {}).get("adafactor") or {}
         sgd = (hp.optimizer_config or {}).get("sgd") or {}
         return cls(
-            method=Method(method), batch_size=hp.batch_size, max_seq_length=hp.max_seq_length,
-            num_layers=hp.num_layers, rank=hp.rank, grad_checkpoint=bool(hp.grad_checkpoint),
-            optimizer=hp.optimizer, grad_accumulation_steps=hp.grad_accumulation_steps,
+            method=Method(method),
+            **{key: SETTINGS[key].get(hp) for key in MEMORY_SETTINGS},
             longest_row_tokens=longest_row_tokens,
             adafactor_first_moment=adafactor.get("beta_1") is not None,
             sgd_momentum=bool(sgd.get("momentum")),
@@ -207,13 +205,8 @@ class TrainingConfig:
     def to_hyperparameters(self, base: Hyperparameters | None = None) -> Hyperparameters:
         """Hyperparameters with this config's settings (the rest from `base` or defaults)."""
         hp = Hyperparameters.from_dict((base or Hyperparameters()).to_dict())
-        hp.batch_size = self.batch_size
-        hp.max_seq_length = self.max_seq_length
-        hp.num_layers = self.num_layers
-        hp.grad_checkpoint = self.grad_checkpoint
-        hp.optimizer = self.optimizer
-        hp.grad_accumulation_steps = self.grad_accumulation_steps
-        hp.lora_parameters = {**hp.lora_parameters, "rank": self.rank}
+        for key in MEMORY_SETTINGS:
+            SETTINGS[key].set(hp, getattr(self, key))
         return hp
 
 
@@ -234,7 +227,8 @@ class Estimate:
     trainable_parameters: int
     batch_width: int
     notes: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)  # settings training would reject
+    # Settings training would reject (the sentences of the definition's and the model's checks).
+    problems: list[str] = field(default_factory=list)
     correction: float | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -378,17 +372,9 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
     return breakdown
 
 
-def model_problems(model: ModelFacts, config: TrainingConfig) -> list[str]:
-    found = config.problems()
-    name = Path(model.path).name or "the model"
-    if isinstance(config.num_layers, int) and config.num_layers > model.num_layers:
-        found.append(f"num_layers is {config.num_layers}, but {name} has only "
-                     f"{model.num_layers} layers; use -1 to train all of them, or fewer.")
-    quantized = model.quantized or bool(config.quantize_base)
-    if config.method is Method.FULL and quantized:
-        found.append(f"full fine-tuning needs an unquantized model, and {name} is quantized; "
-                     "use qlora (or lora) on it.")
-    if config.method is Method.QLORA and not quantized:
-        found.append(f"qlora needs a quantized base model, and {name} is not quantized; use "
-                     "lora, or quantize it first (`mlx_lm convert -q`).")
-    return found
+def model_problems(model: ModelFacts, config: TrainingConfig) -> list[Problem]:
+    """The config's own problems and those against the model (core/runs/checks.py), the base
+    counted as quantized when a suggestion would quantize it first."""
+    traits = ModelTraits.from_facts(model, quantized=model.quantized or bool(config.quantize_base))
+    return config.problems() + problems_with_model(config.method, config.to_hyperparameters(),
+                                                   traits)

@@ -30,8 +30,6 @@ GIB = 1024 * MIB
 # mlx-lm pads each batch to one plus a multiple of 32 tokens, then cuts it to max_seq_length
 # (trainer/batches.py); the model sees all but the last token of each row.
 PAD_TO = 32
-DEFAULT_MAX_SEQ_LENGTH = 2048
-
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "F32": 4, "F16": 2, "BF16": 2,
                "F64": 8, "float64": 8}
 

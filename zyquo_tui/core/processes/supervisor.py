@@ -95,9 +95,17 @@ class Supervisor:
         return self._launch(run, queue_if_busy)
 
     def _check_settings(self, run: Run) -> None:
-        errors, _ = run.problems()
+        """The checks `runs new` and the new-run form make (core/runs/checks.py), again: the
+        model or the data may have changed since the run was made. A model folder that is
+        gone is left to the memory gate, which says so."""
+        from zyquo_tui.core.runs.checks import DataTraits, ModelTraits, check_run
+        from zyquo_tui.core.runs.problems import errors_in
+
+        errors = errors_in(check_run(run.method, run.hyperparameters,
+                                     model=ModelTraits.read(run.model),
+                                     data=DataTraits.read(run.data)))
         if errors:
-            raise UserError(f"Run {run.id} cannot start: {errors[0]}")
+            raise UserError(f"Run {run.id} cannot start: {errors[0].sentence}")
 
     def check_memory(self, run: Run, *, override: bool = False) -> Run:
         """The memory gate: put the verdict in `run.memory`; refuse "won't fit" without override.

@@ -2,6 +2,8 @@
 
 Exported files reproduce the run with `mlx_lm lora -c FILE`; any mlx-lm config imports into a
 run, and keys this version does not model are kept (passed through on export) and reported.
+Which keys are settings, and their defaults, come from the settings' one definition
+(core/runs/settings.py SETTINGS).
 """
 
 from __future__ import annotations
@@ -14,13 +16,17 @@ import yaml
 
 from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.runs.run import Run
-from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 
 # Keys of mlx-lm's CONFIG_DEFAULTS that map onto Run fields other than hyperparameters, or that
 # describe what to do rather than how to train.
 _RUN_KEYS = {"model", "data", "fine_tune_type", "adapter_path", "train", "config",
              "resume_adapter_file"}
-_HYPERPARAMETER_KEYS = set(Hyperparameters().to_dict())
+
+
+def setting_keys() -> frozenset[str]:
+    """mlx-lm's top-level config keys that hold the settings (lora_parameters holds four)."""
+    return frozenset(setting.name.split(".")[0] for setting in SETTINGS.values())
 
 
 class _MlxLmLoader(yaml.SafeLoader):
@@ -118,12 +124,9 @@ def run_from_mlx_config(
     method = Method(fine_tune_type)
     if method is Method.LORA and quantized_model:
         method = Method.QLORA
-    hp_values = {k: v for k, v in config.items() if k in _HYPERPARAMETER_KEYS}
-    hp = Hyperparameters.from_dict(hp_values)
-    if hp.lr_schedule is None and "lr_schedule" in config:
-        hp.lr_schedule = None
-    unknown = {k: v for k, v in config.items()
-               if k not in _HYPERPARAMETER_KEYS and k not in _RUN_KEYS}
+    settings = setting_keys()
+    hp = Hyperparameters.from_dict({k: v for k, v in config.items() if k in settings})
+    unknown = {k: v for k, v in config.items() if k not in settings and k not in _RUN_KEYS}
     run = Run.new(model=model, data=data, method=method, hyperparameters=hp)
     run.extra_config = unknown
     warm_start = config.get("resume_adapter_file")

@@ -1,7 +1,8 @@
 """Runs: what a fine-tuning run is, the states it moves through, and its hyperparameters.
 
-Hyperparameters keep mlx-lm's names and defaults (mlx-lm 0.32), so a run maps one to one onto
-an mlx-lm YAML config (see `core/mlx_config.py`).
+Hyperparameters keep mlx-lm's names and defaults (mlx-lm 0.32, defined once in
+core/runs/settings.py), so a run maps one to one onto an mlx-lm YAML config (see
+core/runs/mlx_config.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from zyquo_tui.core.runs.problems import Problem
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
 
 SCHEMA_VERSION = 1
@@ -127,12 +129,17 @@ class Run:
         method = Method(method)
         return cls(
             id=run_id,
-            name=name or f"{os.path.basename(str(model).rstrip('/'))} {method.value}",
+            name=name or cls.default_name(model, method),
             method=method,
             model=str(model),
             data=str(data),
             hyperparameters=hyperparameters or Hyperparameters(),
         )
+
+    @staticmethod
+    def default_name(model: str, method: Method) -> str:
+        """The model folder's name and the method: `zyquo-tiny qlora`."""
+        return f"{os.path.basename(str(model).rstrip('/'))} {Method(method).value}"
 
     def set_state(self, new: RunState) -> None:
         check_transition(self.state, new)
@@ -171,8 +178,9 @@ class Run:
         except (TypeError, ValueError) as error:
             raise ValueError(str(error)) from None
 
-    def problems(self) -> tuple[list[str], list[str]]:
-        """Errors and warnings of the run's settings, one sentence each."""
+    def problems(self) -> list[Problem]:
+        """The problems of the run's settings on their own (core/runs/checks.py `check_run`
+        adds those against its model and dataset)."""
         return self.hyperparameters.problems(self.method)
 
 

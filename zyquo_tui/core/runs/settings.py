@@ -1,11 +1,41 @@
-"""Run settings: the method and the hyperparameters, with mlx-lm's names and defaults."""
+"""Run settings, each defined once: the method, and the hyperparameters with mlx-lm's names.
+
+Every setting of a run is one `Setting` in SETTINGS: its key, mlx-lm's name for it (dotted for
+nested ones: lora_parameters.rank, lr_schedule.warmup), type, default, the check of its value
+with its bounds or choices (core/runs/value_checks.py), label and help, the form's group, its
+CLI flag, and whether only LoRA and DoRA have it. Everything else reads this one definition:
+Hyperparameters' defaults, `zyquo-tui runs new`'s flags (cli/setting_flags.py), the new-run
+form's fields (dashboard/widgets/hyperparameter_form.py), the mlx-lm YAML (mlx_config.py),
+presets and the memory estimate (core/memory/estimate.py TrainingConfig).
+
+Checks that relate settings to one another are CROSS_CHECKS here; checks against the model and
+the dataset are in core/runs/checks.py. All of them return structured problems
+(core/runs/problems.py).
+"""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
+
+from zyquo_tui.core.runs.problems import WARNING, Problem
+from zyquo_tui.core.runs.value_checks import (
+    INT_TEXT,
+    AnyNumber,
+    Fraction,
+    LayerNames,
+    LearningRate,
+    NumberFromZero,
+    OneOf,
+    ScheduleArguments,
+    TrueOrFalse,
+    WholeNumber,
+    is_whole,
+    number_from_text,
+)
 
 
 class Method(str, enum.Enum):
@@ -24,128 +54,379 @@ class Method(str, enum.Enum):
 
 OPTIMIZERS = ("adam", "adamw", "muon", "sgd", "adafactor")
 LR_SCHEDULES = ("cosine_decay", "linear_schedule", "exponential_decay", "step_decay")
+# The optimizers whose MLX class takes a weight_decay, with MLX's default for it (mlx-lm passes
+# optimizer_config[optimizer] to the class as keyword arguments; Adam has none).
+WEIGHT_DECAY_DEFAULTS = {"adamw": 0.01, "muon": 0.01, "sgd": 0.0, "adafactor": 0.0}
+
+# The form's groups: basic settings are always shown, the others folded away.
+BASIC = "basic"
+ADVANCED = "advanced"
+SCHEDULE = "schedule"
+
+# Kinds of value.
+INT = "int"
+FLOAT = "float"
+BOOL = "bool"
+CHOICE = "choice"
+NUMBERS = "numbers"  # a list of numbers, written "1e-05, 1000, 0"
+NAMES = "names"  # a list of names, written "self_attn.q_proj, self_attn.v_proj"
+
+NONE_TEXT = "none"  # an optional choice not made: no lr_schedule, a constant learning rate
+
+# -- the definition ------------------------------------------------------------------------------
 
 
-def default_lora_parameters() -> dict[str, Any]:
-    return {"rank": 8, "dropout": 0.0, "scale": 20.0}
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a run, defined once (see the module docstring).
+
+    `key` names it in the form, in problems and in suggestions; `name` is mlx-lm's, dotted for
+    a nested one, where `{optimizer}` stands for the chosen optimizer's entry of
+    optimizer_config. `called` is how problem sentences name it (default: its key). An
+    `optional` setting is left out unless given (None: mlx-lm's or MLX's own behaviour);
+    `in_form` is False for the few the form has no field for (the YAML and the CLI set them).
+    """
+
+    key: str
+    name: str
+    kind: str
+    default: Any
+    label: str
+    help: str
+    group: str
+    flag: str
+    check: Callable[[str, Any], list[tuple[str, str]]]
+    choices: tuple[str, ...] = ()
+    lora_only: bool = False
+    optional: bool = False
+    in_form: bool = True
+    called: str = ""
+
+    @property
+    def spoken(self) -> str:
+        return self.called or self.key
+
+    def default_value(self) -> Any:
+        return copy.deepcopy(self.default)
+
+    def applies_to(self, method: Method | None) -> bool:
+        """Whether a run of this method uses the setting (LoRA's own ones not for full)."""
+        return not (self.lora_only and method is Method.FULL)
+
+    def path(self, hp: "Hyperparameters") -> tuple[str, ...]:
+        return tuple(str(hp.optimizer) if part == "{optimizer}" else part
+                     for part in self.name.split("."))
+
+    def get(self, hp: "Hyperparameters") -> Any:
+        """Its value in `hp` (its default when a nested one is not there)."""
+        parts = self.path(hp)
+        value = getattr(hp, parts[0])
+        for part in parts[1:]:
+            if not isinstance(value, dict) or part not in value:
+                return self.default_value()
+            value = value[part]
+        return value
+
+    def set(self, hp: "Hyperparameters", value: Any) -> None:
+        """Set its value in `hp` (a nested one in a copy of its dicts: `hp` shares none)."""
+        parts = self.path(hp)
+        if len(parts) == 1:
+            setattr(hp, parts[0], value)
+            return
+        if value is None and self.kind == CHOICE and self.optional:
+            # No choice of what a nested group is (lr_schedule.name): no group at all.
+            setattr(hp, parts[0], None)
+            return
+        top = getattr(hp, parts[0])
+        top = copy.deepcopy(top) if isinstance(top, dict) else {}
+        node = top
+        for part in parts[1:-1]:
+            child = node.get(part)
+            node[part] = child = dict(child) if isinstance(child, dict) else {}
+            node = child
+        if value is None:
+            node.pop(parts[-1], None)
+        else:
+            node[parts[-1]] = value
+        setattr(hp, parts[0], top)
+
+    def parse(self, text: str) -> Any:
+        """The value a form field's or a flag's text stands for.
+
+        Empty text is the default. Text that is no value of the setting's kind is kept as it
+        is, so the check names it in its sentence (`batch_size must be a whole number, not
+        'abc'.`).
+        """
+        stripped = text.strip()
+        if self.kind == NUMBERS:
+            parts = [part.strip() for part in stripped.split(",") if part.strip()]
+            numbers = [number_from_text(part) for part in parts]
+            return stripped if None in numbers else numbers
+        if not stripped:
+            return self.default_value()
+        if self.kind == INT:
+            plain = stripped.replace("_", "")
+            return int(plain) if INT_TEXT.match(plain) else stripped
+        if self.kind == FLOAT:
+            number = number_from_text(stripped)
+            return stripped if number is None else float(number)
+        if self.kind == BOOL:
+            words = {"true": True, "on": True, "yes": True, "1": True,
+                     "false": False, "off": False, "no": False, "0": False}
+            return words.get(stripped.lower(), stripped)
+        if self.kind == NAMES:
+            return [part.strip() for part in stripped.split(",") if part.strip()]
+        if self.kind == CHOICE and self.optional and stripped == NONE_TEXT:
+            return None
+        return stripped
+
+    def problems(self, value: Any) -> list[Problem]:
+        if value is None and self.optional:
+            return []
+        return [Problem(self.key, sentence, severity)
+                for severity, sentence in self.check(self.spoken, value)]
+
+
+SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
+    Setting("iters", "iters", INT, 1000, "Iterations", "training steps", BASIC, "--iters",
+            WholeNumber()),
+    Setting("batch_size", "batch_size", INT, 4, "Batch size",
+            "rows per step; memory grows with it", BASIC, "--batch-size", WholeNumber()),
+    Setting("learning_rate", "learning_rate", FLOAT, 1e-5, "Learning rate",
+            "the optimizer's step size (a schedule replaces it)", BASIC, "--learning-rate",
+            LearningRate()),
+    Setting("num_layers", "num_layers", INT, 16, "Layers",
+            "blocks trained, counted from the last; -1 trains all", BASIC, "--num-layers",
+            WholeNumber(also=(-1,))),
+    Setting("max_seq_length", "max_seq_length", INT, 2048, "Max seq length",
+            "tokens a row may have; longer rows are cut", BASIC, "--max-seq-length",
+            WholeNumber()),
+    Setting("rank", "lora_parameters.rank", INT, 8, "LoRA rank",
+            "adapter size: capacity and memory grow with it", BASIC, "--rank", WholeNumber(),
+            lora_only=True, called="rank (lora_parameters.rank)"),
+    Setting("grad_checkpoint", "grad_checkpoint", BOOL, False, "Grad checkpoint",
+            "recompute activations: far less memory, slower steps", BASIC, "--grad-checkpoint",
+            TrueOrFalse()),
+    Setting("mask_prompt", "mask_prompt", BOOL, False, "Mask prompt",
+            "train on the completions only, not the prompts", BASIC, "--mask-prompt",
+            TrueOrFalse()),
+    Setting("optimizer", "optimizer", CHOICE, "adam", "Optimizer",
+            "how updates are made from gradients", ADVANCED, "--optimizer", OneOf(OPTIMIZERS),
+            choices=OPTIMIZERS),
+    Setting("weight_decay", "optimizer_config.{optimizer}.weight_decay", FLOAT, None,
+            "Weight decay",
+            f"decoupled weight decay of {', '.join(WEIGHT_DECAY_DEFAULTS)}; unset, MLX's own "
+            f"({', '.join(f'{k} {v:g}' for k, v in WEIGHT_DECAY_DEFAULTS.items())})",
+            ADVANCED, "--weight-decay", NumberFromZero(), optional=True, in_form=False),
+    Setting("grad_accumulation_steps", "grad_accumulation_steps", INT, 1, "Grad accum steps",
+            "batches summed per update: a bigger effective batch in the same memory", ADVANCED,
+            "--grad-accumulation-steps", WholeNumber()),
+    Setting("lora_scale", "lora_parameters.scale", FLOAT, 20.0, "LoRA scale",
+            "multiplies the adapter's output", ADVANCED, "--lora-scale", AnyNumber(),
+            lora_only=True, called="lora_parameters.scale"),
+    Setting("lora_dropout", "lora_parameters.dropout", FLOAT, 0.0, "LoRA dropout",
+            "dropout on the adapter's input, from 0 up to 1", ADVANCED, "--lora-dropout",
+            Fraction(), lora_only=True, called="lora_parameters.dropout"),
+    Setting("lora_keys", "lora_parameters.keys", NAMES, None, "LoRA keys",
+            "the layers of each trained block given adapters, comma-separated (e.g. "
+            "self_attn.q_proj,self_attn.v_proj); unset, every Linear", ADVANCED, "--lora-keys",
+            LayerNames(), lora_only=True, optional=True, in_form=False,
+            called="lora_parameters.keys"),
+    Setting("steps_per_report", "steps_per_report", INT, 10, "Report every",
+            "steps between training-loss reports", ADVANCED, "--steps-per-report",
+            WholeNumber()),
+    Setting("steps_per_eval", "steps_per_eval", INT, 200, "Validate every",
+            "steps between validation losses", ADVANCED, "--steps-per-eval", WholeNumber()),
+    Setting("val_batches", "val_batches", INT, 25, "Val batches",
+            "batches per validation; -1 uses the whole set", ADVANCED, "--val-batches",
+            WholeNumber(also=(-1,))),
+    Setting("save_every", "save_every", INT, 100, "Save every", "steps between checkpoints",
+            ADVANCED, "--save-every", WholeNumber()),
+    Setting("seed", "seed", INT, 0, "Seed", "same seed, same data order and init", ADVANCED,
+            "--seed", WholeNumber(minimum=0)),
+    Setting("schedule", "lr_schedule.name", CHOICE, None, "Schedule",
+            "how the learning rate changes; none keeps it constant", SCHEDULE, "--lr-schedule",
+            OneOf(LR_SCHEDULES), choices=LR_SCHEDULES, optional=True, called="lr_schedule"),
+    Setting("schedule_arguments", "lr_schedule.arguments", NUMBERS, None, "Arguments",
+            "comma-separated; the first is the initial learning rate", SCHEDULE,
+            "--lr-schedule-arguments", ScheduleArguments(), called="lr_schedule.arguments"),
+    Setting("warmup", "lr_schedule.warmup", INT, 0, "Warmup steps",
+            "steps rising linearly to the initial learning rate", SCHEDULE, "--warmup",
+            WholeNumber(minimum=0)),
+    Setting("warmup_init", "lr_schedule.warmup_init", FLOAT, 0.0, "Warmup start",
+            "the learning rate the warmup starts from", SCHEDULE, "--warmup-init",
+            NumberFromZero(noun="a learning rate")),
+)}
+
+
+def default_of(key: str) -> Any:
+    """The default of one setting, as the definition has it now."""
+    return SETTINGS[key].default_value()
+
+
+def nested_defaults(top: str) -> dict[str, Any]:
+    """The defaults of the settings nested in `top` (lora_parameters), as mlx-lm lists them."""
+    found = {}
+    for setting in SETTINGS.values():
+        parts = setting.name.split(".")
+        if parts[0] == top and len(parts) == 2 and setting.default is not None:
+            found[parts[1]] = setting.default_value()
+    return found
+
+
+def form_settings() -> list[Setting]:
+    """The settings the new-run form has a field for, in the form's order."""
+    return [setting for setting in SETTINGS.values() if setting.in_form]
+
+
+def _from_definition(key: str) -> Any:
+    """A dataclass default read from the definition at each construction (not copied here)."""
+    return field(default_factory=lambda: default_of(key))
+
+
+# -- the settings of a run -----------------------------------------------------------------------
 
 
 @dataclass
 class Hyperparameters:
-    """The training settings of a run, with mlx-lm's names and defaults."""
+    """The training settings of a run, with mlx-lm's names; defaults come from SETTINGS.
 
-    optimizer: str = "adam"
+    Nested settings live where mlx-lm has them: lora_parameters (rank, scale, dropout, keys),
+    lr_schedule (name, arguments, warmup, warmup_init; None: a constant learning rate) and
+    optimizer_config (per optimizer, keyword arguments of its MLX class, weight_decay among
+    them).
+    """
+
+    optimizer: str = _from_definition("optimizer")
     optimizer_config: dict[str, dict[str, Any]] = field(default_factory=dict)
-    num_layers: int = 16
-    batch_size: int = 4
-    iters: int = 1000
-    val_batches: int = 25
-    learning_rate: float = 1e-5
-    steps_per_report: int = 10
-    steps_per_eval: int = 200
-    save_every: int = 100
-    max_seq_length: int = 2048
-    grad_checkpoint: bool = False
-    grad_accumulation_steps: int = 1
-    mask_prompt: bool = False
-    seed: int = 0
-    lora_parameters: dict[str, Any] = field(default_factory=default_lora_parameters)
+    num_layers: int = _from_definition("num_layers")
+    batch_size: int = _from_definition("batch_size")
+    iters: int = _from_definition("iters")
+    val_batches: int = _from_definition("val_batches")
+    learning_rate: float = _from_definition("learning_rate")
+    steps_per_report: int = _from_definition("steps_per_report")
+    steps_per_eval: int = _from_definition("steps_per_eval")
+    save_every: int = _from_definition("save_every")
+    max_seq_length: int = _from_definition("max_seq_length")
+    grad_checkpoint: bool = _from_definition("grad_checkpoint")
+    grad_accumulation_steps: int = _from_definition("grad_accumulation_steps")
+    mask_prompt: bool = _from_definition("mask_prompt")
+    seed: int = _from_definition("seed")
+    lora_parameters: dict[str, Any] = field(
+        default_factory=lambda: nested_defaults("lora_parameters"))
     lr_schedule: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        # LoRA's settings that are not given are mlx-lm's defaults, as in its own config.
+        if self.lora_parameters is None or isinstance(self.lora_parameters, dict):
+            self.lora_parameters = {**nested_defaults("lora_parameters"),
+                                    **(self.lora_parameters or {})}
+
     @property
-    def rank(self) -> int:
-        return int(self.lora_parameters.get("rank", 8))
+    def rank(self) -> Any:
+        return SETTINGS["rank"].get(self)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Hyperparameters":
-        values = {k: v for k, v in data.items() if k in _HYPERPARAMETER_FIELDS}
-        hp = cls(**values)
-        lora = default_lora_parameters()
-        lora.update(hp.lora_parameters or {})
-        hp.lora_parameters = lora
-        return hp
+        return cls(**{k: v for k, v in data.items() if k in _HYPERPARAMETER_FIELDS})
 
-    def problems(self, method: "Method | None" = None) -> tuple[list[str], list[str]]:
-        """Check every value; return (errors, warnings), one sentence each."""
-        errors: list[str] = []
-        warnings: list[str] = []
+    def problems(self, method: Method | None = None, *,
+                 only: frozenset[str] | set[str] | None = None) -> list[Problem]:
+        """Every problem of these settings on their own, one sentence each (see checks.py
+        for the model and the dataset). `only` keeps the checks of those keys alone (the
+        memory estimate checks the settings it holds)."""
+        def wanted(key: str) -> bool:
+            return only is None or key in only
 
-        def positive_int(name: str, value: Any, allow: tuple[int, ...] = ()) -> bool:
-            if isinstance(value, bool) or not isinstance(value, int):
-                errors.append(f"{name} must be a whole number, not {value!r}.")
-                return False
-            if value < 1 and value not in allow:
-                extra = f" (or {', '.join(map(str, allow))})" if allow else ""
-                errors.append(f"{name} must be at least 1{extra}, not {value}.")
-                return False
-            return True
-
-        for name in ("batch_size", "iters", "steps_per_report", "steps_per_eval",
-                     "save_every", "max_seq_length", "grad_accumulation_steps"):
-            positive_int(name, getattr(self, name))
-        positive_int("num_layers", self.num_layers, allow=(-1,))
-        positive_int("val_batches", self.val_batches, allow=(-1,))
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            errors.append(f"seed must be a whole number of 0 or more, not {self.seed!r}.")
-
-        lr = self.learning_rate
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)):
-            errors.append(f"learning_rate must be a number, not {lr!r}.")
-        elif not lr > 0 or lr != lr or lr == float("inf"):
-            errors.append(f"learning_rate must be greater than 0, not {lr}.")
-        elif lr > 1:
-            warnings.append(f"learning_rate {lr} is very high; training will likely diverge.")
-
-        if self.optimizer not in OPTIMIZERS:
-            errors.append(
-                f"optimizer {self.optimizer!r} is unknown; choose one of {', '.join(OPTIMIZERS)}."
-            )
-        if not isinstance(self.optimizer_config, dict):
-            errors.append("optimizer_config must map optimizer names to their settings.")
-
-        lora = self.lora_parameters or {}
-        if method is None or method is not Method.FULL:
-            rank = lora.get("rank")
-            if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-                errors.append(f"rank (lora_parameters.rank) must be at least 1, not {rank!r}.")
-            scale = lora.get("scale")
-            if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-                errors.append(f"lora_parameters.scale must be a number, not {scale!r}.")
-            dropout = lora.get("dropout")
-            if (isinstance(dropout, bool) or not isinstance(dropout, (int, float))
-                    or not 0 <= dropout < 1):
-                errors.append(
-                    f"lora_parameters.dropout must be from 0 up to (not including) 1, "
-                    f"not {dropout!r}."
-                )
-
-        if self.lr_schedule is not None:
-            schedule = self.lr_schedule
-            if not isinstance(schedule, dict) or "name" not in schedule:
-                errors.append("lr_schedule needs a name and arguments, as in mlx-lm's config.")
-            elif schedule["name"] not in LR_SCHEDULES:
-                errors.append(
-                    f"lr_schedule {schedule['name']!r} is unknown; choose one of "
-                    f"{', '.join(LR_SCHEDULES)}."
-                )
-            elif not isinstance(schedule.get("arguments"), list) or not schedule["arguments"]:
-                errors.append("lr_schedule.arguments must be a list starting with the learning rate.")
-
-        if not errors:
-            if self.save_every > self.iters:
-                warnings.append(
-                    f"save_every ({self.save_every}) is larger than iters ({self.iters}): "
-                    "only the final checkpoint will be saved."
-                )
-            if self.steps_per_eval > self.iters:
-                warnings.append(
-                    f"steps_per_eval ({self.steps_per_eval}) is larger than iters "
-                    f"({self.iters}): validation runs only at the first and last step."
-                )
-        return errors, warnings
+        found: list[Problem] = []
+        schedule_shaped = _schedule_shaped(self.lr_schedule)
+        for setting in SETTINGS.values():
+            if not wanted(setting.key) or not setting.applies_to(method):
+                continue
+            if setting.group == SCHEDULE and not schedule_shaped:
+                continue  # no schedule, or one without a name (CROSS_CHECKS says so)
+            found += setting.problems(setting.get(self))
+        for check in CROSS_CHECKS:
+            if all(wanted(key) and SETTINGS[key].applies_to(method) for key in check.involves):
+                found += check.run(self)
+        return found
 
 
 _HYPERPARAMETER_FIELDS = frozenset(f.name for f in dataclasses.fields(Hyperparameters))
+# Every field of Hyperparameters holds settings of the definition, and every setting lives in
+# a field: a setting added to one and not the other fails here, at import.
+if _HYPERPARAMETER_FIELDS != {s.name.split(".")[0] for s in SETTINGS.values()}:
+    raise RuntimeError("Hyperparameters' fields and the names in SETTINGS disagree")
+
+
+# -- checks that relate settings -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """A check of settings against one another; `involves` are their keys."""
+
+    involves: tuple[str, ...]
+    run: Callable[[Hyperparameters], list[Problem]]
+
+
+def _schedule_shaped(schedule: Any) -> bool:
+    return isinstance(schedule, dict) and schedule.get("name") is not None
+
+
+def _schedule_shape(hp: Hyperparameters) -> list[Problem]:
+    if hp.lr_schedule is not None and not _schedule_shaped(hp.lr_schedule):
+        return [Problem("schedule", "lr_schedule needs a name and arguments, as in mlx-lm's "
+                                    "config.")]
+    return []
+
+
+def _optimizer_config_shape(hp: Hyperparameters) -> list[Problem]:
+    if not isinstance(hp.optimizer_config, dict):
+        return [Problem("optimizer", "optimizer_config must map optimizer names to their "
+                                     "settings.")]
+    return []
+
+
+def _lora_parameters_shape(hp: Hyperparameters) -> list[Problem]:
+    if not isinstance(hp.lora_parameters, dict):
+        return [Problem("rank", "lora_parameters must map rank, scale and dropout to their "
+                                "values, as in mlx-lm's config.")]
+    return []
+
+
+def _weight_decay_needs_its_optimizer(hp: Hyperparameters) -> list[Problem]:
+    decay = SETTINGS["weight_decay"].get(hp)
+    if decay is not None and hp.optimizer in OPTIMIZERS \
+            and hp.optimizer not in WEIGHT_DECAY_DEFAULTS:
+        return [Problem("weight_decay", f"weight_decay needs an optimizer that has it "
+                                        f"({', '.join(WEIGHT_DECAY_DEFAULTS)}), and "
+                                        f"{hp.optimizer} has none; choose adamw for adam with "
+                                        "weight decay.")]
+    return []
+
+
+def _interval_past_the_end(key: str, what: str) -> Callable[[Hyperparameters], list[Problem]]:
+    def check(hp: Hyperparameters) -> list[Problem]:
+        every, iters = getattr(hp, key), hp.iters
+        if is_whole(every) and is_whole(iters) and 1 <= iters < every:
+            return [Problem(key, f"{key} ({every}) is larger than iters ({iters}): {what}",
+                            WARNING)]
+        return []
+    return check
+
+
+CROSS_CHECKS: tuple[CrossCheck, ...] = (
+    CrossCheck(("schedule",), _schedule_shape),
+    CrossCheck(("optimizer",), _optimizer_config_shape),
+    CrossCheck(("rank",), _lora_parameters_shape),
+    CrossCheck(("optimizer", "weight_decay"), _weight_decay_needs_its_optimizer),
+    CrossCheck(("save_every", "iters"),
+               _interval_past_the_end("save_every", "only the final checkpoint will be saved.")),
+    CrossCheck(("steps_per_eval", "iters"),
+               _interval_past_the_end("steps_per_eval", "validation runs only at the first and "
+                                                        "last step.")),
+)

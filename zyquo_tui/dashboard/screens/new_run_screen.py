@@ -41,6 +41,7 @@ from zyquo_tui.core.library.rows import training_refusal
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict
 from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
+from zyquo_tui.core.runs.checks import DataTraits, ModelTraits, check_run
 from zyquo_tui.core.runs.mlx_config import (
     dump_mlx_yaml,
     load_mlx_yaml,
@@ -48,7 +49,7 @@ from zyquo_tui.core.runs.mlx_config import (
     run_to_mlx_config,
 )
 from zyquo_tui.core.runs.run import Run, RunState
-from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 from zyquo_tui.core.store.paths import presets_dir
 from zyquo_tui.core.store.presets import Preset, list_presets, load_preset, save_preset
 from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
@@ -58,10 +59,9 @@ from zyquo_tui.dashboard.messages import SampleChanged
 from zyquo_tui.dashboard.screens.zyquo_screen import ZyquoScreen
 from zyquo_tui.dashboard.setup_sources import setup_sources
 from zyquo_tui.dashboard.widgets.hyperparameter_form import (
-    FIELD_BY_KEY,
+    FIELD_KEYS,
     FieldInput,
     HyperparameterForm,
-    field_of,
 )
 from zyquo_tui.dashboard.widgets.labeled_line import LabeledLine
 from zyquo_tui.dashboard.widgets.memory_panel import MeasureState, MemoryPanel
@@ -622,46 +622,31 @@ class NewRunScreen(ZyquoScreen):
         self.recompute()
 
     def recompute(self) -> None:
-        """Check every field and judge the memory; called on every change (kept fast)."""
-        hp, local = self.form.hyperparameters(self.base_hp)
+        """Check every field and judge the memory; called on every change (kept fast).
+
+        The checks are `runs new`'s (core/runs/checks.py), with the model's facts and the
+        dataset's report this screen has: each problem names its field."""
+        hp = self.form.hyperparameters(self.base_hp)
         self.hp = hp
+        model = ModelTraits.from_facts(self.facts) if self.facts is not None else None
+        data = DataTraits.from_report(self.report) if self.report is not None else None
         errors: dict[str, str] = {}
         warnings: dict[str, str] = {}
-        found_errors, found_warnings = hp.problems(self.method)
-        for key, sentence in local.items():
-            errors.setdefault(key, sentence)
-        for sentence in found_errors:
-            errors.setdefault(field_of(sentence) or "general", sentence)
-        for sentence in found_warnings:
-            warnings.setdefault(field_of(sentence) or "general", sentence)
+        for problem in check_run(self.method, hp, model=model, data=data):
+            (errors if problem.is_error else warnings).setdefault(problem.key, problem.sentence)
         plan = None
-        hp_ok = not errors  # the settings themselves train; the dataset is judged apart
+        # The memory verdict waits for the marked fields and the method; a dataset that cannot
+        # be trained is said at the dataset and when the run is made.
+        hp_ok = not any(key != "dataset" for key in errors)
         if hp_ok and self.facts is not None and self.advisor is not None:
             longest = max(self.lengths) if self.lengths else None
             config = TrainingConfig.from_hyperparameters(self.method, hp, longest)
             plan = self.advisor.plan(self.facts, config, self.lengths)
-            for sentence in plan.estimate.problems:
-                errors.setdefault(field_of(sentence) or "method", sentence)
-            hp_ok = not errors
-        report = self.report
-        if report is not None and isinstance(hp.batch_size, int) and "batch_size" not in errors:
-            rows = report.rows
-            train, valid = rows.get("train"), rows.get("valid")
-            if train and train < hp.batch_size:
-                errors["batch_size"] = (f"batch_size {hp.batch_size} is more than the {train} "
-                                        "rows of train.jsonl: mlx-lm refuses to train; lower "
-                                        "it or add rows.")
-            elif valid and valid < hp.batch_size:
-                warnings.setdefault("batch_size", f"valid.jsonl has only {valid} rows, fewer "
-                                    f"than batch_size {hp.batch_size}: validation is skipped.")
-        if report is not None and report.format == "text" and hp.mask_prompt:
-            errors["mask_prompt"] = ("mask_prompt needs prompts to mask, and text rows have "
-                                     "none; turn it off for this dataset.")
         self.plan = plan
         self.field_errors = errors
         self.field_warnings = warnings
-        self.form.show_problems({k: v for k, v in errors.items() if k in FIELD_BY_KEY},
-                                {k: v for k, v in warnings.items() if k in FIELD_BY_KEY})
+        self.form.show_problems({k: v for k, v in errors.items() if k in FIELD_KEYS},
+                                {k: v for k, v in warnings.items() if k in FIELD_KEYS})
         self._show_method_problem(errors.get("method"))
         # No refresh_bindings here: the suggestion keys are not in the footer, and
         # check_action is asked again at each key press.
@@ -686,7 +671,8 @@ class NewRunScreen(ZyquoScreen):
             panel.show_message("cannot read the model", self.facts_error or "")
             return
         if not hp_ok or self.plan is None:
-            sentence = next(iter(self.field_errors.values()), "")
+            sentence = next((sentence for key, sentence in self.field_errors.items()
+                             if key != "dataset"), "")
             panel.show_message("fix the marked field", sentence)
             return
         plan = self.plan
@@ -752,7 +738,7 @@ class NewRunScreen(ZyquoScreen):
         line.append("esc: keys · " if typing else "tab: next · ", style="dim")
         body = text or CONTROL_HELP.get(key, "")
         if body:
-            label = FIELD_BY_KEY[key].label if key in FIELD_BY_KEY else key.replace("-", " ")
+            label = SETTINGS[key].label if key in FIELD_KEYS else key.replace("-", " ")
             line.append(f"{label}: ", style="bold")
             line.append(body)
         help_line.update(line)
@@ -820,11 +806,12 @@ class NewRunScreen(ZyquoScreen):
                 count = self.report.errors
                 return (f"The dataset has {count} error{'s' if count != 1 else ''}, which "
                         f"would stop the run; fix them first.{where}"), "dataset"
-            refusal = training_refusal(self.report.format)
-            if refusal:
-                return f"{basename(self.data_path)}: {refusal}.", "dataset"
-        if self.field_errors:
-            key, sentence = next(iter(self.field_errors.items()))
+            if "dataset" in self.field_errors:  # rows mlx-lm does not train (preference)
+                return self.field_errors["dataset"], "dataset"
+        marked = [(key, sentence) for key, sentence in self.field_errors.items()
+                  if need_data or key != "dataset"]
+        if marked:
+            key, sentence = marked[0]
             return sentence, key
         return None
 
@@ -833,7 +820,7 @@ class NewRunScreen(ZyquoScreen):
             self.query_one(f"#{key}").focus()
         elif key == "method":
             self.query_one(MethodPicker).focus()
-        elif key in FIELD_BY_KEY:
+        elif key in FIELD_KEYS:
             async def reveal_and_focus() -> None:
                 (await self.form.reveal(key)).control.focus()
             self.run_worker(reveal_and_focus(), group="focus", exclusive=True)
@@ -1008,7 +995,7 @@ class NewRunScreen(ZyquoScreen):
         """Fill the whole form (a run to copy, a preset, an imported config)."""
         self.base_hp = Hyperparameters.from_dict(hp.to_dict())
         self.extra_config = dict(extra or {})
-        self.form.load(hp, touched=FIELD_BY_KEY)
+        self.form.load(hp, touched=FIELD_KEYS)
         if model:
             self.choose_model(model)
         if data:
@@ -1088,9 +1075,9 @@ class NewRunScreen(ZyquoScreen):
             str(Path.cwd()) + "/", placeholder="path/to/config.yaml"), chosen)
 
     def action_save_preset(self) -> None:
-        if any(key in FIELD_BY_KEY or key == "method" for key in self.field_errors):
+        if any(key in FIELD_KEYS or key == "method" for key in self.field_errors):
             key, sentence = next((k, s) for k, s in self.field_errors.items()
-                                 if k in FIELD_BY_KEY or k == "method")
+                                 if k in FIELD_KEYS or k == "method")
             self.notify(sentence, title="Fix the field before saving", severity="error")
             self._focus_control(key)
             return

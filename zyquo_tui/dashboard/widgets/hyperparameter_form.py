@@ -1,18 +1,18 @@
-"""HyperparameterForm: a run's hyperparameters as fields, with mlx-lm's names, defaults and help.
+"""HyperparameterForm: a run's hyperparameters as fields, made from the settings' definition.
 
-Fields come in three groups: basic (always shown), advanced and the learning-rate schedule
-(each folded away until opened). Every field shows mlx-lm's default as its placeholder (an
-empty field means the default) and one line of help; a value the run cannot train with is
-marked under its field with the sentence `Hyperparameters.problems` gives.
+Each field is one setting of core/runs/settings.py SETTINGS (those with `in_form`): its label,
+help, kind, group and default come from there. Fields come in three groups: basic (always
+shown), advanced and the learning-rate schedule (each folded away until opened). Every field
+shows mlx-lm's default as its placeholder (an empty field means the default) and one line of
+help; a value the run cannot train with is marked under its field with its problem's sentence.
 
-The form only parses and shows. Whoever holds it decides what is wrong (it knows the model and
-the dataset too) and calls `show_problems`; the form posts `Edited` on every change.
+The form only parses and shows. Whoever holds it decides what is wrong (core/runs/checks.py
+`check_run`, with the model and the dataset) and calls `show_problems` with the problems by
+field key; the form posts `Edited` on every change.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from typing import Any, Iterable
 
 from rich.text import Text
@@ -23,14 +23,27 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Checkbox, Collapsible, Input, Select, Static
 
-from zyquo_tui.core.runs.settings import LR_SCHEDULES, OPTIMIZERS, Hyperparameters, Method
+from zyquo_tui.core.runs.settings import (
+    ADVANCED,
+    BASIC,
+    BOOL,
+    CHOICE,
+    NUMBERS,
+    SCHEDULE,
+    SETTINGS,
+    Hyperparameters,
+    Method,
+    Setting,
+    default_of,
+    form_settings,
+)
+from zyquo_tui.core.runs.value_checks import is_number, is_whole, value_text
 from zyquo_tui.dashboard.widgets.static_update import OneLayoutPass, PanelText, update_static
 
-BASIC = "basic"
-ADVANCED = "advanced"
-SCHEDULE = "schedule"
+NO_SCHEDULE = "none"  # the schedule field's choice for no lr_schedule: a constant rate
 
-NO_SCHEDULE = "none"
+# The keys of the settings the form has a field for.
+FIELD_KEYS = frozenset(setting.key for setting in form_settings())
 
 # What each schedule's arguments are (mlx.optimizers.schedulers), for the help line and for
 # a first guess when the user picks one.
@@ -42,63 +55,9 @@ SCHEDULE_ARGUMENTS = {
 }
 
 
-@dataclass(frozen=True)
-class FieldSpec:
-    """One field: its key (an mlx-lm name, or lora_*/schedule_* for nested settings), label,
-    kind (int, float, bool, choice, text), group and one line of help."""
-
-    key: str
-    label: str
-    kind: str
-    group: str
-    help: str
-    choices: tuple[str, ...] = ()
-    lora_only: bool = False
-
-
-FIELDS: tuple[FieldSpec, ...] = (
-    FieldSpec("iters", "Iterations", "int", BASIC, "training steps"),
-    FieldSpec("batch_size", "Batch size", "int", BASIC,
-              "rows per step; memory grows with it"),
-    FieldSpec("learning_rate", "Learning rate", "float", BASIC,
-              "the optimizer's step size (a schedule replaces it)"),
-    FieldSpec("num_layers", "Layers", "int", BASIC,
-              "blocks trained, counted from the last; -1 trains all"),
-    FieldSpec("max_seq_length", "Max seq length", "int", BASIC,
-              "tokens a row may have; longer rows are cut"),
-    FieldSpec("rank", "LoRA rank", "int", BASIC,
-              "adapter size: capacity and memory grow with it", lora_only=True),
-    FieldSpec("grad_checkpoint", "Grad checkpoint", "bool", BASIC,
-              "recompute activations: far less memory, slower steps"),
-    FieldSpec("mask_prompt", "Mask prompt", "bool", BASIC,
-              "train on the completions only, not the prompts"),
-    FieldSpec("optimizer", "Optimizer", "choice", ADVANCED,
-              "how updates are made from gradients", choices=OPTIMIZERS),
-    FieldSpec("grad_accumulation_steps", "Grad accum steps", "int", ADVANCED,
-              "batches summed per update: a bigger effective batch in the same memory"),
-    FieldSpec("lora_scale", "LoRA scale", "float", ADVANCED,
-              "multiplies the adapter's output", lora_only=True),
-    FieldSpec("lora_dropout", "LoRA dropout", "float", ADVANCED,
-              "dropout on the adapter's input, from 0 up to 1", lora_only=True),
-    FieldSpec("steps_per_report", "Report every", "int", ADVANCED,
-              "steps between training-loss reports"),
-    FieldSpec("steps_per_eval", "Validate every", "int", ADVANCED,
-              "steps between validation losses"),
-    FieldSpec("val_batches", "Val batches", "int", ADVANCED,
-              "batches per validation; -1 uses the whole set"),
-    FieldSpec("save_every", "Save every", "int", ADVANCED, "steps between checkpoints"),
-    FieldSpec("seed", "Seed", "int", ADVANCED, "same seed, same data order and init"),
-    FieldSpec("schedule", "Schedule", "choice", SCHEDULE,
-              "how the learning rate changes; none keeps it constant",
-              choices=(NO_SCHEDULE, *LR_SCHEDULES)),
-    FieldSpec("schedule_arguments", "Arguments", "text", SCHEDULE,
-              "comma-separated; the first is the initial learning rate"),
-    FieldSpec("warmup", "Warmup steps", "int", SCHEDULE,
-              "steps rising linearly to the initial learning rate"),
-    FieldSpec("warmup_init", "Warmup start", "float", SCHEDULE,
-              "the learning rate the warmup starts from"),
-)
-FIELD_BY_KEY = {spec.key: spec for spec in FIELDS}
+def field_choices(setting: Setting) -> tuple[str, ...]:
+    """The choices of a choice field (the schedule's begin with none)."""
+    return (NO_SCHEDULE, *setting.choices) if setting.optional else setting.choices
 
 
 def default_values() -> dict[str, Any]:
@@ -106,155 +65,74 @@ def default_values() -> dict[str, Any]:
     return form_values(Hyperparameters())
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
 def form_values(hp: Hyperparameters) -> dict[str, Any]:
     """The form's value of every field for these hyperparameters (text, bool or choice)."""
-    lora = hp.lora_parameters or {}
-    schedule = hp.lr_schedule if isinstance(hp.lr_schedule, dict) else None
     values: dict[str, Any] = {}
-    for spec in FIELDS:
-        if spec.key == "rank":
-            value = lora.get("rank", 8)
-        elif spec.key == "lora_scale":
-            value = lora.get("scale", 20.0)
-        elif spec.key == "lora_dropout":
-            value = lora.get("dropout", 0.0)
-        elif spec.key == "schedule":
-            value = schedule.get("name", NO_SCHEDULE) if schedule else NO_SCHEDULE
-        elif spec.key == "schedule_arguments":
-            arguments = schedule.get("arguments") if schedule else None
-            value = ", ".join(_text(a) for a in arguments) if isinstance(arguments, list) else ""
-        elif spec.key == "warmup":
-            value = schedule.get("warmup", 0) if schedule else 0
-        elif spec.key == "warmup_init":
-            value = schedule.get("warmup_init", 0.0) if schedule else 0.0
+    for setting in form_settings():
+        value = setting.get(hp)
+        if setting.kind == CHOICE:
+            values[setting.key] = NO_SCHEDULE if value is None else value
+        elif setting.kind == BOOL:
+            values[setting.key] = value
         else:
-            value = getattr(hp, spec.key)
-        values[spec.key] = value if spec.kind in ("bool", "choice") else _text(value)
+            values[setting.key] = value_text(value)
     return values
 
 
-_INT = re.compile(r"^[+-]?\d+$")
-
-
-def _parse(kind: str, text: str, default: Any) -> Any:
-    """A typed value; text that is not one is kept as text for problems() to name."""
-    text = text.strip().replace("_", "")
-    if not text:
-        return default
-    if kind == "int":
-        return int(text) if _INT.match(text) else text
-    try:
-        value = float(text)
-    except ValueError:
-        return text
-    return int(value) if kind == "int" else value
-
-
-def _number(text: str) -> int | float | None:
-    text = text.strip()
-    if _INT.match(text):
-        return int(text)
-    try:
-        return float(text)
-    except ValueError:
-        return None
+def _field_text(values: dict[str, Any], key: str) -> str:
+    value = values.get(key)
+    return "" if value is None else str(value)
 
 
 def hyperparameters_from(values: dict[str, Any], base: Hyperparameters | None = None
-                         ) -> tuple[Hyperparameters, dict[str, str]]:
+                         ) -> Hyperparameters:
     """Hyperparameters from form values, on top of `base` (keeps what the form has no field
-    for, such as optimizer_config). Returns them with the form's own problems by field: the
-    few that Hyperparameters cannot hold (schedule arguments that are not numbers)."""
-    defaults = Hyperparameters()
-    hp = Hyperparameters.from_dict((base or defaults).to_dict())
-    local: dict[str, str] = {}
-    for spec in FIELDS:
-        if spec.group == SCHEDULE or spec.key in ("rank", "lora_scale", "lora_dropout"):
+    for, such as optimizer_config). A text that is no value of its field's kind is kept as it
+    is, for the definition's check to name."""
+    hp = Hyperparameters.from_dict((base or Hyperparameters()).to_dict())
+    for setting in form_settings():
+        if setting.group == SCHEDULE:
             continue
-        value = values.get(spec.key)
-        if spec.kind == "bool":
-            setattr(hp, spec.key, bool(value))
-        elif spec.kind == "choice":
-            setattr(hp, spec.key, value)
-        else:
-            setattr(hp, spec.key, _parse(spec.kind, str(value or ""), getattr(defaults, spec.key)))
-    lora = dict(hp.lora_parameters)
-    lora["rank"] = _parse("int", str(values.get("rank", "")), 8)
-    lora["scale"] = _parse("float", str(values.get("lora_scale", "")), 20.0)
-    lora["dropout"] = _parse("float", str(values.get("lora_dropout", "")), 0.0)
-    hp.lora_parameters = lora
+        value = values.get(setting.key)
+        if setting.kind == BOOL:
+            value = bool(value)
+        elif setting.kind != CHOICE:
+            value = setting.parse(_field_text(values, setting.key))
+        setting.set(hp, value)
+    hp.lr_schedule = _schedule_from(values)
+    return hp
 
+
+def _schedule_from(values: dict[str, Any]) -> dict[str, Any] | None:
     name = values.get("schedule") or NO_SCHEDULE
     if name == NO_SCHEDULE:
-        hp.lr_schedule = None
-    else:
-        schedule: dict[str, Any] = {"name": name}
-        text = str(values.get("schedule_arguments") or "")
-        parts = [part for part in (p.strip() for p in text.split(",")) if part]
-        numbers = [_number(part) for part in parts]
-        bad = [part for part, number in zip(parts, numbers) if number is None]
-        if bad:
-            local["schedule_arguments"] = (f"lr_schedule.arguments must be numbers separated by "
-                                           f"commas, not {bad[0]!r}.")
-        schedule["arguments"] = [n for n in numbers if n is not None]
-        warmup = _parse("int", str(values.get("warmup", "")), 0)
-        if isinstance(warmup, str) or warmup < 0:
-            local["warmup"] = f"warmup must be a whole number of 0 or more, not {warmup!r}."
-        elif warmup:
-            schedule["warmup"] = warmup
-        warmup_init = _parse("float", str(values.get("warmup_init", "")), 0.0)
-        if isinstance(warmup_init, str) or warmup_init < 0:
-            local["warmup_init"] = (f"warmup_init must be a learning rate of 0 or more, not "
-                                    f"{warmup_init!r}.")
-        elif warmup_init and warmup:
-            schedule["warmup_init"] = warmup_init
-        hp.lr_schedule = schedule
-    return hp, local
+        return None
+    schedule: dict[str, Any] = {
+        "name": name,
+        "arguments": SETTINGS["schedule_arguments"].parse(
+            _field_text(values, "schedule_arguments")),
+    }
+    warmup = SETTINGS["warmup"].parse(_field_text(values, "warmup"))
+    warmup_init = SETTINGS["warmup_init"].parse(_field_text(values, "warmup_init"))
+    if warmup != 0:
+        schedule["warmup"] = warmup
+    # mlx-lm reads warmup_init only with a warmup; a wrong value is kept for the check to name.
+    if warmup_init != 0 and (warmup != 0 or SETTINGS["warmup_init"].problems(warmup_init)):
+        schedule["warmup_init"] = warmup_init
+    return schedule
 
 
 def schedule_guess(name: str, learning_rate: Any, iters: Any) -> str:
     """First arguments for a schedule the user just picked, from the form's lr and iters."""
-    lr = learning_rate if isinstance(learning_rate, (int, float)) else 1e-5
-    steps = iters if isinstance(iters, int) and iters > 0 else 1000
+    lr = learning_rate if is_number(learning_rate) else default_of("learning_rate")
+    steps = iters if is_whole(iters) and iters > 0 else default_of("iters")
     guesses = {
         "cosine_decay": [lr, steps, 0.0],
         "linear_schedule": [lr, 0.0, steps],
         "exponential_decay": [lr, 0.999],
         "step_decay": [lr, 0.5, max(1, steps // 4)],
     }
-    return ", ".join(_text(v) for v in guesses.get(name, [lr]))
-
-
-_SENTENCE_FIELDS = {
-    "rank": "rank",
-    "lora_parameters.scale": "lora_scale",
-    "lora_parameters.dropout": "lora_dropout",
-    "lr_schedule": "schedule",
-    "lr_schedule.arguments": "schedule_arguments",
-    "warmup": "warmup",
-    "warmup_init": "warmup_init",
-}
-
-
-def field_of(sentence: str) -> str | None:
-    """The field a problem sentence is about (sentences start with the setting's name)."""
-    head = sentence.split(" ", 1)[0].rstrip(":,")
-    if head in _SENTENCE_FIELDS:
-        key = _SENTENCE_FIELDS[head]
-        if key == "schedule" and "arguments" in sentence:
-            return "schedule_arguments"
-        return key
-    if head in FIELD_BY_KEY:
-        return head
-    if sentence.startswith(("full fine-tuning", "qlora needs")):
-        return "method"
-    return None
+    return value_text(guesses.get(name, [lr]))
 
 
 class FieldInput(Input):
@@ -313,7 +191,7 @@ class FieldRow(OneLayoutPass, Widget):
     # on a narrow screen the form's owner shows the focused field's help elsewhere.
     MIN_HELP_COLUMNS = 24
 
-    def __init__(self, spec: FieldSpec, control: Widget, help_text: str,
+    def __init__(self, spec: Setting, control: Widget, help_text: str,
                  problem: tuple[str, bool] | None = None) -> None:
         super().__init__(id=f"row-{spec.key}", classes="field-row")
         self.spec = spec
@@ -369,11 +247,11 @@ class FieldRow(OneLayoutPass, Widget):
         self.control.set_class(bool(sentence) and not warning, "-invalid-value")
 
 
-def _help_with_default(spec: FieldSpec, defaults: dict[str, Any]) -> str:
+def _help_with_default(spec: Setting, defaults: dict[str, Any]) -> str:
     default = defaults[spec.key]
-    if spec.kind == "bool":
+    if spec.kind == BOOL:
         shown = "on" if default else "off"
-    elif spec.key == "schedule_arguments":
+    elif spec.kind == NUMBERS:
         return spec.help
     else:
         shown = str(default)
@@ -431,23 +309,23 @@ class HyperparameterForm(OneLayoutPass, Vertical):
 
     # -- building -------------------------------------------------------------------------------
 
-    def _control(self, spec: FieldSpec) -> Widget:
+    def _control(self, spec: Setting) -> Widget:
         value = self.values[spec.key]
         control_id = f"hp-{spec.key}"
-        if spec.kind == "bool":  # says on or off in words too: readable without colour
+        if spec.kind == BOOL:  # says on or off in words too: readable without colour
             return Checkbox("on" if value else "off", bool(value), compact=True, id=control_id,
                             classes="field-control", tooltip=spec.help)
-        if spec.kind == "choice":
-            return Select([(choice, choice) for choice in spec.choices], value=value,
+        if spec.kind == CHOICE:
+            return Select([(choice, choice) for choice in field_choices(spec)], value=value,
                           allow_blank=False, compact=True, id=control_id,
                           classes="field-control", tooltip=spec.help)
-        placeholder = str(self.defaults[spec.key]) if spec.key != "schedule_arguments" else ""
+        placeholder = str(self.defaults[spec.key]) if spec.kind != NUMBERS else ""
         field = FieldInput(str(value), placeholder=placeholder, compact=True, id=control_id,
                            classes="field-control", select_on_focus=False, tooltip=spec.help)
         field.on_value = self._typed
         return field
 
-    def _row(self, spec: FieldSpec) -> FieldRow:
+    def _row(self, spec: Setting) -> FieldRow:
         row = FieldRow(spec, self._control(spec), _help_with_default(spec, self.defaults),
                        self._problems.get(spec.key))
         if spec.key in self._hidden:
@@ -457,7 +335,7 @@ class HyperparameterForm(OneLayoutPass, Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("Hyperparameters", classes="form-heading")
-        for spec in FIELDS:
+        for spec in form_settings():
             if spec.group == BASIC:
                 yield self._row(spec)
         for group, title in GROUP_TITLES.items():
@@ -472,7 +350,7 @@ class HyperparameterForm(OneLayoutPass, Vertical):
         if group in self._filled or group not in GROUP_TITLES:
             return
         self._filled.add(group)
-        rows = [self._row(spec) for spec in FIELDS if spec.group == group]
+        rows = [self._row(spec) for spec in form_settings() if spec.group == group]
         await self.query_one(f"#{group}", Collapsible).query_one(Collapsible.Contents).mount(
             *rows)
         if group == SCHEDULE:
@@ -480,14 +358,14 @@ class HyperparameterForm(OneLayoutPass, Vertical):
 
     async def reveal(self, key: str) -> FieldRow:
         """The row of `key`, its group opened (and filled) first."""
-        group = FIELD_BY_KEY[key].group
+        group = SETTINGS[key].group
         if group != BASIC:
             self.query_one(f"#{group}", Collapsible).collapsed = False
             await self.fill(group)
         return self._rows[key]
 
     def open_group_of(self, key: str) -> None:
-        group = FIELD_BY_KEY[key].group
+        group = SETTINGS[key].group
         if group != BASIC:
             self.query_one(f"#{group}", Collapsible).collapsed = False
 
@@ -497,7 +375,7 @@ class HyperparameterForm(OneLayoutPass, Vertical):
         """The row of `key` (KeyError while its folded group was never opened)."""
         return self._rows[key]
 
-    def spec_of(self, widget: Widget | None) -> FieldSpec | None:
+    def spec_of(self, widget: Widget | None) -> Setting | None:
         """The field a control belongs to (for the help line of the focused control)."""
         node = widget
         while node is not None and node is not self:
@@ -508,10 +386,9 @@ class HyperparameterForm(OneLayoutPass, Vertical):
 
     def help_of(self, key: str) -> str:
         row = self._rows.get(key)
-        return row.help_text if row is not None else FIELD_BY_KEY[key].help
+        return row.help_text if row is not None else SETTINGS[key].help
 
-    def hyperparameters(self, base: Hyperparameters | None = None
-                        ) -> tuple[Hyperparameters, dict[str, str]]:
+    def hyperparameters(self, base: Hyperparameters | None = None) -> Hyperparameters:
         return hyperparameters_from(self.values, base)
 
     def load(self, hp: Hyperparameters, *, touched: Iterable[str] = ()) -> None:
@@ -554,7 +431,7 @@ class HyperparameterForm(OneLayoutPass, Vertical):
     def set_method(self, method: Method | None) -> None:
         """LoRA's own fields are hidden for full fine-tuning."""
         full = method is Method.FULL
-        for spec in FIELDS:
+        for spec in form_settings():
             if spec.lora_only:
                 if full:
                     self._hidden.add(spec.key)
@@ -573,7 +450,7 @@ class HyperparameterForm(OneLayoutPass, Vertical):
             row.show_problem(*problems.get(key, (None, False)))
         # An error in a folded group opens it, so the mark is seen.
         for key in errors:
-            if key in FIELD_BY_KEY and FIELD_BY_KEY[key].group != BASIC:
+            if key in FIELD_KEYS and SETTINGS[key].group != BASIC:
                 self.open_group_of(key)
 
     # -- events ---------------------------------------------------------------------------------
@@ -587,8 +464,8 @@ class HyperparameterForm(OneLayoutPass, Vertical):
         if spec.key == "schedule":
             self._update_schedule_rows()
             if value != NO_SCHEDULE and not str(self.values.get("schedule_arguments")).strip():
-                lr = _parse("float", str(self.values["learning_rate"]), 1e-5)
-                iters = _parse("int", str(self.values["iters"]), 1000)
+                lr = SETTINGS["learning_rate"].parse(str(self.values["learning_rate"]))
+                iters = SETTINGS["iters"].parse(str(self.values["iters"]))
                 self.set_values({"schedule_arguments": schedule_guess(value, lr, iters)})
                 return
         self._edited(spec.key)

@@ -1,0 +1,250 @@
+"""`runs new`, `runs import-config` and `runs start`: the checks the new-run form makes, the flag
+of every setting, model names, default names, and bad input refused in one sentence with
+nothing stored."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from conftest import REPO, SAMPLE_DATA
+
+from zyquo_tui.cli.main import main
+from zyquo_tui.core.library.datasets import validate_dataset
+from zyquo_tui.core.memory.facts import ModelFacts
+from zyquo_tui.core.runs.checks import DataTraits, ModelTraits, check_run
+from zyquo_tui.core.runs.mlx_config import dump_mlx_yaml, run_to_mlx_config
+from zyquo_tui.core.runs.run import Run, RunState
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
+from zyquo_tui.core.store.store import RunStore
+
+COMPLETIONS = str(SAMPLE_DATA / "completions")
+
+
+def cli(capsys, *args) -> tuple[int, str, str]:
+    status = main([str(arg) for arg in args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def refused(capsys, *args) -> str:
+    """Run a command that must refuse: exit 2, one sentence on stderr, no run stored."""
+    status, out, err = cli(capsys, *args)
+    assert status == 2, (out, err)
+    assert out == "" and err.startswith("zyquo-tui: ") and err.count("\n") == 1, err
+    assert RunStore().list() == []
+    return err.removeprefix("zyquo-tui: ").strip()
+
+
+def made(capsys, *args):
+    status, out, err = cli(capsys, *args)
+    assert status == 0, err
+    return RunStore().get(out.strip()), err
+
+
+@pytest.fixture
+def on(tiny_model):
+    """The flags that make a good run on the sample model."""
+    return ("--model", tiny_model, "--data", COMPLETIONS, "--num-layers", "-1")
+
+
+@pytest.mark.parametrize("args, sentence", [
+    (["--model", "{tiny}", "--method", "qlora", "--num-layers", "-1"],
+     "The run was not created: qlora needs a quantized base model, and zyquo-tiny is not "
+     "quantized; use lora, or quantize it first (`mlx_lm convert -q`)."),
+    (["--model", "{tiny4}", "--method", "full", "--num-layers", "-1"],
+     "The run was not created: full fine-tuning needs an unquantized model, and "
+     "zyquo-tiny-4bit is quantized; use qlora (or lora) on it."),
+    (["--model", "{tiny}"],
+     "The run was not created: num_layers is 16, but zyquo-tiny has only 2 layers; use -1 to "
+     "train all of them, or fewer."),
+    (["--model", "{tiny}", "--num-layers", "3"],
+     "The run was not created: num_layers is 3, but zyquo-tiny has only 2 layers; use -1 to "
+     "train all of them, or fewer."),
+    (["--model", "{tiny}", "--num-layers", "-1", "--optimizer", "lion"],
+     "The run was not created: optimizer 'lion' is unknown; choose one of adam, adamw, muon, "
+     "sgd, adafactor."),
+    (["--model", "nowhere/model", "--num-layers", "-1"],
+     "No model 'nowhere/model': give a model folder, or a name that `zyquo-tui models` lists."),
+])
+def test_runs_new_refuses_a_model_or_method_that_cannot_train(capsys, sample_models, args,
+                                                              sentence):
+    names = {"{tiny}": str(sample_models["zyquo-tiny"]),
+             "{tiny4}": str(sample_models["zyquo-tiny-4bit"])}
+    args = [names.get(arg, arg) for arg in args]
+    assert refused(capsys, "runs", "new", *args, "--data", COMPLETIONS) == sentence
+
+
+def test_runs_new_refuses_a_dataset_folder_without_train_jsonl(capsys, tiny_model, tmp_path):
+    empty = tmp_path / "no-train"
+    empty.mkdir()
+    (empty / "valid.jsonl").write_text('{"text": "a"}\n')
+    assert refused(capsys, "runs", "new", "--model", tiny_model, "--num-layers", "-1",
+                   "--data", empty) == (f"The run was not created: {empty} has no train.jsonl, "
+                                        "which training needs; give the folder that holds it.")
+    assert refused(capsys, "runs", "new", "--model", tiny_model, "--num-layers", "-1",
+                   "--data", tmp_path / "gone") == (
+        f"The run was not created: {tmp_path / 'gone'}: no such dataset folder; give the "
+        "folder that holds train.jsonl.")
+
+
+@pytest.mark.parametrize("config, sentence", [
+    ("fine_tune_type: full\nmodel: {tiny4}\nnum_layers: -1\n",
+     "full fine-tuning needs an unquantized model, and zyquo-tiny-4bit is quantized; use qlora "
+     "(or lora) on it."),
+    ("model: {tiny}\nnum_layers: 8\n",
+     "num_layers is 8, but zyquo-tiny has only 2 layers; use -1 to train all of them, or "
+     "fewer."),
+    ("model: {tiny}\nnum_layers: -1\noptimizer: lion\n",
+     "optimizer 'lion' is unknown; choose one of adam, adamw, muon, sgd, adafactor."),
+    ("model: {tiny}\nnum_layers: -1\nlora_parameters: {{dropout: 1.5}}\n",
+     "lora_parameters.dropout must be from 0 up to (not including) 1, not 1.5."),
+])
+def test_import_config_refuses_what_runs_new_refuses(capsys, sample_models, tmp_path, config,
+                                                     sentence):
+    path = tmp_path / "config.yaml"
+    path.write_text(config.format(tiny=sample_models["zyquo-tiny"],
+                                  tiny4=sample_models["zyquo-tiny-4bit"])
+                    + f"data: {COMPLETIONS}\n")
+    assert refused(capsys, "runs", "import-config", path) == f"{path}: {sentence}"
+
+
+def test_import_config_refuses_a_dataset_without_train_jsonl(capsys, tiny_model, tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(f"model: {tiny_model}\ndata: {SAMPLE_DATA}\nnum_layers: -1\n")
+    assert refused(capsys, "runs", "import-config", path) == (
+        f"{path}: {SAMPLE_DATA} has no train.jsonl, which training needs; give the folder "
+        "that holds it.")
+
+
+def form_sentence(data, **settings) -> list[tuple[str, str, str]]:
+    """What the new-run form says of these settings on the sample model and this dataset: its
+    checks with the dataset report and the model facts it holds."""
+    hp = Hyperparameters.from_dict({"num_layers": -1, **settings})
+    model = ModelTraits.from_facts(ModelFacts.from_folder(RunStore().home / "models" /
+                                                          "zyquo-tiny"))
+    return [(p.key, p.sentence, p.severity) for p in check_run(
+        Method.LORA, hp, model=model, data=DataTraits.from_report(validate_dataset(data)))]
+
+
+@pytest.mark.parametrize("data, flags, settings", [
+    ("completions", ["--batch-size", "300"], {"batch_size": 300}),
+    ("text", ["--mask-prompt"], {"mask_prompt": True}),
+    ("preference", [], {}),
+])
+def test_the_forms_data_checks_refuse_in_the_cli_with_the_same_sentence(capsys, models, data,
+                                                                        flags, settings):
+    folder = SAMPLE_DATA / data
+    (key, sentence, severity), = form_sentence(folder, **settings)
+    assert severity == "error"
+    message = refused(capsys, "runs", "new", "--model", "zyquo-tiny", "--num-layers", "-1",
+                      "--data", folder, *flags)
+    assert message == f"The run was not created: {sentence}"
+
+
+def test_the_forms_data_warning_is_the_clis_warning(capsys, models):
+    (key, sentence, severity), = form_sentence(SAMPLE_DATA / "chat", batch_size=64)
+    assert (key, severity) == ("batch_size", "warning")
+    run, err = made(capsys, "runs", "new", "--model", "zyquo-tiny", "--num-layers", "-1",
+                    "--data", SAMPLE_DATA / "chat", "--batch-size", "64")
+    assert err == f"warning: {sentence}\n" and run.hyperparameters.batch_size == 64
+
+
+def test_a_model_named_as_the_model_list_names_it_becomes_its_folder(capsys, models, tmp_path,
+                                                                     monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no folder called zyquo-tiny here: the name is looked up
+    run, _ = made(capsys, "runs", "new", "--model", "zyquo-tiny", "--data", COMPLETIONS,
+                  "--num-layers", "-1")
+    assert run.model == str(models["zyquo-tiny"].resolve())
+    assert run.name == "zyquo-tiny lora" and run.method is Method.LORA
+
+
+@pytest.mark.parametrize("model, method, name", [
+    ("zyquo-tiny-4bit", None, "zyquo-tiny-4bit qlora"),
+    ("zyquo-tiny-4bit", "qlora", "zyquo-tiny-4bit qlora"),
+    ("zyquo-tiny-4bit", "lora", "zyquo-tiny-4bit qlora"),
+    ("zyquo-tiny-4bit", "dora", "zyquo-tiny-4bit dora"),
+    ("zyquo-tiny", "full", "zyquo-tiny full"),
+])
+def test_the_default_name_says_the_runs_method(capsys, models, model, method, name):
+    chosen = ["--method", method] if method else []
+    run, _ = made(capsys, "runs", "new", "--model", model, "--data", COMPLETIONS,
+                  "--num-layers", "-1", *chosen)
+    assert run.name == name and run.method.value == name.split()[-1]
+
+
+def test_every_setting_has_a_flag_and_the_new_ones_reach_the_config(capsys, on, tmp_path):
+    run, _ = made(capsys, "runs", "new", *on, "--optimizer", "adamw", "--weight-decay", "0.05",
+                  "--lora-scale", "10", "--lora-dropout", "0.1",
+                  "--lora-keys", "self_attn.q_proj,self_attn.v_proj",
+                  "--lr-schedule", "cosine_decay", "--lr-schedule-arguments", "1e-4, 500, 0",
+                  "--warmup", "20", "--warmup-init", "1e-7", "--grad-checkpoint")
+    hp = run.hyperparameters
+    assert hp.optimizer_config == {"adamw": {"weight_decay": 0.05}}
+    assert hp.lora_parameters == {"rank": 8, "scale": 10.0, "dropout": 0.1,
+                                  "keys": ["self_attn.q_proj", "self_attn.v_proj"]}
+    assert hp.lr_schedule == {"name": "cosine_decay", "arguments": [1e-4, 500, 0],
+                              "warmup": 20, "warmup_init": 1e-7}
+    assert hp.grad_checkpoint is True
+    exported = yaml.safe_load(dump_mlx_yaml(run_to_mlx_config(run)))
+    assert exported["optimizer_config"]["adamw"]["weight_decay"] == 0.05
+    assert exported["lora_parameters"]["keys"] == ["self_attn.q_proj", "self_attn.v_proj"]
+
+
+def test_flags_override_a_config_and_none_removes_its_schedule(capsys, tiny_model, tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(f"model: {tiny_model}\ndata: {COMPLETIONS}\nnum_layers: -1\n"
+                    "grad_checkpoint: true\nlr_schedule: {name: cosine_decay, arguments: "
+                    "[1.0e-5, 100, 0]}\n")
+    run, _ = made(capsys, "runs", "new", "--config", path, "--lr-schedule", "none",
+                  "--no-grad-checkpoint", "--iters", "50", "--save-every", "25",
+                  "--steps-per-eval", "25")
+    assert run.hyperparameters.lr_schedule is None
+    assert run.hyperparameters.grad_checkpoint is False and run.hyperparameters.iters == 50
+
+
+@pytest.mark.parametrize("flags, sentence", [
+    (["--batch-size", "abc"], "batch_size must be a whole number, not 'abc'."),
+    (["--lora-dropout", "1"],
+     "lora_parameters.dropout must be from 0 up to (not including) 1, not 1.0."),
+    (["--lora-scale", "big"], "lora_parameters.scale must be a number, not 'big'."),
+    (["--weight-decay", "0.1"],
+     "weight_decay needs an optimizer that has it (adamw, muon, sgd, adafactor), and adam has "
+     "none; choose adamw for adam with weight decay."),
+    (["--optimizer", "sgd", "--weight-decay", "-1"],
+     "weight_decay must be a number of 0 or more, not -1.0."),
+    (["--lr-schedule", "cosine_decay", "--lr-schedule-arguments", "1e-5, lots"],
+     "lr_schedule.arguments must be numbers separated by commas, not 'lots'."),
+    (["--lr-schedule", "wobbly", "--lr-schedule-arguments", "1e-5"],
+     "lr_schedule 'wobbly' is unknown; choose one of cosine_decay, linear_schedule, "
+     "exponential_decay, step_decay."),
+    (["--warmup", "5"], "lr_schedule needs a name and arguments, as in mlx-lm's config."),
+])
+def test_a_bad_flag_value_is_refused_with_the_definitions_sentence(capsys, on, flags, sentence):
+    assert refused(capsys, "runs", "new", *on, *flags) == f"The run was not created: {sentence}"
+
+
+def test_runs_start_makes_the_same_checks_on_a_run_made_before(capsys, tiny_model, tmp_path):
+    """A run whose dataset lost rows since it was made: start refuses it with the form's
+    sentence, and the run stays configured."""
+    data = tmp_path / "shrinking"
+    data.mkdir()
+    rows = (SAMPLE_DATA / "completions" / "train.jsonl").read_text().splitlines()
+    (data / "train.jsonl").write_text("\n".join(rows) + "\n")
+    store = RunStore().ensure()
+    run = store.create(Run.new(model=str(tiny_model), data=str(data), hyperparameters=
+                               Hyperparameters(num_layers=-1, batch_size=8)))
+    (data / "train.jsonl").write_text("\n".join(rows[:5]) + "\n")
+    status, _, err = cli(capsys, "runs", "start", run.id)
+    assert status == 2 and err == (f"zyquo-tui: Run {run.id} cannot start: batch_size 8 is more "
+                                   "than the 5 rows of train.jsonl: mlx-lm refuses to train; "
+                                   "lower it or add rows.\n")
+    assert store.get(run.id).state is RunState.CONFIGURED
+
+
+def test_the_docs_name_every_settings_flag():
+    readme = (REPO / "README.md").read_text()
+    cli_doc = (REPO / "docs" / "CLI.md").read_text()
+    for setting in SETTINGS.values():
+        flag = setting.flag if setting.kind != "bool" else f"--[no-]{setting.flag[2:]}"
+        assert f"`{flag}`" in cli_doc, flag
+        assert flag in " ".join(readme.split()), flag

@@ -1,0 +1,103 @@
+"""Each run setting is defined once: what the definition says is what the CLI, the form, the
+mlx-lm YAML, presets and the memory estimate use."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from conftest import SAMPLE_DATA
+from textual.app import App, ComposeResult
+from textual.widgets import Input
+
+from zyquo_tui.cli.main import main
+from zyquo_tui.core.memory.estimate import TrainingConfig
+from zyquo_tui.core.runs.mlx_config import run_from_mlx_config, run_to_mlx_config
+from zyquo_tui.core.runs.run import Run
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
+from zyquo_tui.core.store.presets import Preset, load_preset, save_preset
+from zyquo_tui.core.store.store import RunStore
+from zyquo_tui.dashboard.widgets.hyperparameter_form import HyperparameterForm, default_values
+
+
+@pytest.fixture
+def changed_defaults(monkeypatch):
+    """The definition with other defaults: batch_size 2, LoRA scale 12 and Max seq length 512."""
+    for key, default in (("batch_size", 2), ("lora_scale", 12.0), ("max_seq_length", 512)):
+        monkeypatch.setitem(SETTINGS, key, dataclasses.replace(SETTINGS[key], default=default))
+
+
+def test_a_default_changed_in_the_definition_is_the_cli_default(changed_defaults, tiny_model,
+                                                                capsys):
+    assert main(["runs", "new", "--model", str(tiny_model), "--data",
+                 str(SAMPLE_DATA / "completions"), "--num-layers", "-1"]) == 0
+    run = RunStore().get(capsys.readouterr().out.strip())
+    assert run.hyperparameters.batch_size == 2
+    assert run.hyperparameters.lora_parameters["scale"] == 12.0
+    with pytest.raises(SystemExit):
+        main(["runs", "new", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "(mlx-lm's batch_size; default 2)" in shown
+    assert "(mlx-lm's lora_parameters.scale; default 12; LoRA and DoRA only)" in shown
+
+
+class FormOnly(App):
+    """The hyperparameter form alone, its advanced group opened."""
+
+    def compose(self) -> ComposeResult:
+        yield HyperparameterForm()
+
+
+async def test_a_default_changed_in_the_definition_is_the_forms_default_and_placeholder(
+        changed_defaults):
+    assert default_values()["batch_size"] == "2" and default_values()["lora_scale"] == "12"
+    app = FormOnly()
+    async with app.run_test(size=(120, 40)) as pilot:
+        form = app.query_one(HyperparameterForm)
+        await form.reveal("lora_scale")
+        await pilot.pause()
+        assert form.values["max_seq_length"] == "512"
+        assert app.query_one("#hp-batch_size", Input).placeholder == "2"
+        assert form.row("lora_scale").help_text.endswith("(mlx-lm: 12)")
+        assert form.hyperparameters().batch_size == 2
+
+
+def test_a_default_changed_in_the_definition_is_in_the_yaml_and_the_presets(changed_defaults):
+    config = run_to_mlx_config(Run.new(model="/models/m", data="/data/d"))
+    assert config["batch_size"] == 2 and config["lora_parameters"]["scale"] == 12.0
+    imported, _ = run_from_mlx_config({"model": "/models/m", "data": "/data/d"})
+    assert imported.hyperparameters.batch_size == 2
+    path = save_preset(Preset("plain"))
+    assert "batch_size = 2" in path.read_text()
+    path.write_text('name = "plain"\nmethod = "lora"\n')  # a preset that names no settings
+    assert load_preset("plain").hyperparameters.max_seq_length == 512
+
+
+def test_a_default_changed_in_the_definition_is_the_memory_estimates(changed_defaults):
+    assert (TrainingConfig().batch_size, TrainingConfig().max_seq_length) == (2, 512)
+    config = TrainingConfig.from_hyperparameters(Method.LORA, Hyperparameters())
+    assert (config.batch_size, config.max_seq_length) == (2, 512)
+
+
+def test_a_check_changed_in_the_definition_checks_everywhere(monkeypatch):
+    from zyquo_tui.core.runs.value_checks import WholeNumber
+
+    monkeypatch.setitem(SETTINGS, "batch_size",
+                        dataclasses.replace(SETTINGS["batch_size"], check=WholeNumber(8)))
+    assert [p.sentence for p in Hyperparameters(batch_size=4).problems()] == [
+        "batch_size must be at least 8, not 4."]
+    assert [p.sentence for p in TrainingConfig(batch_size=4).problems()] == [
+        "batch_size must be at least 8, not 4."]
+
+
+def test_the_dataclasses_name_every_setting_where_mlx_lm_has_it():
+    hp = Hyperparameters()
+    for setting in SETTINGS.values():
+        assert setting.get(hp) == setting.default, setting.key
+    SETTINGS["lora_keys"].set(hp, ["self_attn.q_proj"])
+    SETTINGS["warmup"].set(hp, 10)
+    assert hp.lora_parameters["keys"] == ["self_attn.q_proj"]
+    assert hp.lr_schedule == {"warmup": 10}
+    hp.optimizer = "sgd"
+    SETTINGS["weight_decay"].set(hp, 0.1)
+    assert hp.optimizer_config == {"sgd": {"weight_decay": 0.1}}

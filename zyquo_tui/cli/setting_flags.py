@@ -1,0 +1,82 @@
+"""The CLI flag of each run setting, made from its one definition (core/runs/settings.py).
+
+A flag's text is read as the new-run form reads a field (`Setting.parse`): text that is no
+value of the setting's kind is kept, so the definition's check refuses it with the same sentence
+the form shows (`batch_size must be a whole number, not 'abc'.`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Iterable
+
+from zyquo_tui.core.runs.settings import (
+    BOOL,
+    CHOICE,
+    FLOAT,
+    INT,
+    NAMES,
+    NONE_TEXT,
+    NUMBERS,
+    SETTINGS,
+    Hyperparameters,
+)
+from zyquo_tui.core.runs.value_checks import value_text
+
+
+def _dest(key: str) -> str:
+    return f"setting_{key}"
+
+
+def _help(key: str) -> str:
+    setting = SETTINGS[key]
+    default = setting.default
+    if default is None:
+        shown = "unset"
+    elif setting.kind == BOOL:
+        shown = "on" if default else "off"
+    else:
+        shown = value_text(default)
+    lora = "; LoRA and DoRA only" if setting.lora_only else ""
+    text = f"{setting.help} (mlx-lm's {setting.name}; default {shown}{lora})"
+    return text.replace("%", "%%")  # argparse formats help with %
+
+
+_METAVARS = {INT: "N", FLOAT: "X", NUMBERS: "X,X,...", NAMES: "NAME,..."}
+
+
+def _metavar(key: str) -> str:
+    setting = SETTINGS[key]
+    if setting.kind == CHOICE:
+        choices = (*setting.choices, NONE_TEXT) if setting.optional else setting.choices
+        return "{" + ",".join(choices) + "}"
+    return _METAVARS.get(setting.kind, "VALUE")
+
+
+def add_setting_flags(parser: argparse.ArgumentParser, keys: Iterable[str] | None = None
+                      ) -> None:
+    """A flag for each setting (those of `keys` alone when given), in the definition's order."""
+    wanted = set(SETTINGS if keys is None else keys)
+    for key, setting in SETTINGS.items():
+        if key not in wanted:
+            continue
+        # Not given, a flag leaves no attribute (SUPPRESS): `--lr-schedule none` gives None.
+        if setting.kind == BOOL:
+            parser.add_argument(setting.flag, dest=_dest(key), default=argparse.SUPPRESS,
+                                action=argparse.BooleanOptionalAction, help=_help(key))
+        else:
+            parser.add_argument(setting.flag, dest=_dest(key), default=argparse.SUPPRESS,
+                                type=setting.parse, metavar=_metavar(key), help=_help(key))
+
+
+def settings_given(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the command line gave, by key, in the definition's order."""
+    return {key: getattr(args, _dest(key)) for key in SETTINGS if hasattr(args, _dest(key))}
+
+
+def apply_settings(hp: Hyperparameters, values: dict[str, Any]) -> None:
+    """Set the given settings in `hp`, in the definition's order (the optimizer before its
+    weight decay, which lives in that optimizer's entry)."""
+    for key in SETTINGS:
+        if key in values:
+            SETTINGS[key].set(hp, values[key])

@@ -1,0 +1,167 @@
+"""Whether a run can train: its settings, and its settings against its model and its dataset.
+
+`check_run` is the one check of a run before it is made or started. The new-run form calls it
+on every change (with the model facts and the dataset report it already has); `runs new`,
+`runs import-config` and `runs start` call it before they act, reading the model's config.json
+and counting the dataset's rows (fast: no tensor is loaded, no row is validated). Each returns
+the same structured problems (core/runs/problems.py), so a check made in one place is made, with
+the same sentence, in all of them.
+
+A num_layers above the model's layer count is refused, not clamped: the sentence says to use -1
+(all layers) or fewer, and the run keeps exactly the settings the user gave.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from zyquo_tui.core.library.rows import TEXT, peek_format, training_refusal
+from zyquo_tui.core.runs.problems import WARNING, Problem
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.runs.value_checks import is_whole
+
+if TYPE_CHECKING:
+    from zyquo_tui.core.library.datasets import DatasetReport
+    from zyquo_tui.core.library.models import ModelInfo
+    from zyquo_tui.core.memory.facts import ModelFacts
+
+SPLITS_COUNTED = ("train", "valid")
+
+
+@dataclass(frozen=True)
+class ModelTraits:
+    """What the checks need to know of a base model: its name, whether it is quantized, and
+    how many layers it has (None when config.json does not say)."""
+
+    name: str
+    quantized: bool
+    num_layers: int | None = None
+
+    @classmethod
+    def from_facts(cls, facts: "ModelFacts", *, quantized: bool | None = None) -> "ModelTraits":
+        """From the memory model's facts; `quantized` overrides (a base to be quantized)."""
+        return cls(Path(facts.path).name or "the model",
+                   facts.quantized if quantized is None else quantized, facts.num_layers)
+
+    @classmethod
+    def from_info(cls, info: "ModelInfo") -> "ModelTraits":
+        """From the model list's description of a folder (core/library/models.py)."""
+        return cls(Path(info.path).name or info.name, info.quantization is not None,
+                   info.num_layers)
+
+    @classmethod
+    def read(cls, folder: str | os.PathLike) -> "ModelTraits | None":
+        """From a model folder's config.json and headers; None when there is no such folder."""
+        from zyquo_tui.core.library.models import inspect_model
+
+        path = Path(folder).expanduser()
+        return cls.from_info(inspect_model(path)) if path.is_dir() else None
+
+
+@dataclass(frozen=True)
+class DataTraits:
+    """What the checks need to know of a dataset folder: whether it is there with its
+    train.jsonl, the format of its rows, and the rows of train.jsonl and valid.jsonl."""
+
+    path: str
+    exists: bool
+    has_train: bool
+    format: str | None = None
+    rows: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return Path(self.path.rstrip("/")).name or self.path
+
+    @classmethod
+    def from_report(cls, report: "DatasetReport") -> "DataTraits":
+        """From a validation report (the form validates every row anyway)."""
+        return cls(report.path, True, "train" in report.files, report.format, dict(report.rows))
+
+    @classmethod
+    def read(cls, folder: str | os.PathLike) -> "DataTraits":
+        """From the folder itself: the first row's format and a count of the rows."""
+        path = Path(folder).expanduser()
+        if not path.is_dir():
+            return cls(str(folder), False, False)
+        train = path / "train.jsonl"
+        rows = {split: count_rows(path / f"{split}.jsonl") for split in SPLITS_COUNTED
+                if (path / f"{split}.jsonl").is_file()}
+        return cls(str(folder), True, train.is_file(), peek_format(train), rows)
+
+
+def count_rows(path: Path) -> int:
+    """The non-blank lines of a JSON Lines file (seconds per gigabyte, in bounded memory)."""
+    rows = 0
+    try:
+        with open(path, "rb") as handle:
+            for line in handle:
+                if not line.isspace():
+                    rows += 1
+    except OSError:
+        return 0
+    return rows
+
+
+def problems_with_model(method: Method, hp: Hyperparameters, model: ModelTraits
+                        ) -> list[Problem]:
+    """The settings against the base model: the method its weights allow, its layers."""
+    found = []
+    layers = hp.num_layers
+    if model.num_layers is not None and is_whole(layers) and layers > model.num_layers:
+        found.append(Problem("num_layers", f"num_layers is {layers}, but {model.name} has only "
+                                           f"{model.num_layers} layers; use -1 to train all of "
+                                           "them, or fewer."))
+    if method is Method.FULL and model.quantized:
+        found.append(Problem("method", f"full fine-tuning needs an unquantized model, and "
+                                       f"{model.name} is quantized; use qlora (or lora) on it."))
+    if method is Method.QLORA and not model.quantized:
+        found.append(Problem("method", f"qlora needs a quantized base model, and {model.name} "
+                                       "is not quantized; use lora, or quantize it first "
+                                       "(`mlx_lm convert -q`)."))
+    return found
+
+
+def problems_with_data(hp: Hyperparameters, data: DataTraits) -> list[Problem]:
+    """The settings against the dataset: rows enough for a batch, prompts to mask, and rows
+    mlx-lm's trainer trains at all."""
+    if not data.exists:
+        return [Problem("dataset", f"{data.path}: no such dataset folder; give the folder that "
+                                   "holds train.jsonl.")]
+    if not data.has_train:
+        return [Problem("dataset", f"{data.path} has no train.jsonl, which training needs; "
+                                   "give the folder that holds it.")]
+    found = []
+    refusal = training_refusal(data.format)
+    if refusal:
+        found.append(Problem("dataset", f"{data.name}: {refusal}."))
+    batch = hp.batch_size
+    if is_whole(batch) and batch >= 1:
+        train, valid = data.rows.get("train"), data.rows.get("valid")
+        if train and train < batch:
+            found.append(Problem("batch_size", f"batch_size {batch} is more than the {train} "
+                                              "rows of train.jsonl: mlx-lm refuses to train; "
+                                              "lower it or add rows."))
+        elif valid and valid < batch:
+            found.append(Problem("batch_size", f"valid.jsonl has only {valid} rows, fewer than "
+                                               f"batch_size {batch}: validation is skipped.",
+                                 WARNING))
+    if data.format == TEXT and hp.mask_prompt is True:
+        found.append(Problem("mask_prompt", "mask_prompt needs prompts to mask, and text rows "
+                                            "have none; turn it off for this dataset."))
+    return found
+
+
+def check_run(method: Method, hp: Hyperparameters, *, model: ModelTraits | None = None,
+              data: DataTraits | None = None) -> list[Problem]:
+    """Every problem of a run: its settings, then against its model and its dataset (each
+    when given). Errors stop the run; warnings are said and let it go."""
+    found = hp.problems(method)
+    if model is not None:
+        found += problems_with_model(method, hp, model)
+    if data is not None:
+        found += problems_with_data(hp, data)
+    return found

@@ -1,0 +1,175 @@
+"""Checks of one setting's value, and the reading and writing of values as text.
+
+Each check is called with how sentences name the setting and the value, and returns (severity,
+sentence) pairs; its fields are the setting's bounds. The definition of each setting
+(core/runs/settings.py) names its check.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from zyquo_tui.core.runs.problems import ERROR, WARNING
+
+INT_TEXT = re.compile(r"^[+-]?\d+$")
+
+
+def is_whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def number_from_text(text: str) -> int | float | None:
+    """`3` is 3, `1e-5` is 1e-05; None for text that is no number."""
+    text = text.strip().replace("_", "")
+    if INT_TEXT.match(text):
+        return int(text)
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def value_text(value: Any) -> str:
+    """A value as a form field or a flag writes it."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(value_text(item) for item in value)
+    return str(value)
+
+
+# -- checks --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WholeNumber:
+    """A whole number of at least `minimum`, or one of `also` (-1: all of them)."""
+
+    minimum: int = 1
+    also: tuple[int, ...] = ()
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if self.minimum == 0:
+            if not is_whole(value) or value < 0:
+                return [(ERROR, f"{called} must be a whole number of 0 or more, not {value!r}.")]
+            return []
+        if not is_whole(value):
+            return [(ERROR, f"{called} must be a whole number, not {value!r}.")]
+        if value < self.minimum and value not in self.also:
+            extra = f" (or {', '.join(map(str, self.also))})" if self.also else ""
+            return [(ERROR, f"{called} must be at least {self.minimum}{extra}, not {value}.")]
+        return []
+
+
+@dataclass(frozen=True)
+class LearningRate:
+    """A number above 0; above `high`, a warning that training will likely diverge."""
+
+    high: float = 1.0
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if not is_number(value):
+            return [(ERROR, f"{called} must be a number, not {value!r}.")]
+        if not value > 0 or math.isnan(value) or math.isinf(value):
+            return [(ERROR, f"{called} must be greater than 0, not {value}.")]
+        if value > self.high:
+            return [(WARNING, f"{called} {value} is very high; training will likely diverge.")]
+        return []
+
+
+@dataclass(frozen=True)
+class AnyNumber:
+    """Any number."""
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if not is_number(value):
+            return [(ERROR, f"{called} must be a number, not {value!r}.")]
+        return []
+
+
+@dataclass(frozen=True)
+class NumberFromZero:
+    """A number of 0 or more; `noun` says what kind (a learning rate...)."""
+
+    noun: str = "a number"
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if not is_number(value) or not value >= 0 or math.isinf(value):
+            return [(ERROR, f"{called} must be {self.noun} of 0 or more, not {value!r}.")]
+        return []
+
+
+@dataclass(frozen=True)
+class Fraction:
+    """A number from 0 up to, not including, 1 (a dropout probability)."""
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if not is_number(value) or not 0 <= value < 1:
+            return [(ERROR, f"{called} must be from 0 up to (not including) 1, not {value!r}.")]
+        return []
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """One of `choices`."""
+
+    choices: tuple[str, ...]
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if value not in self.choices:
+            return [(ERROR, f"{called} {value!r} is unknown; choose one of "
+                            f"{', '.join(self.choices)}.")]
+        return []
+
+
+@dataclass(frozen=True)
+class TrueOrFalse:
+    """On or off."""
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if not isinstance(value, bool):
+            return [(ERROR, f"{called} must be true or false, not {value!r}.")]
+        return []
+
+
+@dataclass(frozen=True)
+class ScheduleArguments:
+    """A schedule's arguments: a list of numbers whose first is the initial learning rate.
+
+    Text that did not parse into numbers (a form field, a flag) is named part by part.
+    """
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if isinstance(value, str):
+            parts = [part.strip() for part in value.split(",") if part.strip()]
+            bad = next((part for part in parts if number_from_text(part) is None), value)
+            return [(ERROR, f"{called} must be numbers separated by commas, not {bad!r}.")]
+        if not isinstance(value, list) or not value:
+            return [(ERROR, f"{called} must be a list starting with the learning rate.")]
+        bad = next((item for item in value if not is_number(item)), None)
+        if bad is not None:
+            return [(ERROR, f"{called} must all be numbers, not {bad!r}.")]
+        return []
+
+
+@dataclass(frozen=True)
+class LayerNames:
+    """A list of layer names such as self_attn.q_proj."""
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if (not isinstance(value, list) or not value
+                or not all(isinstance(name, str) and name for name in value)):
+            return [(ERROR, f"{called} must be a list of layer names such as self_attn.q_proj, "
+                            f"not {value!r}.")]
+        return []
