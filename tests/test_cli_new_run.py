@@ -4,6 +4,8 @@ nothing stored."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 from conftest import REPO, SAMPLE_DATA
@@ -54,7 +56,7 @@ def on(tiny_model):
     (["--model", "{tiny4}", "--method", "full", "--num-layers", "-1"],
      "The run was not created: full fine-tuning needs an unquantized model, and "
      "zyquo-tiny-4bit is quantized; use qlora (or lora) on it."),
-    (["--model", "{tiny}"],
+    (["--model", "{tiny}", "--num-layers", "16"],
      "The run was not created: num_layers is 16, but zyquo-tiny has only 2 layers; use -1 to "
      "train all of them, or fewer."),
     (["--model", "{tiny}", "--num-layers", "3"],
@@ -74,6 +76,14 @@ def test_runs_new_refuses_a_model_or_method_that_cannot_train(capsys, sample_mod
     assert refused(capsys, "runs", "new", *args, "--data", COMPLETIONS) == sentence
 
 
+def test_a_num_layers_nobody_chose_trains_every_layer_of_a_smaller_model(capsys, tiny_model,
+                                                                         isolated_home):
+    status, out, _ = cli(capsys, "runs", "new", "--model", tiny_model, "--data", COMPLETIONS)
+    assert status == 0
+    record = json.loads((isolated_home / "runs" / out.strip() / "run.json").read_text())
+    assert record["hyperparameters"]["num_layers"] == -1
+
+
 def test_runs_new_refuses_a_dataset_folder_without_train_jsonl(capsys, tiny_model, tmp_path):
     empty = tmp_path / "no-train"
     empty.mkdir()
@@ -87,32 +97,33 @@ def test_runs_new_refuses_a_dataset_folder_without_train_jsonl(capsys, tiny_mode
         "folder that holds train.jsonl.")
 
 
-@pytest.mark.parametrize("config, sentence", [
-    ("fine_tune_type: full\nmodel: {tiny4}\nnum_layers: -1\n",
+@pytest.mark.parametrize("config, line, sentence", [
+    ("fine_tune_type: full\nmodel: {tiny4}\nnum_layers: -1\n", 1,
      "full fine-tuning needs an unquantized model, and zyquo-tiny-4bit is quantized; use qlora "
      "(or lora) on it."),
-    ("model: {tiny}\nnum_layers: 8\n",
+    ("model: {tiny}\nnum_layers: 8\n", 2,
      "num_layers is 8, but zyquo-tiny has only 2 layers; use -1 to train all of them, or "
      "fewer."),
-    ("model: {tiny}\nnum_layers: -1\noptimizer: lion\n",
+    ("model: {tiny}\nnum_layers: -1\noptimizer: lion\n", 3,
      "optimizer 'lion' is unknown; choose one of adam, adamw, muon, sgd, adafactor."),
-    ("model: {tiny}\nnum_layers: -1\nlora_parameters: {{dropout: 1.5}}\n",
+    ("model: {tiny}\nnum_layers: -1\nlora_parameters: {{dropout: 1.5}}\n", 3,
      "lora_parameters.dropout must be from 0 up to (not including) 1, not 1.5."),
 ])
 def test_import_config_refuses_what_runs_new_refuses(capsys, sample_models, tmp_path, config,
-                                                     sentence):
+                                                     line, sentence):
+    """The same sentence as `runs new`, at the file and line of the key."""
     path = tmp_path / "config.yaml"
     path.write_text(config.format(tiny=sample_models["zyquo-tiny"],
                                   tiny4=sample_models["zyquo-tiny-4bit"])
                     + f"data: {COMPLETIONS}\n")
-    assert refused(capsys, "runs", "import-config", path) == f"{path}: {sentence}"
+    assert refused(capsys, "runs", "import-config", path) == f"{path}:{line}: {sentence}"
 
 
 def test_import_config_refuses_a_dataset_without_train_jsonl(capsys, tiny_model, tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(f"model: {tiny_model}\ndata: {SAMPLE_DATA}\nnum_layers: -1\n")
     assert refused(capsys, "runs", "import-config", path) == (
-        f"{path}: {SAMPLE_DATA} has no train.jsonl, which training needs; give the folder "
+        f"{path}:2: {SAMPLE_DATA} has no train.jsonl, which training needs; give the folder "
         "that holds it.")
 
 

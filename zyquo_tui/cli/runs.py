@@ -133,7 +133,8 @@ def _metrics(store: RunStore, run_id: str) -> "RunMetrics":
 def _checked_run(config: dict[str, Any], *, source: str, base_dir: Path | None,
                  refused: str, model: str | None = None, data: str | None = None,
                  settings: dict[str, Any] | None = None, method: str | None = None,
-                 name: str | None = None) -> tuple[Run, list[str], list[str]]:
+                 name: str | None = None, config_file: Path | None = None
+                 ) -> tuple[Run, list[str], list[str]]:
     """A new run from an mlx-lm config and the command line's choices, checked as the new-run
     form checks it (core/runs/checks.py `check_run`): returns it with the config's unknown keys
     and the warnings; raises UserError (`refused` and the first error's sentence) instead.
@@ -142,29 +143,48 @@ def _checked_run(config: dict[str, Any], *, source: str, base_dir: Path | None,
     models` lists it) and stored as its absolute folder; LoRA on a quantized base is QLoRA.
     """
     from zyquo_tui.core.library.models import resolve_model
-    from zyquo_tui.core.runs.checks import DataTraits, ModelTraits, check_run
-    from zyquo_tui.core.runs.mlx_config import run_from_mlx_config
+    from zyquo_tui.core.runs.checks import (
+        DataTraits,
+        ModelTraits,
+        check_run,
+        config_name,
+        fit_default_layers,
+    )
+    from zyquo_tui.core.runs.mlx_config import run_from_mlx_config, yaml_key_lines
     from zyquo_tui.core.runs.problems import errors_in, warnings_in
 
     # Paths given on the command line are the user's, from the working directory; those in
     # the config may be relative to its file (run_from_mlx_config resolves them).
     given = {key: "-" for key, value in (("model", model), ("data", data)) if value}
-    run, unknown = run_from_mlx_config({**config, **given}, source=source, base_dir=base_dir)
+    lines = yaml_key_lines(config_file) if config_file is not None else {}
+
+    def locate(key: str) -> str:
+        """file:line of a config key, for a value that came from the config file."""
+        return f"{source}:{lines[key]}" if key in lines else source
+
+    run, unknown = run_from_mlx_config({**config, **given}, source=source, base_dir=base_dir,
+                                       locate=locate)
     info = resolve_model(model or run.model)
     run.model = str(info.path.expanduser().resolve())
     run.data = str(Path(data or run.data).expanduser().resolve())
-    apply_settings(run.hyperparameters, settings or {})
+    settings = settings or {}
+    apply_settings(run.hyperparameters, settings)
     traits = ModelTraits.from_info(info)
     if method:
         run.method = Method(method)
     if run.method is Method.LORA and traits.quantized:
         run.method = Method.QLORA  # the same training: the quantized base makes it QLoRA
+    if "num_layers" not in settings and config.get("num_layers") is None:  # nobody chose it
+        fit_default_layers(run.hyperparameters, traits)
     run.name = name or Run.default_name(run.model, run.method)
     problems = check_run(run.method, run.hyperparameters, model=traits,
                          data=DataTraits.read(run.data))
     errors = errors_in(problems)
     if errors:
-        raise UserError(f"{refused}{errors[0].sentence}")
+        first = errors[0]
+        from_file = first.key not in settings and not (first.key == "dataset" and data)
+        at = f"{locate(config_name(first.key))}: " if from_file and config_file else ""
+        raise UserError(f"{refused}{at}{first.sentence}")
     return run, unknown, [problem.sentence for problem in warnings_in(problems)]
 
 
@@ -215,7 +235,7 @@ def cmd_new(args) -> int:
     run, unknown, warnings = _checked_run(
         config, source=source, base_dir=base_dir, refused="The run was not created: ",
         model=args.model, data=args.data, settings=settings_given(args), method=args.method,
-        name=args.name)
+        name=args.name, config_file=args.config)
     store.create(run)
     _report_unknown(unknown, args.config)
     for warning in warnings:
@@ -449,8 +469,8 @@ def cmd_import(args) -> int:
     store = RunStore().ensure()
     config = load_mlx_yaml(args.file)
     run, unknown, warnings = _checked_run(config, source=str(args.file),
-                                          base_dir=args.file.parent, refused=f"{args.file}: ",
-                                          name=args.name)
+                                          base_dir=args.file.parent, refused="",
+                                          name=args.name, config_file=args.file)
     store.create(run)
     _report_unknown(unknown, args.file)
     for warning in warnings:

@@ -458,6 +458,9 @@ def resolve_model(name_or_path: str, home: Path | None = None) -> ModelInfo:
                         "`zyquo-tui models` lists.")
     if not (model.path / "config.json").is_file():
         raise UserError(f"{model.path} has no config.json, so it is not a model folder.")
+    if not model.weight_files:
+        raise UserError(f"{model.path} has no weights (*.safetensors); give a complete MLX "
+                        "model folder.")
     return model
 
 

@@ -39,18 +39,22 @@ class ModelTraits:
     name: str
     quantized: bool
     num_layers: int | None = None
+    positions: int | None = None  # config.json's max_position_embeddings
 
     @classmethod
-    def from_facts(cls, facts: "ModelFacts", *, quantized: bool | None = None) -> "ModelTraits":
-        """From the memory model's facts; `quantized` overrides (a base to be quantized)."""
+    def from_facts(cls, facts: "ModelFacts", *, quantized: bool | None = None,
+                   positions: int | None = None) -> "ModelTraits":
+        """From the memory model's facts; `quantized` overrides (a base to be quantized);
+        `positions` from the model list (the memory model does not need them)."""
         return cls(Path(facts.path).name or "the model",
-                   facts.quantized if quantized is None else quantized, facts.num_layers)
+                   facts.quantized if quantized is None else quantized, facts.num_layers,
+                   positions)
 
     @classmethod
     def from_info(cls, info: "ModelInfo") -> "ModelTraits":
         """From the model list's description of a folder (core/library/models.py)."""
         return cls(Path(info.path).name or info.name, info.quantization is not None,
-                   info.num_layers)
+                   info.num_layers, info.context_length)
 
     @classmethod
     def read(cls, folder: str | os.PathLike) -> "ModelTraits | None":
@@ -86,7 +90,7 @@ class DataTraits:
         """From the folder itself: the first row's format and a count of the rows."""
         path = Path(folder).expanduser()
         if not path.is_dir():
-            return cls(str(folder), False, False)
+            return cls(str(folder), path.exists(), False)
         train = path / "train.jsonl"
         rows = {split: count_rows(path / f"{split}.jsonl") for split in SPLITS_COUNTED
                 if (path / f"{split}.jsonl").is_file()}
@@ -115,6 +119,13 @@ def problems_with_model(method: Method, hp: Hyperparameters, model: ModelTraits
         found.append(Problem("num_layers", f"num_layers is {layers}, but {model.name} has only "
                                            f"{model.num_layers} layers; use -1 to train all of "
                                            "them, or fewer."))
+    length = hp.max_seq_length
+    if model.positions and is_whole(length) and length > model.positions:
+        found.append(Problem("max_seq_length", f"max_seq_length {length} is above "
+                                               f"{model.name}'s max_position_embeddings "
+                                               f"({model.positions}): longer rows go past the "
+                                               "positions it was trained on; lower it to "
+                                               f"{model.positions}.", WARNING))
     if method is Method.FULL and model.quantized:
         found.append(Problem("method", f"full fine-tuning needs an unquantized model, and "
                                        f"{model.name} is quantized; use qlora (or lora) on it."))
@@ -131,6 +142,9 @@ def problems_with_data(hp: Hyperparameters, data: DataTraits) -> list[Problem]:
     if not data.exists:
         return [Problem("dataset", f"{data.path}: no such dataset folder; give the folder that "
                                    "holds train.jsonl.")]
+    if not Path(data.path).expanduser().is_dir():
+        return [Problem("dataset", f"{data.path} is a file, not a dataset folder; give the "
+                                   "folder that holds train.jsonl.")]
     if not data.has_train:
         return [Problem("dataset", f"{data.path} has no train.jsonl, which training needs; "
                                    "give the folder that holds it.")]
@@ -165,3 +179,23 @@ def check_run(method: Method, hp: Hyperparameters, *, model: ModelTraits | None 
     if data is not None:
         found += problems_with_data(hp, data)
     return found
+
+
+def fit_default_layers(hp: Hyperparameters, model: ModelTraits) -> bool:
+    """A num_layers nobody chose (mlx-lm's default of 16) above the model's layer count trains
+    all of them, as mlx-lm itself would; True when it changed. A num_layers the user gave is
+    left for the check to refuse."""
+    layers = hp.num_layers
+    if model.num_layers is not None and is_whole(layers) and layers > model.num_layers:
+        hp.num_layers = -1
+        return True
+    return False
+
+
+def config_name(key: str) -> str:
+    """The mlx-lm config key a problem's key stands for (for saying where it is in a file)."""
+    from zyquo_tui.core.runs.settings import SETTINGS
+
+    if key in SETTINGS:
+        return SETTINGS[key].name.replace(".{optimizer}", "")
+    return {"dataset": "data", "method": "fine_tune_type"}.get(key, key)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
 from zyquo_tui.core.errors import UserError
+from zyquo_tui.core.runs.config_keys import normalize_config
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 
@@ -75,6 +76,23 @@ def load_mlx_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+
+def yaml_key_lines(path: Path) -> dict[str, int]:
+    """The line of each key of a YAML config, top-level ones by name and nested ones as
+    `outer.inner` (for saying file:line of a bad value); empty when it cannot be read."""
+    try:
+        root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=_MlxLmLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    lines: dict[str, int] = {}
+    if isinstance(root, yaml.MappingNode):
+        for key, value in root.value:
+            lines[str(key.value)] = key.start_mark.line + 1
+            if isinstance(value, yaml.MappingNode):
+                for inner, _ in value.value:
+                    lines[f"{key.value}.{inner.value}"] = inner.start_mark.line + 1
+    return lines
+
 def run_to_mlx_config(run: Run, adapter_path: str | None = None) -> dict[str, Any]:
     """The mlx-lm config that trains this run (`mlx_lm lora -c` accepts it as is)."""
     hp = run.hyperparameters.to_dict()
@@ -104,9 +122,20 @@ def dump_mlx_yaml(config: dict[str, Any]) -> str:
 
 def run_from_mlx_config(
     config: dict[str, Any], *, source: str = "config", base_dir: Path | None = None,
-    quantized_model: bool | None = None,
+    quantized_model: bool | None = None, locate: Callable[[str], str] | None = None,
 ) -> tuple[Run, list[str]]:
-    """A new run from an mlx-lm config; returns it with the unknown keys that were kept."""
+    """A new run from an mlx-lm config; returns it with the unknown keys that were kept.
+
+    The config's shape is checked first (core/runs/config_keys.py: nulls are defaults, nested
+    keys known, mlx-lm's other keys of their type); UserError names the first problem, at
+    `locate(key)` (file:line of that key) when given. The settings' own values are checked
+    with the run (core/runs/checks.py).
+    """
+    where = locate or (lambda key: source)
+    config, shape = normalize_config(config)
+    for problem in shape:
+        if problem.is_error:
+            raise UserError(f"{where(problem.key)}: {problem.sentence}")
     model = config.get("model")
     data = config.get("data")
     if not isinstance(model, str) or not model:

@@ -93,7 +93,7 @@ class AnyNumber:
     """Any number."""
 
     def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
-        if not is_number(value):
+        if not is_number(value) or not math.isfinite(value):
             return [(ERROR, f"{called} must be a number, not {value!r}.")]
         return []
 

@@ -17,6 +17,8 @@ from typing import Any
 import tomli_w
 
 from zyquo_tui.core.errors import UserError
+from zyquo_tui.core.runs.config_keys import normalize_config
+from zyquo_tui.core.runs.problems import errors_in
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
 from zyquo_tui.core.store.atomic import write_atomic
@@ -91,8 +93,15 @@ def load_preset(name: str, home: Path | None = None) -> Preset:
     except ValueError:
         raise UserError(f"{path}: method {data.get('method')!r} is unknown; use lora, dora, "
                         "qlora or full.") from None
+    values = data.get("hyperparameters", {})
+    if not isinstance(values, dict):
+        raise UserError(f"{path}: [hyperparameters] must be a table of mlx-lm settings; fix or "
+                        "delete the file.")
+    values, shape = normalize_config(values)
+    for problem in errors_in(shape):
+        raise UserError(f"{path}: {problem.sentence}")
     return Preset(name=data.get("name", name), method=method,
-                  hyperparameters=Hyperparameters.from_dict(data.get("hyperparameters", {})),
+                  hyperparameters=Hyperparameters.from_dict(values),
                   model=data.get("model"), data=data.get("data"),
                   extra_config=dict(data.get("extra_config") or {}))
 

@@ -628,7 +628,9 @@ class NewRunScreen(ZyquoScreen):
         dataset's report this screen has: each problem names its field."""
         hp = self.form.hyperparameters(self.base_hp)
         self.hp = hp
-        model = ModelTraits.from_facts(self.facts) if self.facts is not None else None
+        info = self.model_by_path.get(self.model_path or "")
+        model = ModelTraits.from_facts(self.facts, positions=info.context_length if info else None
+                                       ) if self.facts is not None else None
         data = DataTraits.from_report(self.report) if self.report is not None else None
         errors: dict[str, str] = {}
         warnings: dict[str, str] = {}
