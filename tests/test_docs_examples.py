@@ -1,0 +1,30 @@
+"""The Python example in the README runs as written, on the sample model: a reader who copies
+it gets a trained run, so it cannot drift from the package's modules."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def readme_python_example() -> str:
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Scripting runs from Python", 1)[1]
+    return re.search(r"```python\n(.+?)\n```", section, flags=re.S).group(1)
+
+
+def test_the_readme_python_example_trains_a_run(isolated_home, sample_models):
+    shutil.copytree(sample_models["zyquo-tiny"], isolated_home / "models" / "zyquo-tiny")
+    done = subprocess.run([sys.executable, "-c", readme_python_example()], capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL, cwd=REPO,
+                          env={**os.environ, "ZYQUO_HOME": str(isolated_home)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[-1] == "RunState.COMPLETED"
+    steps = [int(line.split()[0]) for line in lines[:-1]]
+    assert steps and steps[-1] == 30
