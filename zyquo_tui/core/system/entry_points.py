@@ -26,13 +26,13 @@ MEASURE = EntryPoint("zyquo_tui.trainer.measure",
                      "measures the peak memory of a few real training steps of a config")
 TOKEN_STATS = EntryPoint("zyquo_tui.trainer.token_stats",
                          "counts a dataset's tokens with a model's tokenizer")
-SAMPLE_MODEL = EntryPoint("zyquo_tui.trainer.sample_model", "builds the sample models")
+SAMPLE_BUILDER = EntryPoint("zyquo_tui.trainer.sample_model", "builds the sample models")
 RUNNER = EntryPoint("zyquo_tui.core.processes.runner",
                     "runs the queue, detached from the process that started it")
 FILE_WORKER = EntryPoint("zyquo_tui.core.system.file_workers",
                          "works on one byte range of a file for its parent")
 
-ENTRY_POINTS = (TRAINER, PROBE, MEASURE, TOKEN_STATS, SAMPLE_MODEL, RUNNER, FILE_WORKER)
+ENTRY_POINTS = (TRAINER, PROBE, MEASURE, TOKEN_STATS, SAMPLE_BUILDER, RUNNER, FILE_WORKER)
 
 # The folder that holds the zyquo_tui package this process runs.
 _PACKAGE_PARENT = Path(__file__).resolve().parents[3]
