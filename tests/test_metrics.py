@@ -170,6 +170,12 @@ ODD_TRAIN_LINES = {
     "other separators": json.dumps({"v": 1, "type": "train", "time": 9.0, **TRAIN_LINE},
                                    separators=(",", ":")),
     "another version": json.dumps({"v": 2, "type": "train", "time": 9.0, **TRAIN_LINE}),
+    "a line cut short": ev.encode_line(ev.make_event(ev.TRAIN, **TRAIN_LINE))[:-2],
+    "a train event inside another event": json.dumps(
+        {"v": 1, "type": "warning", "time": 9.0, "code": "echo",
+         "message": "seen", "event": ev.make_event(ev.TRAIN, **TRAIN_LINE)}),
+    "the type spelled with an escape": json.dumps(
+        {"v": 1, "type": "train", "time": 9.0, **TRAIN_LINE}).replace("train", "tr\\u0061in"),
 }
 
 
@@ -179,13 +185,32 @@ def test_the_fast_reader_falls_back_on_lines_in_another_shape(tmp_path, odd):
     written_stream(path)
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(ODD_TRAIN_LINES[odd] + "\n")
-        handle.write("not json\n\n[1, 2]\n")
+        handle.write(ev.encode_line(ev.make_event(ev.VAL, iteration=9, val_loss=1.0,
+                                                  val_time=0.1)))
         handle.write(ev.encode_line(ev.make_event(ev.TRAIN, **train_fields(10))))
     tolerant = ev.read_events(path)
 
     parsed = full_reader().read(path.read_bytes())
 
     assert parsed.events == tolerant
+    expected = RunMetrics()
+    expected.ingest(tolerant)
+    assert_same_metrics(load_history(path).metrics, expected)
+
+
+@pytest.mark.parametrize("odd", [
+    "not json", "", "[1, 2]", '{"type": 3}', "{", "  ",
+    'junk {"v": 1, "type": "val", "time": 1.0, "iteration": 2, "val_loss": 3.0, "val_time": 0.1}',
+])
+def test_lines_that_are_no_event_are_skipped_by_both_readers(tmp_path, odd):
+    path = tmp_path / "events.jsonl"
+    written_stream(path)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(odd + "\n")
+        handle.write(ev.encode_line(ev.make_event(ev.TRAIN, **train_fields(10))))
+    tolerant = ev.read_events(path)
+
+    assert full_reader().read(path.read_bytes()).events == tolerant
     expected = RunMetrics()
     expected.ingest(tolerant)
     assert_same_metrics(load_history(path).metrics, expected)

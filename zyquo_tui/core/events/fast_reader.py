@@ -51,16 +51,17 @@ _CONVERT = {INTEGERS: int, FLOATS: float}
 def train_line_pattern(captured: Iterable[str]) -> re.Pattern[bytes]:
     """A train line exactly as the writer writes it, with a group for each `captured` field.
 
-    A value is anything up to the next separator; the conversion to its column decides
-    whether it is a number (a string, null or nested value raises there, and the lines are
-    read the careful way).
+    A value is anything up to the next separator (the last one, up to the closing brace on
+    the same line); the conversion to its column decides whether it is a number (a string,
+    null or nested value raises there, and the lines are read the careful way).
     """
     wanted = set(captured)
     parts = [re.escape(TRAIN_PREFIX)]
     for position, name in enumerate(TRAIN_LINE_FIELDS):
         last = position == len(TRAIN_LINE_FIELDS) - 1
-        # One excluded character each: a negated single character matches fastest.
-        value = rb"[^}]+" if last else rb"[^,]+"
+        # A negated single character matches fastest. The others cannot run into the next
+        # line: its start is no key of a train line.
+        value = rb"[^}\n]+" if last else rb"[^,]+"
         parts.append(re.escape(_key(name)) + (b"(" + value + b")" if name in wanted else value))
         parts.append(rb"\}\n" if last else re.escape(_ITEM))
     return re.compile(b"".join(parts))
@@ -119,18 +120,21 @@ class TrainColumnReader:
     def read(self, piece: bytes) -> ParsedLines:
         """Parse `piece`, whole lines (each ending with a newline) of an events file."""
         matches = self.pattern.findall(piece)
-        if len(matches) != piece.count(_TRAIN_TYPE):
-            # Some train line has another shape (another writer, more fields): read it all.
-            return ParsedLines(events=parse_lines(piece.split(b"\n")))
         other_lines = _OTHER_LINE.findall(piece)
-        if len(matches) + len(other_lines) != piece.count(b"\n"):
-            # Lines in another shape (or blank): sort them out one by one.
-            other_lines = [line for line in piece.split(b"\n")
-                           if line and not line.startswith(TRAIN_PREFIX)]
+        train_starts = _lines_starting(piece, TRAIN_PREFIX)
+        # The fast way holds when every line starts as the writer starts a line, every line
+        # starting as a train line matches in full, the train type appears nowhere else, and
+        # the other lines are the rest: then each match is exactly one line. Anything else
+        # (another order, a field more or less, other separators, a blank or broken line)
+        # sends the piece the careful way, line by line.
+        if not (len(matches) == train_starts == piece.count(_TRAIN_TYPE)
+                and len(matches) + len(other_lines) == piece.count(b"\n")
+                == _lines_starting(piece, _TYPE_PREFIX)):
+            return ParsedLines(events=parse_lines(piece.split(b"\n")))
         others = parse_lines(other_lines)
         if any(event["type"] == ev.TRAIN for event in others):
-            # A train line the counts missed (other separators): the columns would take it
-            # out of order.
+            # A train type spelled another way (escaped): the columns would take it out of
+            # order.
             return ParsedLines(events=parse_lines(piece.split(b"\n")))
         if not matches:
             return ParsedLines(others=others)
@@ -150,6 +154,10 @@ class TrainColumnReader:
         flat = matches if count == 1 else list(chain.from_iterable(matches))
         return {name: array(code, map(_CONVERT[code], flat[index::count]))
                 for index, (name, code) in enumerate(zip(self.names, self.codes))}
+
+
+def _lines_starting(piece: bytes, prefix: bytes) -> int:
+    return piece.count(b"\n" + prefix) + piece.startswith(prefix)
 
 
 def parse_lines(lines: Iterable[bytes]) -> list[dict[str, Any]]:
