@@ -61,7 +61,7 @@ def test_outputs_come_back_in_range_order(tmp_path, workers_see_tests):
     path = lines_file(tmp_path)
     ranges = line_aligned_ranges(path, 4)
     with FileWorkers("test_file_workers:echo_range", path, ranges, {"label": "w"}) as running:
-        outputs = list(running.outputs())
+        outputs = [output.read() for output in running.outputs()]
     assert [o.split(b":", 1)[0] for o in outputs] == [b"w"] * 4
     assert b"".join(o.split(b":", 1)[1] for o in outputs) == path.read_bytes()
 

@@ -103,8 +103,8 @@ def load_history_parallel(path: Path, recent: int = 0, parts: int | None = None,
             start, stop = ranges[0]
             pieces = parse_range(_read_range(path, start, stop))
             for output in running.outputs():
-                pieces.extend(pickle.loads(output))
-    except (WorkerFailed, OSError, pickle.UnpicklingError):
+                pieces.extend(pickle.load(output))
+    except (WorkerFailed, OSError, EOFError, pickle.UnpicklingError):
         return load_history(path, recent)
     return fold(pieces, end, recent)
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import struct
@@ -87,8 +86,8 @@ def validate_range(task: dict[str, Any], out: BinaryIO) -> None:
         out.write(part.tobytes())
 
 
-def _read_chunk_result(output: bytes, hashes: RowHashes) -> tuple[FileReport, int, str | None]:
-    stream = io.BytesIO(output)
+def _read_chunk_result(stream: BinaryIO, hashes: RowHashes
+                       ) -> tuple[FileReport, int, str | None]:
     header = stream.readline()
     if not header:
         raise UserError("A dataset validation worker ended without a report", EXIT_PROBLEMS)

@@ -1,7 +1,7 @@
 """Work on a big file with several cores: line-aligned byte ranges, one worker process each.
 
 The parent splits the file at line starts (`line_aligned_ranges`), starts one worker per
-range (`FileWorkers`), and reads their outputs back in range order. A worker runs a function
+range (`FileWorkers`), and reads their outputs back in range order, as they are written. A worker runs a function
 given as "module:function", called with its task (a JSON object holding at least `path`,
 `start` and `end`) and its binary stdout, to which it writes its result.
 
@@ -13,13 +13,16 @@ __main__. They read nothing from the terminal and write nothing to it.
 from __future__ import annotations
 
 import importlib
+import io
 import json
+import os
+import select
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from zyquo_tui.core.system.entry_points import (
     FILE_WORKER,
@@ -99,31 +102,26 @@ class FileWorkers:
     def __exit__(self, *exc_info) -> None:
         self.stop()
 
-    def outputs(self) -> Iterator[bytes]:
-        """Each worker's whole output, in range order, as soon as that worker is done.
+    def outputs(self) -> Iterator[BinaryIO]:
+        """Each worker's output as a stream, in range order, read as the worker writes it.
 
-        Raises WorkerFailed for a worker that exits with an error, past `timeout` seconds
-        (counted from the first wait), or when `cancelled()` turns true.
+        Reading raises WorkerFailed when the worker's output ends with an error exit, when
+        the wait passes `timeout` seconds (counted from the first read), or when
+        `cancelled()` turns true. A stream left unfinished is drained before the next one.
         """
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         for process in self.processes:
-            yield self._wait(process, deadline)
+            stream = io.BufferedReader(_WorkerOutput(self, process, deadline), 1 << 16)
+            yield stream
+            while stream.read(1 << 16):
+                pass  # the rest, to learn how the worker ended
 
-    def _wait(self, process: subprocess.Popen, deadline: float | None) -> bytes:
-        while True:
-            try:
-                # communicate() keeps what it read across timeouts: polling loses no output.
-                output, errors = process.communicate(timeout=POLL_SECONDS)
-                break
-            except subprocess.TimeoutExpired:
-                if self.cancelled is not None and self.cancelled():
-                    raise WorkerFailed("stopped: its work was cancelled") from None
-                if deadline is not None and time.monotonic() > deadline:
-                    raise WorkerFailed(f"stopped after {self.timeout:.0f} s") from None
-        if process.returncode != 0:
-            last = (errors.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
-            raise WorkerFailed(f"exit status {process.returncode}: {last}", process.returncode)
-        return output
+    def check_stop(self, deadline: float | None) -> None:
+        """Raise WorkerFailed when the work is cancelled or past its deadline."""
+        if self.cancelled is not None and self.cancelled():
+            raise WorkerFailed("stopped: its work was cancelled")
+        if deadline is not None and time.monotonic() > deadline:
+            raise WorkerFailed(f"stopped after {self.timeout:.0f} s")
 
     def stop(self) -> None:
         for process in self.processes:
@@ -133,6 +131,58 @@ class FileWorkers:
             for stream in (process.stdout, process.stderr):
                 if stream:
                     stream.close()
+
+
+class _WorkerOutput(io.RawIOBase):
+    """A worker's stdout as it arrives. Waits in short polls, so a cancel or the deadline is
+    noticed; keeps its stderr drained (a full pipe would stall it), for the error message
+    when its output ends with an error exit."""
+
+    def __init__(self, workers: FileWorkers, process: subprocess.Popen,
+                 deadline: float | None) -> None:
+        super().__init__()
+        self.workers = workers
+        self.process = process
+        self.deadline = deadline
+        self.errors = bytearray()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        out = self.process.stdout.fileno()
+        err = self.process.stderr.fileno() if not self.process.stderr.closed else None
+        while True:
+            waiting = [out] if err is None else [out, err]
+            ready, _, _ = select.select(waiting, [], [], POLL_SECONDS)
+            if err in ready:
+                chunk = os.read(err, 1 << 16)
+                if chunk:
+                    self.errors += chunk
+                else:
+                    err = None
+                    self.process.stderr.close()
+            if out in ready:
+                data = os.read(out, len(buffer))
+                if not data:
+                    self._ended()
+                buffer[:len(data)] = data
+                return len(data)
+            self.workers.check_stop(self.deadline)
+
+    def _ended(self) -> None:
+        if self.process.stderr and not self.process.stderr.closed:
+            self.errors += self.process.stderr.read()
+        while True:
+            try:
+                self.process.wait(timeout=POLL_SECONDS)
+                break
+            except subprocess.TimeoutExpired:
+                self.workers.check_stop(self.deadline)
+        if self.process.returncode != 0:
+            text = self.errors.decode(errors="replace").strip().splitlines() or ["no message"]
+            raise WorkerFailed(f"exit status {self.process.returncode}: {text[-1]}",
+                               self.process.returncode)
 
 
 def main(argv: list[str] | None = None) -> int:
