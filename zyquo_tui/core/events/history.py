@@ -87,8 +87,8 @@ def load_history_parallel(path: Path, recent: int = 0, parts: int | None = None,
     Parsing 100,000 events holds the GIL for about a third of a second; in worker processes
     it runs on other cores. The file is cut into `parts` byte ranges of whole lines (by
     default one for this thread and one per spare core, at most four in all): this thread
-    parses the first while a worker process parses each of the others and sends back its
-    pieces pickled (typed arrays, a few MB); all are folded here, in order. Without a spare
+    parses the first, a short one, while a worker process parses each of the others and
+    sends back its pieces pickled (typed arrays, a few MB); all are folded here, in order. Without a spare
     core, workers would only queue for the busy ones and add their start-up, so the file is
     read here. A worker that fails sends the reading back into this thread.
     """
@@ -96,12 +96,15 @@ def load_history_parallel(path: Path, recent: int = 0, parts: int | None = None,
     parts = parts or 1 + min(3, spare_cores())
     if end < min_bytes or parts < 2:
         return load_history(path, recent)
-    ranges = line_aligned_ranges(path, parts, end)
+    # This thread's share is half a worker's: it shares the GIL with the program's other
+    # threads, and it folds everything afterwards; a worker has only its start-up to pay.
+    cuts = line_aligned_ranges(path, 2 * parts - 1, end)
+    here, rest = cuts[0], cuts[1:]
+    ranges = [(first[0], last[1]) for first, last in zip(rest[::2], rest[1::2] + rest[-1:])]
     try:
-        with FileWorkers(f"{__name__}:parse_range_worker", path, ranges[1:], {},
+        with FileWorkers(f"{__name__}:parse_range_worker", path, ranges, {},
                          timeout=120) as running:
-            start, stop = ranges[0]
-            pieces = parse_range(_read_range(path, start, stop))
+            pieces = parse_range(_read_range(path, *here))
             for output in running.outputs():
                 pieces.extend(pickle.load(output))
     except (WorkerFailed, OSError, EOFError, pickle.UnpicklingError):
