@@ -426,8 +426,8 @@ import asyncio, sys
 sys.path.insert(0, {tests!r})
 from pathlib import Path
 from test_dashboard_fixtures import write_showcase_store, NOW
-from zyquo_tui.app import ZyquoApp
-from zyquo_tui.notify import NotificationSettings
+from zyquo_tui.dashboard.app import ZyquoApp
+from zyquo_tui.dashboard.notify import NotificationSettings
 
 async def main():
     store = write_showcase_store(Path({home!r}))
