@@ -116,9 +116,9 @@ def test_the_legend_wraps_between_terms_never_inside_one():
 
 SESSION = r"""
 import asyncio, sys
-from zyquo_tui.app import ZyquoApp
-from zyquo_tui.notify import NotificationSettings
-from zyquo_tui.screens.new_run_screen import NewRunScreen
+from zyquo_tui.dashboard.app import ZyquoApp
+from zyquo_tui.dashboard.notify import NotificationSettings
+from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
 
 async def main():
     app = ZyquoApp(notifications=NotificationSettings(desktop="off", bell=False))
