@@ -530,6 +530,34 @@ def test_a_run_that_fits_passes_the_gate_and_records_it(tmp_path):
     assert run.memory["settings"]["batch_size"] == 4
 
 
+def test_the_start_gate_counts_tokens_only_when_the_cap_alone_does_not_fit(tmp_path, monkeypatch):
+    from zyquo_tui.core.library import token_stats
+    from zyquo_tui.core.processes.supervisor import Supervisor
+    from zyquo_tui.core.store.store import RunStore
+
+    run = _run(str(write_model(tmp_path / "m")), max_seq_length=8192)
+    run.extra_config = {"prompt_feature": "question"}
+    model = ModelFacts.from_folder(run.model)
+    capped = TrainingConfig.from_hyperparameters(run.method, run.hyperparameters)
+    short = advisor().estimate(model, capped.replace(longest_row_tokens=50)).total_bytes
+    long = advisor().estimate(model, capped).total_bytes
+    budget = 2 * short
+    assert long > budget, "the test needs a cap that does not fit where short rows do"
+    monkeypatch.setattr(MemoryAdvisor, "for_machine", classmethod(
+        lambda cls, home=None: advisor(budget_bytes=budget)))
+    counted = []
+
+    def row_token_lengths(model_path, data, extra_config=None, **options):
+        counted.append((model_path, data, extra_config))
+        return [50, 12]
+    monkeypatch.setattr(token_stats, "row_token_lengths", row_token_lengths)
+
+    Supervisor(RunStore(tmp_path / "home").ensure()).check_memory(run)
+
+    assert counted == [(run.model, run.data, {"prompt_feature": "question"})]
+    assert run.memory["verdict"] != "won't fit" and run.memory["exact_sequence"] is True
+
+
 # --- this machine's history ----------------------------------------------------------------------
 
 

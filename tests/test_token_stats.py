@@ -18,6 +18,7 @@ from zyquo_tui.core.library.token_stats import (
     TokenStatsFailed,
     measure_tokens,
     measure_tokens_many,
+    row_token_lengths,
     summarize_lengths,
 )
 from zyquo_tui.resources import sample_data_dir
@@ -67,7 +68,7 @@ def measured(sample_models) -> tuple[list, dict]:
     model = sample_models["zyquo-tiny"]
     reference = start_reference(model, FOLDERS)  # runs beside ours: two cores, half the wait
     ours = measure_tokens_many([*FOLDERS, sample_data_dir() / "preference"], model,
-                               max_seq_length=MAX_SEQ_LENGTH)
+                               max_seq_length=MAX_SEQ_LENGTH, row_lengths=True)
     stdout, stderr = reference.communicate(timeout=300)
     assert reference.returncode == 0, stderr
     return ours, json.loads(stdout)
@@ -82,8 +83,30 @@ def test_statistics_match_mlx_lm_tokenization_of_the_same_rows(measured):
         for split in ("train", "valid", "test"):
             assert stats.splits[split] == summarize_lengths(truth["lengths"][split],
                                                             MAX_SEQ_LENGTH), (folder, split)
+            # iterate_batches orders rows by length: compare the counts, not their order.
+            assert sorted(stats.lengths[split]) == sorted(truth["lengths"][split])
         assert stats.splits["train"].truncated_rows > 0
     assert ours[0].splits["train"].truncated_rows > ours[1].splits["train"].truncated_rows
+
+
+def test_row_lengths_follow_the_run_s_feature_keys(measured, sample_models, tmp_path):
+    """The memory checks' counts: the same route, with a run's prompt_feature and
+    completion_feature naming the row keys, as training reads them."""
+    folder = tmp_path / "renamed"
+    folder.mkdir()
+    for split in ("train", "valid"):
+        rows = [json.loads(line) for line in
+                (sample_data_dir() / "completions" / f"{split}.jsonl").read_text().splitlines()]
+        (folder / f"{split}.jsonl").write_text("".join(
+            json.dumps({"question": r["prompt"], "answer": r["completion"]}) + "\n"
+            for r in rows))
+    extra = {"prompt_feature": "question", "completion_feature": "answer", "seed_other": 1}
+
+    lengths = row_token_lengths(sample_models["zyquo-tiny"], folder, extra)
+
+    assert lengths == measured[0][1].lengths["train"]
+    with pytest.raises(UserError, match=r"renamed/train.jsonl:1: Unsupported data format"):
+        row_token_lengths(sample_models["zyquo-tiny"], folder, {})
 
 
 def test_the_preview_row_is_split_where_mask_prompt_splits_it(measured):

@@ -14,10 +14,11 @@ from typing import Any
 from zyquo_tui.cli.output import print_json, print_table
 from zyquo_tui.cli.setting_flags import add_setting_flags, apply_settings, settings_given
 from zyquo_tui.core.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UserError
+from zyquo_tui.core.library.token_stats import row_token_lengths
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict, fmt_bytes
 from zyquo_tui.core.memory.estimate import MEMORY_SETTINGS, TERMS, TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
-from zyquo_tui.core.memory.measure import Measurement, dataset_token_lengths, measure_peak
+from zyquo_tui.core.memory.measure import Measurement, measure_peak
 from zyquo_tui.core.runs.mlx_config import load_mlx_yaml, run_from_mlx_config
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 
@@ -120,8 +121,7 @@ def run(args) -> int:
     if data is not None:
         data = _check_data(data)
         try:
-            lengths = dataset_token_lengths(model_path, data, extra_config=extra,
-                                            mask_prompt=hp.mask_prompt)
+            lengths = row_token_lengths(model_path, data, extra)
         except UserError as error:
             raise UserError(f"The rows of {data} could not be tokenized: {error.message}",
                             EXIT_USAGE) from None

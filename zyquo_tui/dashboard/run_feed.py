@@ -2,11 +2,8 @@
 
 A run can have 100,000 events and more. Three things keep the dashboard quick with that:
 
-- `load_history` reads a whole events.jsonl with one regular expression for the train events
-  (the trainer writes them in one fixed shape) instead of a JSON parse per line, and stores the
-  series as typed arrays (16 bytes a point instead of about 60). Any line it does not recognise
-  goes through the ordinary event parser, so the result is exactly what `RunMetrics` makes of
-  the same events (tests/test_dashboard_units.py checks this).
+- The history is read by core.events.history (train lines as typed columns, parsed on worker
+  processes when the file is long), into a RunMetrics whose series are typed arrays.
 - `DisplaySeries` folds each series into at most `DISPLAY_BUCKETS` buckets as points arrive,
   keeping every bucket's minimum and maximum in the order they occurred (so a spike or a dip is
   never lost) and its mean (for the smoothed line). A redraw walks the buckets, not the points.
@@ -18,19 +15,15 @@ No Textual here: this module is plain Python over core.
 
 from __future__ import annotations
 
-import json
 import math
-import operator
-import os
-import re
-import time
-from array import array
 from collections import deque
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
+from zyquo_tui.core.events import history as event_history
 from zyquo_tui.core.events import protocol as ev
-from zyquo_tui.core.events.metrics import RunMetrics, Series
+from zyquo_tui.core.events.history import History, new_metrics
+from zyquo_tui.core.events.metrics import Series
 
 DISPLAY_BUCKETS = 1024
 RECENT_EVENTS = 40
@@ -41,232 +34,32 @@ DISPLAYED = ("train_loss", "val_loss", "tokens_per_second", "learning_rate", "pe
 SMOOTHABLE = frozenset({"train_loss", "tokens_per_second"})
 DEFAULT_SMOOTHING = 0.6
 
-# A train event exactly as the trainer writes it (core.events.make_event + the loop's report),
-# one per line. Lines of any other shape are parsed as JSON.
-_TRAIN_PREFIX = b'{"v": 1, "type": "train", '
-_TRAIN_LINE = re.compile(
-    rb'\{"v": 1, "type": "train", "time": ([^,]+), "iteration": (-?\d+), '
-    rb'"train_loss": ([^,]+), "learning_rate": ([^,]+), "iterations_per_second": ([^,]+), '
-    rb'"tokens_per_second": ([^,]+), "trained_tokens": [^,]+, "peak_memory_bytes": ([^,}]+)\}\n'
-)
-# Series filled from the groups of _TRAIN_LINE: (series name, group index after time/iteration)
-_TRAIN_GROUPS = (("train_loss", 2), ("learning_rate", 3), ("iterations_per_second", 4),
-                 ("tokens_per_second", 5), ("peak_memory_bytes", 6))
-# Any other event as the trainer writes it (val, checkpoint, warning, started, the end).
-_OTHER_LINE = re.compile(rb'\{"v": 1, "type": "(?!train")[^\n]*\n')
-_STARTED = b'"type": "started"'
-_TRAIN_TYPE = b'"type": "train"'
-
-
-def _compact(series: Series) -> None:
-    """Keep a series' points in typed arrays (Series only needs append, slices and bisect)."""
-    if not isinstance(series.steps, array):
-        series.steps = array("q", series.steps)
-        series.values = array("d", series.values)
-
-
-def new_metrics() -> RunMetrics:
-    metrics = RunMetrics()
-    for series in metrics.series.values():
-        _compact(series)
-    return metrics
-
-
-# A history is read in pieces of about this many bytes, letting other threads run between
-# them: the regular expression and the number conversions hold the GIL while they work, and
-# the dashboard's event loop must not stall while a long run loads in a worker thread.
-PIECE_BYTES = 512 * 1024
-
 
 class HistoryLoad:
-    """The result of reading a run's events file from the start, display series included."""
+    """A run's history as the dashboard takes it: core's History plus the display series,
+    built in the loading thread so that adopting it costs the UI nothing."""
 
-    def __init__(self, metrics: RunMetrics, offset: int, recent: list[dict[str, Any]]) -> None:
-        self.metrics = metrics
-        self.offset = offset
-        self.recent = recent
+    def __init__(self, history: History) -> None:
+        self.metrics = history.metrics
+        self.offset = history.offset
+        self.recent = history.recent
         self.display: dict[str, DisplaySeries] = {}
         for name in DISPLAYED:
             display = self.display[name] = DisplaySeries()
-            series = metrics.series[name]
+            series = self.metrics.series[name]
             display.fill(series.steps, series.values)
 
 
-class ParsedPiece:
-    """Whole lines of an events file, parsed but not yet folded into a RunMetrics: the train
-    events as typed columns, every other event as a dict. `events` instead holds every event
-    when the piece had lines the fast path does not know."""
+def load_history(path: Path, parallel: bool = False) -> HistoryLoad:
+    """Every complete event of the run's file, read for display (call from a worker thread).
 
-    __slots__ = ("others", "steps", "values", "last_time", "events")
-
-    def __init__(self, others: list[dict[str, Any]], steps: array | None = None,
-                 values: dict[str, array] | None = None, last_time: float | None = None,
-                 events: list[dict[str, Any]] | None = None) -> None:
-        self.others = others
-        self.steps = steps
-        self.values = values
-        self.last_time = last_time
-        self.events = events
-
-    def __getstate__(self):
-        return (self.others, self.steps, self.values, self.last_time, self.events)
-
-    def __setstate__(self, state) -> None:
-        self.others, self.steps, self.values, self.last_time, self.events = state
-
-
-def parse_piece(piece: bytes) -> ParsedPiece:
-    """Parse a run of whole lines (pure: no metrics involved, so it can run anywhere)."""
-    matches = _TRAIN_LINE.findall(piece)
-    if len(matches) != piece.count(_TRAIN_TYPE):
-        # Some train line has another shape (a newer writer, extra fields): parse it all.
-        return ParsedPiece([], events=_parse_lines(piece.split(b"\n")))
-    other_lines = _OTHER_LINE.findall(piece)
-    if len(matches) + len(other_lines) != piece.count(b"\n"):
-        # Lines in another shape (or blank): sort them out one by one.
-        other_lines = [line for line in piece.split(b"\n")
-                       if line and not line.startswith(_TRAIN_PREFIX)]
-    others = _parse_lines(other_lines)
-    if not matches:
-        return ParsedPiece(others)
-    columns = list(zip(*matches))
-    try:
-        steps = array("q", map(int, columns[1]))
-        values = {name: array("d", map(float, columns[group])) for name, group in _TRAIN_GROUPS}
-        last_time = float(columns[0][-1])
-    except ValueError:  # a null or an odd number: let the ordinary parser decide
-        return ParsedPiece([], events=_parse_lines(piece.split(b"\n")))
-    return ParsedPiece(others, steps, values, last_time)
-
-
-def parse_range(data: bytes, piece_bytes: int = PIECE_BYTES, pause: bool = True
-                ) -> list[ParsedPiece]:
-    """Whole lines cut into pieces at sessions and about every `piece_bytes`, parsed."""
-    parsed = []
-    for segment in _sessions(data):
-        for piece in _pieces(segment, piece_bytes):
-            parsed.append(parse_piece(piece))
-            if pause:
-                time.sleep(0)  # let the event loop run
-    return parsed
-
-
-def fold(pieces: Iterable[ParsedPiece], offset: int) -> HistoryLoad:
-    """Apply parsed pieces in file order, with RunMetrics' rules (a `started` event with
-    resumed_from_step drops the later points of the earlier session)."""
-    metrics = new_metrics()
-    recent: deque[dict[str, Any]] = deque(maxlen=RECENT_EVENTS)
-    last_train = None
-    for piece in pieces:
-        last_train = _fold_piece(metrics, piece, recent) or last_train
-    if last_train is not None:  # only the newest train event is worth a line
-        recent.append(last_train)
-    ordered = sorted(recent, key=lambda e: (e.get("time") or 0))
-    return HistoryLoad(metrics, offset, ordered)
-
-
-def _read_complete(path: Path) -> tuple[bytes, int]:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
-        return b"", 0
-    end = data.rfind(b"\n") + 1
-    return data[:end], end
-
-
-def load_history(path: Path, piece_bytes: int = PIECE_BYTES) -> HistoryLoad:
-    """Every complete event of the file, folded into a RunMetrics; a partial last line is left."""
-    data, end = _read_complete(path)
-    return fold(parse_range(data, piece_bytes), end)
-
-
-def _pieces(segment: bytes, size: int) -> Iterable[bytes]:
-    """A session cut at line ends into pieces of about `size` bytes (the first piece holds
-    its `started` line, so a resume rule applies once)."""
-    start = 0
-    while start < len(segment):
-        stop = segment.find(b"\n", start + size)
-        stop = len(segment) if stop < 0 else stop + 1
-        yield segment[start:stop]
-        start = stop
-
-
-def _sessions(data: bytes) -> Iterable[bytes]:
-    """The data cut before each `started` line: a resumed session rewrites later steps."""
-    cuts = [0]
-    position = data.find(_STARTED)
-    while position >= 0:
-        line_start = data.rfind(b"\n", 0, position) + 1
-        if line_start > cuts[-1]:
-            cuts.append(line_start)
-        position = data.find(_STARTED, position + len(_STARTED))
-    cuts.append(len(data))
-    for start, stop in zip(cuts, cuts[1:]):
-        if stop > start:
-            yield data[start:stop]
-
-
-def _parse_lines(lines: Iterable[bytes]) -> list[dict[str, Any]]:
-    parsed = []
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue
-        if isinstance(event, dict) and isinstance(event.get("type"), str):
-            parsed.append(event)
-    return parsed
-
-
-def _fold_piece(metrics: RunMetrics, piece: ParsedPiece, recent: deque) -> dict | None:
-    """Fold one parsed piece into `metrics`; notable events go to `recent`. Returns the last
-    train event of the piece, if any."""
-    if piece.events is not None:
-        metrics.ingest(piece.events)
-        recent.extend(e for e in piece.events if e.get("type") != ev.TRAIN)
-        trains = [e for e in piece.events if e.get("type") == ev.TRAIN]
-        return trains[-1] if trains else None
-    others = piece.others
-    steps, values = piece.steps, piece.values
-    if steps is None or values is None:
-        metrics.ingest(others)
-        recent.extend(others)
-        return None
-    started = [e for e in others if e.get("type") == ev.STARTED]
-    rest = [e for e in others if e.get("type") != ev.STARTED]
-    metrics.ingest(started)  # truncates the series for a resumed session
-    if not _extend_in_order(metrics, steps, values):
-        for i, step in enumerate(steps):
-            for name, column in values.items():
-                metrics.series[name].add(step, column[i])
-    metrics.ingest(rest)
-    metrics.step = max(metrics.step, steps[-1])
-    if metrics.last_time is None or piece.last_time > metrics.last_time:
-        metrics.last_time = piece.last_time
-    metrics.events_seen += len(steps)
-    recent.extend(others)
-    return {"v": 1, "type": ev.TRAIN, "time": piece.last_time, "iteration": steps[-1],
-            "train_loss": values["train_loss"][-1],
-            "tokens_per_second": values["tokens_per_second"][-1]}
-
-
-def _extend_in_order(metrics: RunMetrics, steps: array, values: dict[str, array]) -> bool:
-    """Append whole columns when the steps rise strictly past what the series hold."""
-    if not all(map(operator.lt, steps, steps[1:])):
-        return False
-    for name, column in values.items():
-        series = metrics.series[name]
-        _compact(series)
-        if series.steps and steps[0] <= series.steps[-1]:
-            return False
-    for name, column in values.items():
-        series = metrics.series[name]
-        series.steps.extend(steps)
-        series.values.extend(column)
-    return True
+    `parallel` parses a long file on worker processes, leaving this process's GIL to the UI.
+    """
+    if parallel:
+        history = event_history.load_history_parallel(path, RECENT_EVENTS)
+    else:
+        history = event_history.load_history(path, RECENT_EVENTS)
+    return HistoryLoad(history)
 
 
 class DisplaySeries:
@@ -548,72 +341,3 @@ class RunFeed:
     @property
     def ended(self) -> bool:
         return self.metrics.terminal is not None
-
-
-# -- reading a long history on other cores -----------------------------------------------------
-
-# Below this size a history is read in the calling thread: starting processes costs more.
-PARALLEL_MIN_BYTES = 4 * 1024 * 1024
-_PACKAGE_PARENT = Path(__file__).resolve().parent.parent
-_WORKER_CODE = "from zyquo_tui.dashboard.run_feed import _parse_worker; _parse_worker()"
-
-
-def load_history_parallel(path: Path, workers: int | None = None) -> HistoryLoad:
-    """load_history with the parsing spread over worker processes (a long history only).
-
-    Parsing 100,000 events holds the GIL for about half a second on a slow core; in worker
-    processes it runs on the other cores and leaves the dashboard's event loop alone. Each
-    worker parses a byte range of whole lines and sends back its pieces pickled (typed
-    arrays, a few MB); they are folded here, in order. Any failure falls back to reading in
-    this process.
-    """
-    data, end = _read_complete(path)
-    if len(data) < PARALLEL_MIN_BYTES:
-        return fold(parse_range(data), end)
-    import pickle
-    import subprocess
-    import sys
-
-    workers = workers or max(1, min(4, os.cpu_count() or 1))
-    bounds = [0]
-    for i in range(1, workers):
-        cut = data.find(b"\n", len(data) * i // workers)
-        if cut < 0 or cut + 1 <= bounds[-1]:
-            continue
-        bounds.append(cut + 1)
-    bounds.append(len(data))
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(_PACKAGE_PARENT), os.environ.get("PYTHONPATH")]))
-    processes = []
-    try:
-        for start, stop in zip(bounds, bounds[1:]):
-            processes.append(subprocess.Popen(
-                [sys.executable, "-c", _WORKER_CODE, str(path), str(start), str(stop)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                env=environment))
-        pieces: list[ParsedPiece] = []
-        for process in processes:
-            output, _ = process.communicate(timeout=120)
-            if process.returncode != 0:
-                raise RuntimeError(f"worker exited with {process.returncode}")
-            pieces.extend(pickle.loads(output))
-    except Exception:  # a worker that could not run: read it all here instead
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-        return fold(parse_range(data), end)
-    return fold(pieces, end)
-
-
-def _parse_worker() -> None:
-    import pickle
-    import sys
-
-    path, start, stop = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    with open(path, "rb") as handle:
-        handle.seek(start)
-        data = handle.read(stop - start)
-    pieces = parse_range(data, piece_bytes=1 << 62, pause=False)
-    sys.stdout.buffer.write(pickle.dumps(pieces, protocol=pickle.HIGHEST_PROTOCOL))

@@ -23,10 +23,10 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from zyquo_tui.core.errors import UserError
+from zyquo_tui.core.events.history import complete_size
 from zyquo_tui.core.library.sample import (
     SAMPLE_RUN_SETTINGS,
     build_sample,
@@ -42,7 +42,7 @@ from zyquo_tui.core.store.retention import apply_retention, delete_checkpoint
 from zyquo_tui.core.store.store import RUN_FILE, DamagedRun, RunStore
 from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.dashboard.messages import MetricsReceived, RunEnded, RunsRefreshed, SampleChanged
-from zyquo_tui.dashboard.run_feed import RunFeed, load_history_parallel
+from zyquo_tui.dashboard.run_feed import RunFeed, load_history
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -302,7 +302,7 @@ class RunService:
 
             def load() -> None:
                 try:
-                    history = load_history_parallel(path)
+                    history = load_history(path, parallel=True)
                 except Exception as error:
                     log.exception("loading %s failed", path)
                     self.app.call_from_thread(self._load_failed, feed, error)
@@ -498,23 +498,3 @@ def _background(function: Callable[[], Any]) -> Future:
             future.set_exception(error)
     threading.Thread(target=run, name="zyquo first store read", daemon=True).start()
     return future
-
-
-def complete_size(path: Path) -> int:
-    """The length of the file up to and including its last newline."""
-    try:
-        with open(path, "rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            position = size
-            while position > 0:
-                start = max(0, position - 65536)
-                handle.seek(start)
-                chunk = handle.read(position - start)
-                newline = chunk.rfind(b"\n")
-                if newline >= 0:
-                    return start + newline + 1
-                position = start
-            return 0
-    except FileNotFoundError:
-        return 0
-

@@ -29,11 +29,11 @@ from zyquo_tui.core.library.datasets import (
     validate_dataset,
 )
 from zyquo_tui.core.library.models import ModelInfo, discover_models, model_search_roots
-from zyquo_tui.core.library.token_stats import TokenStats, measure_tokens
+from zyquo_tui.core.library.token_stats import TokenStats, measure_tokens, row_token_lengths
 from zyquo_tui.core.memory.advisor import MemoryAdvisor
 from zyquo_tui.core.memory.budget import MemoryBudget, budget_from, cached_probe
 from zyquo_tui.core.memory.estimate import TrainingConfig
-from zyquo_tui.core.memory.measure import Measurement, dataset_token_lengths, measure_peak
+from zyquo_tui.core.memory.measure import Measurement, measure_peak
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Hyperparameters
 from zyquo_tui.core.system import machine
@@ -149,15 +149,14 @@ class SetupSources:
                       ) -> list[int]:
         """Every train row's token count under the model's tokenizer (a subprocess, seconds;
         remembered for the session while the dataset's files are unchanged). `cancelled()`
-        turning true stops the subprocess."""
-        key = (model, data, mask_prompt, repr(sorted(extra_config.items())),
-               _files_stamp(Path(data)))
+        turning true stops the subprocess. mask_prompt does not change the counts (see
+        row_token_lengths); it stays in the signature the screens call."""
+        key = (model, data, repr(sorted(extra_config.items())), _files_stamp(Path(data)))
         with self._lock:
             known = self._lengths.get(key)
         if known is not None:
             return list(known)
-        lengths = dataset_token_lengths(model, data, extra_config=extra_config,
-                                        mask_prompt=mask_prompt, cancelled=cancelled)
+        lengths = row_token_lengths(model, data, extra_config, cancelled=cancelled)
         with self._lock:
             self._lengths[key] = list(lengths)
         return lengths

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from zyquo_tui.core.errors import EXIT_USAGE
+from zyquo_tui.core.system.entry_points import TRAINER, usage
 
 
 class StopRequest:
@@ -34,7 +35,7 @@ class StopRequest:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m zyquo_tui.trainer RUN_DIR", file=sys.stderr)
+        print(f"usage: {usage(TRAINER)} RUN_DIR", file=sys.stderr)
         return EXIT_USAGE
     run_dir = Path(args[0]).resolve()
     if not (run_dir / "run.json").is_file():

@@ -11,6 +11,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+from zyquo_tui.core.library.rows import feature_keys
 from zyquo_tui.core.runs.failures import Failure, failure
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Method
@@ -118,9 +119,8 @@ def _read_rows(path: Path) -> list[Any]:
 
 def data_settings(run: Run) -> types.SimpleNamespace:
     """What mlx-lm's create_dataset reads from its args (mask_prompt and the *_feature keys)."""
-    values = {"mask_prompt": run.hyperparameters.mask_prompt}
-    values.update({k: v for k, v in run.extra_config.items() if k.endswith("_feature")})
-    return types.SimpleNamespace(**values)
+    return types.SimpleNamespace(mask_prompt=run.hyperparameters.mask_prompt,
+                                 **feature_keys(run.extra_config))
 
 
 def load_datasets(run: Run, tokenizer) -> tuple[Any, Any, dict[str, int]]:

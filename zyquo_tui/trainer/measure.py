@@ -14,7 +14,7 @@ SPEC is a JSON object (or `-` for stdin):
   model, method (lora|dora|qlora|full), hyperparameters (mlx-lm names, as in run.json),
   data (a dataset folder) or synthetic_tokens (tokens per row), steps (default 3),
   extra_config (the run's pass-through mlx-lm keys, for *_feature).
-Or {"lengths": true, "model": ..., "data": ...}: the token count of every train row.
+(Every row's token count comes from `python -m zyquo_tui.trainer.token_stats --lengths`.)
 Exit status: 0 with the JSON result, 1 with {"error": sentence} when training could not run.
 """
 
@@ -31,6 +31,7 @@ from typing import Any
 from zyquo_tui.core.runs.problems import errors_in
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.system.entry_points import MEASURE, usage
 from zyquo_tui.trainer.loading import TrainerFailure, fail, prepare_model
 
 
@@ -57,31 +58,6 @@ def _run_of(spec: dict[str, Any]) -> Run:
                   hyperparameters=hp)
     run.extra_config = dict(spec.get("extra_config") or {})
     return run
-
-
-def _load_tokenizer(run: Run):
-    """The model's tokenizer as mlx_lm.load loads it, without the weights."""
-    from mlx_lm.utils import load_config, load_tokenizer
-
-    from zyquo_tui.trainer import loading
-
-    loading.check_model_folder(run)
-    model = Path(run.model)
-    try:
-        config = load_config(model)
-        return load_tokenizer(model, eos_token_ids=config.get("eos_token_id", None))
-    except Exception as error:  # transformers raises many kinds for a broken tokenizer
-        raise fail("config", f"The tokenizer of {model} cannot be loaded: {error}") from None
-
-
-def token_lengths(run: Run, tokenizer) -> list[int]:
-    """The token count of every train row, tokenized exactly as training will."""
-    from mlx_lm.tuner.datasets import CacheDataset
-
-    from zyquo_tui.trainer import loading
-
-    train_rows, _, _ = loading.load_datasets(run, tokenizer)
-    return loading.tokenize_all(CacheDataset(train_rows), Path(run.data) / "train.jsonl")
 
 
 def _worst_batch(run: Run, tokenizer, spec: dict[str, Any]) -> tuple[list[Any], list[int] | None]:
@@ -113,8 +89,6 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     errors = errors_in(run.problems())
     if errors:
         raise fail("config", errors[0].sentence)
-    if spec.get("lengths"):
-        return {"lengths": token_lengths(run, _load_tokenizer(run))}
     started = time.perf_counter()
     model, tokenizer = loading.load_model(run)
 
@@ -161,7 +135,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m zyquo_tui.trainer.measure SPEC.json", file=sys.stderr)
+        print(f"usage: {usage(MEASURE)} SPEC.json", file=sys.stderr)
         return 2
     try:
         text = sys.stdin.read() if args[0] == "-" else Path(args[0]).read_text(encoding="utf-8")

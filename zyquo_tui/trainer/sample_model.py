@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from zyquo_tui.core.system.entry_points import SAMPLE_BUILDER, usage
 from zyquo_tui.resources import sample_data_dir
 
 TINY = "zyquo-tiny"
@@ -346,7 +347,7 @@ def _check_models_dir(path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m zyquo_tui.trainer.sample_model",
+        prog=usage(SAMPLE_BUILDER),
         description="Build the tiny sample models (zyquo-tiny and zyquo-tiny-4bit) offline.",
     )
     parser.add_argument("models_dir", help="folder to write the model folders into")

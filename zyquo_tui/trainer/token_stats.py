@@ -2,11 +2,16 @@
 
     python -m zyquo_tui.trainer.token_stats --model MODEL --data FOLDER [--data FOLDER...]
         [--max-seq-length 2048] [--splits train,valid,test] [--preview-line 1]
+        [--lengths] [--feature NAME=KEY...]
 
 Prints one JSON object per dataset folder, one per line (see docs/models-and-datasets.md): per
 split the min, median, p95 and max tokens per row and how many rows max_seq_length truncates,
 and a preview of one train row split into the masked prompt and the trained completion, as
-mask_prompt trains it. The tokenizer loads once for all folders (loading costs seconds).
+mask_prompt trains it (--preview-line 0: none). --lengths adds every row's token count, per
+split (what the memory checks need); --feature passes a run's *_feature setting (such as
+prompt_feature=question) to mlx-lm's dataset classes, as training does. This is the one
+place token counts come from. The tokenizer loads once for all folders (loading costs
+seconds).
 A folder that fails gives {"error": ..., "file": ..., "line": ..., "data": ...} instead; a
 model that fails gives one such line with "fatal": true. Exit status 1 for a problem with the
 model or the data, 2 for bad usage (a missing folder), else 0.
@@ -30,6 +35,7 @@ from typing import Any
 from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE
 from zyquo_tui.core.library.rows import PREFERENCE, row_format
 from zyquo_tui.core.library.token_stats import DEFAULT_MAX_SEQ_LENGTH, summarize_lengths
+from zyquo_tui.core.system.entry_points import TOKEN_STATS, usage
 
 
 class _Failure(Exception):
@@ -67,9 +73,11 @@ class _RowTokenizer:
     rows, which mlx-lm has no class for, become completions (or chat) rows one answer at a time.
     """
 
-    def __init__(self, tokenizer, first_row: dict[str, Any], mask_prompt: bool) -> None:
+    def __init__(self, tokenizer, first_row: dict[str, Any], mask_prompt: bool,
+                 features: dict[str, str]) -> None:
         self.tokenizer = tokenizer
         self.mask_prompt = mask_prompt
+        self.features = features
         self.preference = row_format(first_row) == PREFERENCE
         self.datasets: dict[str | None, Any] = {}
         if not self.preference:
@@ -81,7 +89,8 @@ class _RowTokenizer:
         kind = row_format(row)
         if kind not in self.datasets:
             # mlx-lm refuses mask_prompt for text rows: they have no prompt, every token trains.
-            settings = types.SimpleNamespace(mask_prompt=self.mask_prompt and kind != "text")
+            settings = types.SimpleNamespace(mask_prompt=self.mask_prompt and kind != "text",
+                                             **self.features)
             self.datasets[kind] = create_dataset([row], self.tokenizer, settings)
         return self.datasets[kind]
 
@@ -114,7 +123,8 @@ def _explain(error: Exception) -> str:
     return text
 
 
-def _split_lengths(path: Path, tokenizer) -> tuple[list[int], str | None]:
+def _split_lengths(path: Path, tokenizer, features: dict[str, str]
+                   ) -> tuple[list[int], str | None]:
     """Tokens per row of one file, and the file's format (its first row's)."""
     lengths: list[int] = []
     row_tokenizer = None
@@ -123,7 +133,7 @@ def _split_lengths(path: Path, tokenizer) -> tuple[list[int], str | None]:
         try:
             if row_tokenizer is None:
                 file_format = row_format(row)
-                row_tokenizer = _RowTokenizer(tokenizer, row, mask_prompt=False)
+                row_tokenizer = _RowTokenizer(tokenizer, row, False, features)
             tokens, _ = row_tokenizer.process(row)
         except Exception as error:  # mlx-lm and the tokenizer raise many kinds
             raise _Failure(_explain(error), str(path), line) from None
@@ -131,12 +141,13 @@ def _split_lengths(path: Path, tokenizer) -> tuple[list[int], str | None]:
     return lengths, file_format
 
 
-def _preview(path: Path, wanted_line: int, tokenizer, max_seq_length: int) -> dict[str, Any]:
+def _preview(path: Path, wanted_line: int, tokenizer, max_seq_length: int,
+             features: dict[str, str]) -> dict[str, Any]:
     for line, row in _rows(path):
         if line < wanted_line:
             continue
         try:
-            tokens, offset = _RowTokenizer(tokenizer, row, mask_prompt=True).process(row)
+            tokens, offset = _RowTokenizer(tokenizer, row, True, features).process(row)
         except Exception as error:
             raise _Failure(_explain(error), str(path), line) from None
         cut = min(len(tokens), max_seq_length)
@@ -160,19 +171,26 @@ def _split_files(data: Path, splits: list[str]) -> dict[str, Path]:
 
 
 def measure(model: Path, data: Path, tokenizer, max_seq_length: int, splits: list[str],
-            preview_line: int) -> dict[str, Any]:
+            preview_line: int, lengths: bool = False,
+            features: dict[str, str] | None = None) -> dict[str, Any]:
     """The statistics of one dataset folder or file (one JSON object of the output)."""
+    features = features or {}
     files = _split_files(data, splits)
     result: dict[str, Any] = {"data": str(data), "model": str(model), "format": None,
                               "max_seq_length": max_seq_length, "splits": {}, "preview": None,
                               "note": ""}
+    if lengths:
+        result["lengths"] = {}
     for split, path in files.items():
-        lengths, file_format = _split_lengths(path, tokenizer)
+        counts, file_format = _split_lengths(path, tokenizer, features)
         result["format"] = result["format"] or file_format
-        result["splits"][split] = vars(summarize_lengths(lengths, max_seq_length))
+        result["splits"][split] = vars(summarize_lengths(counts, max_seq_length))
+        if lengths:
+            result["lengths"][split] = counts
     preview_file = files.get("train") or next(iter(files.values()), None)
-    if preview_file is not None:
-        result["preview"] = _preview(preview_file, preview_line, tokenizer, max_seq_length)
+    if preview_file is not None and preview_line > 0:
+        result["preview"] = _preview(preview_file, preview_line, tokenizer, max_seq_length,
+                                     features)
     if result["format"] == PREFERENCE:
         result["note"] = ("preference rows are counted as prompt+chosen and prompt+rejected "
                           "through the chat template, the longer of the two")
@@ -187,15 +205,21 @@ def _failure_json(failure: _Failure, **extra: Any) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m zyquo_tui.trainer.token_stats",
+    parser = argparse.ArgumentParser(prog=usage(TOKEN_STATS),
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--data", type=Path, action="append", required=True,
                         help="a dataset folder; repeat to measure several with one tokenizer load")
     parser.add_argument("--max-seq-length", type=int, default=DEFAULT_MAX_SEQ_LENGTH)
     parser.add_argument("--splits", default="train,valid,test")
-    parser.add_argument("--preview-line", type=int, default=1)
+    parser.add_argument("--preview-line", type=int, default=1, help="0 for no preview")
+    parser.add_argument("--lengths", action="store_true",
+                        help="add every row's token count, per split")
+    parser.add_argument("--feature", action="append", default=[], metavar="NAME=KEY",
+                        help="a *_feature setting of mlx-lm's datasets, such as "
+                        "prompt_feature=question")
     args = parser.parse_args(argv)
+    features = dict(item.partition("=")[::2] for item in args.feature)
     try:
         if not (args.model / "config.json").is_file():
             raise _Failure(f"{args.model} is not a model folder (no config.json)",
@@ -210,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     for data in args.data:
         try:
             line = json.dumps(measure(args.model, data, tokenizer, args.max_seq_length, splits,
-                                      args.preview_line))
+                                      args.preview_line, args.lengths, features))
         except _Failure as failure:
             line = _failure_json(failure, data=str(data))
             status = max(status, failure.status)

@@ -1,8 +1,11 @@
 """The event protocol: one JSON object per line in a run's events.jsonl (docs/EVENTS.md).
 
-Every event is `{"v": 1, "type": ..., "time": <unix seconds>}` plus the fields of its type.
+This module is the one definition of the line format: the version, the types, each type's
+fields in the order the writer writes them, and the separators it writes between them. Every
+event is `{"v": 1, "type": ..., "time": <unix seconds>}` followed by the fields of its type.
 The trainer writes; any process reads. Readers skip unknown types and fields, skip lines that
 are not JSON objects, and leave a partial last line (a write in progress) for the next read.
+A faster reader (core.events.fast_reader) is derived from the definitions below.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -30,9 +34,79 @@ KNOWN_TYPES = frozenset({STARTED, TRAIN, VAL, CHECKPOINT, WARNING}) | TERMINAL_T
 # Failure causes carried by `failed` events and run.json.
 FAILURE_CAUSES = ("oom", "nan", "data", "config", "dependency", "internal", "killed")
 
+# What the writer puts between items and between a key and its value (json.dumps' defaults,
+# named because a fast reader matches the written text).
+ITEM_SEPARATOR = ", "
+KEY_SEPARATOR = ": "
+# The fields every event starts with, in this order.
+ENVELOPE = ("v", "type", "time")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of an event type: its name, the Python types its JSON value takes, and
+    whether some events of the type leave it out."""
+
+    name: str
+    kinds: tuple[type, ...]
+    optional: bool = False
+
+
+_INT, _FLOAT, _STR = (int,), (float,), (str,)
+_NONE = type(None)
+
+# Each type's fields, after the envelope, in the order they are written.
+EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
+    STARTED: (
+        Field("pid", _INT), Field("host", _STR), Field("versions", (dict,)),
+        Field("device", _STR), Field("parameters", (dict,)), Field("dataset", (dict,)),
+        Field("iters", _INT), Field("resumed_from_step", (int, _NONE)), Field("config", (dict,)),
+    ),
+    TRAIN: (
+        Field("iteration", _INT), Field("train_loss", _FLOAT), Field("learning_rate", _FLOAT),
+        Field("iterations_per_second", _FLOAT), Field("tokens_per_second", _FLOAT),
+        Field("trained_tokens", _INT), Field("peak_memory_bytes", _INT),
+    ),
+    VAL: (Field("iteration", _INT), Field("val_loss", _FLOAT), Field("val_time", _FLOAT)),
+    CHECKPOINT: (
+        Field("iteration", _INT), Field("adapter_file", _STR), Field("latest", _STR),
+        Field("state_files", (list,)), Field("bytes", _INT),
+        Field("val_loss", _FLOAT, optional=True),  # when a validation ran during that step
+    ),
+    WARNING: (
+        Field("code", _STR), Field("message", _STR),
+        # code "truncated"
+        Field("split", _STR, optional=True), Field("rows", _INT, optional=True),
+        Field("longest", _INT, optional=True),
+        # code "dataset"
+        Field("file", _STR, optional=True), Field("line", (int, _NONE), optional=True),
+    ),
+    COMPLETED: (Field("iteration", _INT), Field("summary", (dict,))),
+    FAILED: (
+        Field("iteration", _INT), Field("cause", _STR), Field("message", _STR),
+        Field("suggestion", _STR), Field("traceback", (list,)),
+    ),
+    CANCELLED: (
+        Field("iteration", _INT), Field("checkpoint", (int, _NONE)),
+        Field("forced", (bool,), optional=True),  # stopped without saving (by the runner)
+    ),
+}
+
 
 def make_event(type_: str, **fields: Any) -> dict[str, Any]:
-    return {"v": PROTOCOL_VERSION, "type": type_, "time": round(time.time(), 3), **fields}
+    """The event as it is written: the envelope, the type's fields in their defined order,
+    then any field the definition does not know (readers skip those)."""
+    event: dict[str, Any] = {"v": PROTOCOL_VERSION, "type": type_, "time": round(time.time(), 3)}
+    for field in EVENT_FIELDS.get(type_, ()):
+        if field.name in fields:
+            event[field.name] = fields.pop(field.name)
+    event.update(fields)
+    return event
+
+
+def encode_line(event: dict[str, Any]) -> str:
+    """One line of events.jsonl (NaN and infinities as JSON's usual extensions)."""
+    return json.dumps(event, allow_nan=True, separators=(ITEM_SEPARATOR, KEY_SEPARATOR)) + "\n"
 
 
 class EventWriter:
@@ -46,7 +120,7 @@ class EventWriter:
 
     def write(self, type_: str, **fields: Any) -> dict[str, Any]:
         event = make_event(type_, **fields)
-        self._handle.write(json.dumps(event, allow_nan=True) + "\n")
+        self._handle.write(encode_line(event))
         self._handle.flush()
         if type_ in self.DURABLE:
             os.fsync(self._handle.fileno())

@@ -36,6 +36,12 @@ def training_refusal(data_format: str | None) -> str | None:
     return None
 
 
+def feature_keys(extra_config: dict[str, Any]) -> dict[str, Any]:
+    """A run's *_feature settings (prompt_feature, chat_feature...): the row keys mlx-lm's
+    create_dataset reads instead of its default ones."""
+    return {key: value for key, value in extra_config.items() if key.endswith("_feature")}
+
+
 KNOWN_ROLES = ("system", "user", "assistant", "tool")
 
 # The keys each format needs, for saying which one a row lacks.

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
 from zyquo_tui.core.store.paths import ensure_dir, models_dir, zyquo_home
+from zyquo_tui.core.system.entry_points import SAMPLE_BUILDER, python_command
 from zyquo_tui.resources import sample_data_dir
 
 SAMPLE_MODEL = "zyquo-tiny"
@@ -48,7 +48,7 @@ def build_sample(home: Path | None = None, timeout: float = 600.0) -> dict:
     target = ensure_dir(models_dir(home or zyquo_home()), "models")
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "zyquo_tui.trainer.sample_model", str(target), "--json"],
+            python_command(SAMPLE_BUILDER, str(target), "--json"),
             capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:

@@ -5,6 +5,10 @@ model's tokenizer and chat template can say. The counting runs in a subprocess
 (`python -m zyquo_tui.trainer.token_stats`) that uses mlx-lm's own tokenizer loading and
 dataset classes, so the numbers are the ones training will see; this module starts it, waits
 without blocking the dashboard (call it from a worker thread), and reads its JSON.
+
+This is the one route to token counts: `data check --model`, the datasets screen, and the
+memory checks (the start gate, `plan`, the new-run screen, through `row_token_lengths`) all
+come through `measure_tokens_many`.
 """
 
 from __future__ import annotations
@@ -12,15 +16,16 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE, UserError
+from zyquo_tui.core.library.rows import feature_keys
 from zyquo_tui.core.runs.settings import default_of
 from zyquo_tui.core.system.child_process import run_child
+from zyquo_tui.core.system.entry_points import TOKEN_STATS, python_command
 
 DEFAULT_MAX_SEQ_LENGTH = default_of("max_seq_length")  # the run setting's default
 DEFAULT_TIMEOUT_SECONDS = 900.0
@@ -64,7 +69,8 @@ class RowPreview:
 
 @dataclass
 class TokenStats:
-    """Token statistics of a dataset's splits for one model, and a preview row."""
+    """Token statistics of a dataset's splits for one model, and a preview row; every row's
+    token count per split in `lengths` when they were asked for."""
 
     data: str
     model: str
@@ -73,9 +79,13 @@ class TokenStats:
     splits: dict[str, LengthStats] = field(default_factory=dict)
     preview: RowPreview | None = None
     note: str = ""
+    lengths: dict[str, list[int]] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.lengths is None:
+            del data["lengths"]  # only the memory checks ask for them
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "TokenStats":
@@ -91,6 +101,7 @@ class TokenStats:
                 spans=[PreviewSpan(**span) for span in preview["spans"]],
             ),
             note=data.get("note", ""),
+            lengths=data.get("lengths"),
         )
 
 
@@ -105,6 +116,13 @@ class TokenStatsFailed(UserError):
         super().__init__(message, exit_status)
         self.file = file
         self.line = line
+
+    @property
+    def located(self) -> str:
+        """The message after the file and line it is about, when known."""
+        if self.file and self.line:
+            return f"{self.file}:{self.line}: {self.message}"
+        return f"{self.file}: {self.message}" if self.file else self.message
 
 
 def summarize_lengths(lengths: Sequence[int], max_seq_length: int) -> LengthStats:
@@ -146,21 +164,48 @@ def measure_tokens(data: Path | str, model: Path | str,
     return result
 
 
+def row_token_lengths(model: Path | str, data: Path | str,
+                      extra_config: dict[str, Any] | None = None, split: str = "train",
+                      timeout: float = DEFAULT_TIMEOUT_SECONDS,
+                      cancelled: Callable[[], bool] | None = None) -> list[int]:
+    """Every row's token count in one split of the dataset folder, tokenized as training
+    will (the run's *_feature settings in `extra_config` apply): what the memory checks
+    need, to judge the longest row and the rows each max_seq_length would cut.
+
+    mask_prompt changes which tokens train, not how many there are, so it plays no part.
+    Raises UserError, with the file and line when one row is the cause.
+    """
+    (result,) = measure_tokens_many([data], model, splits=(split,), preview_line=0,
+                                    row_lengths=True, extra_config=extra_config,
+                                    timeout=timeout, cancelled=cancelled)
+    if isinstance(result, TokenStatsFailed):
+        raise UserError(result.located, result.exit_status)
+    return list((result.lengths or {}).get(split, []))
+
+
 def measure_tokens_many(datasets: Sequence[Path | str], model: Path | str,
                         max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH,
                         splits: Sequence[str] = ("train", "valid", "test"),
                         preview_line: int = 1,
                         timeout: float = DEFAULT_TIMEOUT_SECONDS,
                         cancelled: Callable[[], bool] | None = None,
+                        row_lengths: bool = False,
+                        extra_config: dict[str, Any] | None = None,
                         ) -> list[TokenStats | TokenStatsFailed]:
     """measure_tokens for several folders with one subprocess (one tokenizer load).
 
-    Returns, in order, each folder's TokenStats or the TokenStatsFailed that says why it has
-    none. Raises TokenStatsFailed when the model itself is unusable.
+    `preview_line` 0 skips the preview; `row_lengths` fills TokenStats.lengths; the
+    *_feature keys of `extra_config` name the row keys, as for training. Returns, in order,
+    each folder's TokenStats or the TokenStatsFailed that says why it has none. Raises
+    TokenStatsFailed when the model itself is unusable.
     """
-    command = [sys.executable, "-m", "zyquo_tui.trainer.token_stats", "--model", str(model),
-               "--max-seq-length", str(max_seq_length), "--splits", ",".join(splits),
-               "--preview-line", str(preview_line)]
+    command = python_command(TOKEN_STATS, "--model", str(model),
+                             "--max-seq-length", str(max_seq_length),
+                             "--splits", ",".join(splits), "--preview-line", str(preview_line))
+    if row_lengths:
+        command.append("--lengths")
+    for name, key in feature_keys(extra_config or {}).items():
+        command += ["--feature", f"{name}={key}"]
     for data in datasets:
         command += ["--data", str(data)]
     returncode, stdout, stderr = run_child(command, timeout=timeout, cancelled=cancelled,

@@ -1,10 +1,9 @@
-"""Real measurements in a subprocess (mlx lives there): a few training steps' peak, and a
-dataset's token lengths."""
+"""A real measurement in a subprocess (mlx lives there): the peak memory of a few training
+steps. (A dataset's token lengths come from core.library.token_stats.row_token_lengths.)"""
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +13,7 @@ from zyquo_tui.core.memory.budget import CPU, GPU
 from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.runs.settings import Hyperparameters
 from zyquo_tui.core.system.child_process import run_child
+from zyquo_tui.core.system.entry_points import MEASURE, python_command
 
 
 @dataclass
@@ -66,27 +66,11 @@ def measure_peak(model_path: str, config: TrainingConfig, *, data: str | None = 
         spec["data"] = data
     else:
         spec["synthetic_tokens"] = config.batch_width
-    result = _subprocess_json([python or sys.executable, "-m", "zyquo_tui.trainer.measure", "-"],
-                              spec, timeout, cancelled)
+    result = _subprocess_json(python_command(MEASURE, "-", python=python), spec, timeout,
+                              cancelled)
     device = GPU if "gpu" in str(result.get("device", "")).lower() else CPU
     return Measurement(peak_bytes=int(result["peak_memory_bytes"]),
                        batch_width=int(result["batch_width"]),
                        seconds=float(result.get("seconds", 0.0)), device=device,
                        longest_row_tokens=result.get("longest_row_tokens"))
 
-
-def dataset_token_lengths(model_path: str, data: str, *, extra_config: dict[str, Any] | None = None,
-                          mask_prompt: bool = False, timeout: float = 900.0,
-                          python: str | None = None,
-                          cancelled: Callable[[], bool] | None = None) -> list[int]:
-    """Every train row's token count, tokenized as training will (a subprocess).
-
-    core.token_stats reports summaries (min, median, p95, max); the suggestions need each
-    row's length, to count the rows every shorter max_seq_length would cut.
-    """
-    spec = {"lengths": True, "model": model_path, "data": data, "method": "lora",
-            "hyperparameters": {"mask_prompt": mask_prompt, "batch_size": 1},
-            "extra_config": extra_config or {}}
-    result = _subprocess_json([python or sys.executable, "-m", "zyquo_tui.trainer.measure", "-"],
-                              spec, timeout, cancelled)
-    return [int(n) for n in result["lengths"]]

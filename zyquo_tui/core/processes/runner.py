@@ -24,6 +24,7 @@ from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.store.queue import RunQueue
 from zyquo_tui.core.store.store import EVENTS_FILE, LOG_FILE, RunStore
 from zyquo_tui.core.store.user_settings import Settings
+from zyquo_tui.core.system.entry_points import RUNNER, TRAINER, python_command, usage
 from zyquo_tui.core.system.liveness import identity, signal_group
 from zyquo_tui.core.system.machine import caffeinate_prefix
 
@@ -103,7 +104,7 @@ class Runner:
         run_dir = self.store.run_dir(run_id)
         with open(run_dir / LOG_FILE, "ab") as log:
             trainer = subprocess.Popen(
-                [*caffeinate_prefix(), sys.executable, "-m", "zyquo_tui.trainer", str(run_dir)],
+                [*caffeinate_prefix(), *python_command(TRAINER, str(run_dir))],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, pass_fds=(self.lock_fd,),
             )
@@ -196,7 +197,7 @@ def record_end(run: Run, run_dir: Path, returncode: int | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m zyquo_tui.core.processes.runner")
+    parser = argparse.ArgumentParser(prog=usage(RUNNER))
     parser.add_argument("--home", required=True)
     parser.add_argument("--lock-fd", type=int, required=True)
     parser.add_argument("--no-detach", action="store_true")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import AsyncIterator
@@ -24,6 +23,7 @@ from zyquo_tui.core.store.checkpoints import adapter_file, list_checkpoints
 from zyquo_tui.core.store.queue import RunQueue
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.store.user_settings import Settings
+from zyquo_tui.core.system.entry_points import RUNNER, python_command
 from zyquo_tui.core.system.liveness import process_alive, signal_group
 
 ACTIVE_LOCK = "active.lock"
@@ -63,8 +63,7 @@ class Supervisor:
         return False
 
     def _spawn_runner(self, lock_fd: int, run_id: str | None) -> None:
-        argv = [sys.executable, "-m", "zyquo_tui.core.processes.runner", "--home", str(self.store.home),
-                "--lock-fd", str(lock_fd)]
+        argv = python_command(RUNNER, "--home", str(self.store.home), "--lock-fd", str(lock_fd))
         if run_id:
             argv.append(run_id)
         with open(self.store.home / RUNNER_LOG, "ab") as log:
@@ -118,8 +117,8 @@ class Supervisor:
         again with its real longest row, so a generous cap alone never blocks a run.
         """
         from zyquo_tui.core.errors import EXIT_PROBLEMS
+        from zyquo_tui.core.library.token_stats import row_token_lengths
         from zyquo_tui.core.memory.advisor import MemoryAdvisor, gate
-        from zyquo_tui.core.memory.measure import dataset_token_lengths
 
         advisor = MemoryAdvisor.for_machine(self.store.home)
         try:
@@ -127,8 +126,7 @@ class Supervisor:
         except UserError as error:
             if error.exit_status != EXIT_PROBLEMS:
                 raise
-            lengths = dataset_token_lengths(run.model, run.data, extra_config=run.extra_config,
-                                            mask_prompt=run.hyperparameters.mask_prompt)
+            lengths = row_token_lengths(run.model, run.data, run.extra_config)
             gate(run, advisor, override=override, longest_row_tokens=max(lengths, default=None))
         return run
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import psutil
 
+from zyquo_tui.core.system.entry_points import PROBE, python_command
+
 IS_MACOS = sys.platform == "darwin"
 
 
@@ -133,7 +135,7 @@ def probe_mlx(python: str | None = None, timeout: float = 60.0) -> dict | None:
     """What MLX sees (versions, device, memory limit), from a subprocess; None if it fails."""
     try:
         done = subprocess.run(
-            [python or sys.executable, "-m", "zyquo_tui.trainer.probe"],
+            python_command(PROBE, python=python),
             capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.SubprocessError):
