@@ -12,8 +12,8 @@ from conftest import REPO, SAMPLE_DATA
 
 from zyquo_tui.cli.main import main
 from zyquo_tui.core.library.datasets import validate_dataset
+from zyquo_tui.core.library.run_checks import DataTraits, check_run
 from zyquo_tui.core.memory.facts import ModelFacts
-from zyquo_tui.core.runs.checks import DataTraits, ModelTraits, check_run
 from zyquo_tui.core.runs.mlx_config import dump_mlx_yaml, run_to_mlx_config
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
@@ -131,8 +131,7 @@ def form_sentence(data, **settings) -> list[tuple[str, str, str]]:
     """What the new-run form says of these settings on the sample model and this dataset: its
     checks with the dataset report and the model facts it holds."""
     hp = Hyperparameters.from_dict({"num_layers": -1, **settings})
-    model = ModelTraits.from_facts(ModelFacts.from_folder(RunStore().home / "models" /
-                                                          "zyquo-tiny"))
+    model = ModelFacts.from_folder(RunStore().home / "models" / "zyquo-tiny").traits()
     return [(p.key, p.sentence, p.severity) for p in check_run(
         Method.LORA, hp, model=model, data=DataTraits.from_report(validate_dataset(data)))]
 

@@ -42,9 +42,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from zyquo_tui.core.library.run_checks import problems_with_model
 from zyquo_tui.core.memory.budget import CPU, GPU
 from zyquo_tui.core.memory.facts import LORA_BYTES, PAD_TO, ModelFacts
-from zyquo_tui.core.runs.checks import ModelTraits, problems_with_model
 from zyquo_tui.core.runs.problems import Problem, errors_in
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method, default_of
@@ -373,8 +373,8 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
 
 
 def model_problems(model: ModelFacts, config: TrainingConfig) -> list[Problem]:
-    """The config's own problems and those against the model (core/runs/checks.py), the base
+    """The config's own problems and those against the model (core/library/run_checks.py), the base
     counted as quantized when a suggestion would quantize it first."""
-    traits = ModelTraits.from_facts(model, quantized=model.quantized or bool(config.quantize_base))
+    traits = model.traits(quantized=model.quantized or bool(config.quantize_base))
     return config.problems() + problems_with_model(config.method, config.to_hyperparameters(),
                                                    traits)

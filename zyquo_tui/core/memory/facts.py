@@ -18,6 +18,7 @@ from zyquo_tui.core.library.models import (
     mlx_weight_files,
     quantization_of,
 )
+from zyquo_tui.core.library.run_checks import ModelTraits
 from zyquo_tui.core.library.safetensors_header import (
     SafetensorsHeaderError,
     TensorInfo,
@@ -204,6 +205,15 @@ class ModelFacts:
             quantizable_elements=sum(t.elements for t in quantizable),
             quantizable_bytes=sum(t.nbytes for t in quantizable), notes=notes,
         )
+
+    def traits(self, *, quantized: bool | None = None,
+               positions: int | None = None) -> ModelTraits:
+        """What a run's checks need of this model (core/library/run_checks.py); `quantized`
+        overrides (a base to be quantized first), `positions` come from the model list (the
+        memory model does not need them)."""
+        return ModelTraits(Path(self.path).name or "the model",
+                           self.quantized if quantized is None else quantized, self.num_layers,
+                           positions)
 
     def quantized_weights_bytes(self, bits: int, group_size: int) -> int:
         """The weights after `mlx_lm convert -q --q-bits bits --q-group-size group_size`.

@@ -94,10 +94,10 @@ class Supervisor:
         return self._launch(run, queue_if_busy)
 
     def _check_settings(self, run: Run) -> None:
-        """The checks `runs new` and the new-run form make (core/runs/checks.py), again: the
+        """The checks `runs new` and the new-run form make (core/library/run_checks.py), again: the
         model or the data may have changed since the run was made. A model folder that is
         gone is left to the memory gate, which says so."""
-        from zyquo_tui.core.runs.checks import DataTraits, ModelTraits, check_run
+        from zyquo_tui.core.library.run_checks import DataTraits, ModelTraits, check_run
         from zyquo_tui.core.runs.problems import errors_in
 
         errors = errors_in(check_run(run.method, run.hyperparameters,

@@ -58,7 +58,7 @@ def _existing_file(called: str, value: Any) -> list[tuple[str, str]]:
 
 
 # mlx-lm's keys that are not run settings: what each may hold. model and data are checked as
-# a model folder and a dataset folder when the run is made (core/runs/checks.py).
+# a model folder and a dataset folder when the run is made (core/library/run_checks.py).
 OTHER_MLX_LM_KEYS: dict[str, Callable[[str, Any], list[tuple[str, str]]]] = {
     "model": _text,
     "data": _text,

@@ -129,7 +129,7 @@ def run_from_mlx_config(
     The config's shape is checked first (core/runs/config_keys.py: nulls are defaults, nested
     keys known, mlx-lm's other keys of their type); UserError names the first problem, at
     `locate(key)` (file:line of that key) when given. The settings' own values are checked
-    with the run (core/runs/checks.py).
+    with the run (core/library/run_checks.py).
     """
     where = locate or (lambda key: source)
     config, shape = normalize_config(config)

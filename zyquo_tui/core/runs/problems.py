@@ -1,6 +1,6 @@
 """Problems: why a run cannot train as set up, or what it will do that the user may not expect.
 
-Every check of a run's settings (core/runs/settings.py, core/runs/checks.py) returns these, so
+Every check of a run's settings (core/runs/settings.py, core/library/run_checks.py) returns these, so
 whoever shows them needs no parsing: the new-run form marks the field named by `key`, the CLI
 prints the first error's sentence.
 """

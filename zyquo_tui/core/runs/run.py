@@ -179,7 +179,7 @@ class Run:
             raise ValueError(str(error)) from None
 
     def problems(self) -> list[Problem]:
-        """The problems of the run's settings on their own (core/runs/checks.py `check_run`
+        """The problems of the run's settings on their own (core/library/run_checks.py `check_run`
         adds those against its model and dataset)."""
         return self.hyperparameters.problems(self.method)
 

@@ -9,7 +9,7 @@ form's fields (dashboard/widgets/hyperparameter_form.py), the mlx-lm YAML (mlx_c
 presets and the memory estimate (core/memory/estimate.py TrainingConfig).
 
 Checks that relate settings to one another are CROSS_CHECKS here; checks against the model and
-the dataset are in core/runs/checks.py. All of them return structured problems
+the dataset are in core/library/run_checks.py. All of them return structured problems
 (core/runs/problems.py).
 """
 

@@ -38,10 +38,10 @@ from zyquo_tui.core.formatting import basename, fmt_bytes
 from zyquo_tui.core.library.datasets import DatasetInfo, DatasetReport, describe_dataset
 from zyquo_tui.core.library.models import ModelInfo, inspect_model
 from zyquo_tui.core.library.rows import training_refusal
+from zyquo_tui.core.library.run_checks import DataTraits, check_run
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict
 from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
-from zyquo_tui.core.runs.checks import DataTraits, ModelTraits, check_run
 from zyquo_tui.core.runs.mlx_config import (
     dump_mlx_yaml,
     load_mlx_yaml,
@@ -624,13 +624,13 @@ class NewRunScreen(ZyquoScreen):
     def recompute(self) -> None:
         """Check every field and judge the memory; called on every change (kept fast).
 
-        The checks are `runs new`'s (core/runs/checks.py), with the model's facts and the
+        The checks are `runs new`'s (core/library/run_checks.py), with the model's facts and the
         dataset's report this screen has: each problem names its field."""
         hp = self.form.hyperparameters(self.base_hp)
         self.hp = hp
         info = self.model_by_path.get(self.model_path or "")
-        model = ModelTraits.from_facts(self.facts, positions=info.context_length if info else None
-                                       ) if self.facts is not None else None
+        model = self.facts.traits(positions=info.context_length if info else None
+                                  ) if self.facts is not None else None
         data = DataTraits.from_report(self.report) if self.report is not None else None
         errors: dict[str, str] = {}
         warnings: dict[str, str] = {}

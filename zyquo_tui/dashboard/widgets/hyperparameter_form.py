@@ -6,7 +6,7 @@ shown), advanced and the learning-rate schedule (each folded away until opened).
 shows mlx-lm's default as its placeholder (an empty field means the default) and one line of
 help; a value the run cannot train with is marked under its field with its problem's sentence.
 
-The form only parses and shows. Whoever holds it decides what is wrong (core/runs/checks.py
+The form only parses and shows. Whoever holds it decides what is wrong (core/library/run_checks.py
 `check_run`, with the model and the dataset) and calls `show_problems` with the problems by
 field key; the form posts `Edited` on every change.
 """

@@ -26,7 +26,6 @@ from zyquo_tui.core.runs.value_checks import is_whole
 if TYPE_CHECKING:
     from zyquo_tui.core.library.datasets import DatasetReport
     from zyquo_tui.core.library.models import ModelInfo
-    from zyquo_tui.core.memory.facts import ModelFacts
 
 SPLITS_COUNTED = ("train", "valid")
 
@@ -40,15 +39,6 @@ class ModelTraits:
     quantized: bool
     num_layers: int | None = None
     positions: int | None = None  # config.json's max_position_embeddings
-
-    @classmethod
-    def from_facts(cls, facts: "ModelFacts", *, quantized: bool | None = None,
-                   positions: int | None = None) -> "ModelTraits":
-        """From the memory model's facts; `quantized` overrides (a base to be quantized);
-        `positions` from the model list (the memory model does not need them)."""
-        return cls(Path(facts.path).name or "the model",
-                   facts.quantized if quantized is None else quantized, facts.num_layers,
-                   positions)
 
     @classmethod
     def from_info(cls, info: "ModelInfo") -> "ModelTraits":
