@@ -113,8 +113,7 @@ def problems_with_model(method: Method, hp: Hyperparameters, model: ModelTraits
     if model.positions and is_whole(length) and length > model.positions:
         found.append(Problem("max_seq_length", f"max_seq_length {length} is above "
                                                f"{model.name}'s max_position_embeddings "
-                                               f"({model.positions}): longer rows go past the "
-                                               "positions it was trained on; lower it to "
+                                               f"({model.positions}); lower it to "
                                                f"{model.positions}.", WARNING))
     if method is Method.FULL and model.quantized:
         found.append(Problem("method", f"full fine-tuning needs an unquantized model, and "
