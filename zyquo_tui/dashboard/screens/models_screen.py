@@ -21,7 +21,8 @@ from zyquo_tui.core.formatting import DASH, fmt_bytes
 from zyquo_tui.core.library.models import READY, ModelInfo
 from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
-from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen, parameters_text
+from zyquo_tui.dashboard.library_text import parameters_text
+from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
 from zyquo_tui.dashboard.screens.zyquo_screen import ZyquoScreen
 from zyquo_tui.dashboard.setup_sources import setup_sources
 from zyquo_tui.dashboard.widgets.title_bar import TitleBar

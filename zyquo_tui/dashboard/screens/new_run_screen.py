@@ -34,7 +34,7 @@ from textual.widgets import Footer, Input, Select, Static
 from textual.worker import get_current_worker
 
 from zyquo_tui.core.errors import UserError
-from zyquo_tui.core.formatting import basename, fmt_bytes
+from zyquo_tui.core.formatting import basename
 from zyquo_tui.core.library.datasets import DatasetInfo, DatasetReport, describe_dataset
 from zyquo_tui.core.library.models import ModelInfo, inspect_model
 from zyquo_tui.core.library.rows import training_refusal
@@ -55,6 +55,14 @@ from zyquo_tui.core.store.presets import Preset, list_presets, load_preset, save
 from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
 from zyquo_tui.dashboard.dialogs.preset_picker import PresetPickerDialog
 from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
+from zyquo_tui.dashboard.library_text import (
+    dataset_label,
+    dataset_problems,
+    dataset_summary,
+    model_facts_line,
+    model_label,
+    problem_where,
+)
 from zyquo_tui.dashboard.messages import SampleChanged
 from zyquo_tui.dashboard.screens.zyquo_screen import ZyquoScreen
 from zyquo_tui.dashboard.setup_sources import setup_sources
@@ -81,83 +89,6 @@ CONTROL_HELP = {
     "method": "← → choose: lora and dora adapt a full-precision base, qlora a quantized one; "
               "full trains every weight",
 }
-
-
-def parameters_text(count: int | None) -> str:
-    if count is None:
-        return "? params"
-    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if count >= size:
-            return f"{count / size:.3g}{unit} params"
-    return f"{count} params"
-
-
-def model_label(info: ModelInfo) -> str:
-    quant = f" · {info.quantization.bits}-bit" if info.quantization else ""
-    return f"{info.name}{quant}"
-
-
-def model_facts_line(info: ModelInfo) -> str:
-    parts = [info.architecture or "unknown architecture", parameters_text(info.parameters)]
-    if info.weight_bytes is not None:
-        parts.append(fmt_bytes(info.weight_bytes))
-    if info.quantization:
-        group = f" g{info.quantization.group_size}" if info.quantization.group_size else ""
-        parts.append(f"{info.quantization.bits}-bit{group}")
-    else:
-        dtypes = sorted(info.weight_dtypes, key=info.weight_dtypes.get, reverse=True)
-        parts.append(dtypes[0].lower() if dtypes else "unquantized")
-    if info.num_layers:
-        parts.append(f"{info.num_layers} layers")
-    parts.append("chat template" if info.chat_template else "no chat template")
-    return " · ".join(parts)
-
-
-def dataset_label(info: DatasetInfo) -> str:
-    return f"{info.name} ({info.format or 'unknown format'})"
-
-
-def _problem_where(problem) -> str:
-    where = basename(problem.file)
-    return f"{where}:{problem.line}" if problem.line is not None else where
-
-
-def dataset_summary(report: DatasetReport) -> Text:
-    """`chat · train 225 · valid 40 · test 40 rows · ✓ valid` (or its errors), and why
-    training refuses rows of its format, if it does."""
-    text = Text(report.format or "unknown format")
-    rows = report.rows
-    if rows:
-        text.append(" · " + " · ".join(f"{split} {count}" for split, count in rows.items())
-                    + " rows")
-    if report.errors:
-        text.append(f" · ✗ {report.errors} error{'s' if report.errors != 1 else ''}",
-                    style="bold red")
-    else:
-        text.append(" · ✓ valid", style="green")
-    if report.warnings:
-        text.append(f" · {report.warnings} warning{'s' if report.warnings != 1 else ''}",
-                    style="yellow")
-    refusal = training_refusal(report.format)
-    if refusal:
-        text.append(f"\n✗ {refusal}.", style="bold red")
-    return text
-
-
-def dataset_problems(report: DatasetReport, limit: int = 6, more_hint: str = "") -> Text:
-    """The first problems as `train.jsonl:3: message`, errors first."""
-    problems = sorted(report.problems, key=lambda p: p.severity != "error")
-    text = Text()
-    for index, problem in enumerate(problems[:limit]):
-        if index:
-            text.append("\n")
-        style = "red" if problem.severity == "error" else "yellow"
-        text.append(_problem_where(problem), style=f"bold {style}")
-        text.append(f": {problem.message}", style=style)
-    more = len(problems) - limit + sum(f.problems_not_listed for f in report.files.values())
-    if more > 0:
-        text.append(f"\n… and {more} more{more_hint}", style="dim")
-    return text
 
 
 def slug(name: str) -> str:
@@ -804,7 +735,7 @@ class NewRunScreen(ZyquoScreen):
             if not self.report.ok:
                 first = next(p for p in self.report.problems if p.severity == "error") \
                     if any(p.severity == "error" for p in self.report.problems) else None
-                where = f" The first: {_problem_where(first)}: {first.message}." if first else ""
+                where = f" The first: {problem_where(first)}: {first.message}." if first else ""
                 count = self.report.errors
                 return (f"The dataset has {count} error{'s' if count != 1 else ''}, which "
                         f"would stop the run; fix them first.{where}"), "dataset"
