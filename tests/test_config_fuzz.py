@@ -9,6 +9,7 @@ key the definition forgets or checks too loosely shows up here as a failure.
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -206,13 +207,19 @@ def test_every_runs_new_flag_with_wrong_text(base_config, isolated_home, capsys)
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["--model", "/etc"], "config.json"),
-    (["--data", "/etc/passwd"], "passwd"),
+    (["--model", "/etc"], "/etc has no config.json, so it is not a model folder."),
+    (["--model", "{weightless}"], "has no weights (*.safetensors); give a complete MLX model "
+                                  "folder."),
+    (["--data", "/etc/passwd"], "/etc/passwd is a file, not a dataset folder; give the folder "
+                                "that holds train.jsonl."),
 ])
 def test_paths_that_are_not_a_model_or_a_dataset_are_refused(argv, says, base_config,
-                                                              isolated_home, capsys):
+                                                              isolated_home, tmp_path, capsys):
+    weightless = tmp_path / "weightless"
+    weightless.mkdir()
+    shutil.copy(Path(base_config["model"]) / "config.json", weightless)
     args = {"--model": base_config["model"], "--data": base_config["data"]}
-    args[argv[0]] = argv[1]
+    args[argv[0]] = argv[1].replace("{weightless}", str(weightless))
     status = _call(["runs", "new", *[x for pair in args.items() for x in pair]])
     err = capsys.readouterr().err.strip()
     assert status == 2 and says in err and "\n" not in err

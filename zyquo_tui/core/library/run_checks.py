@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from zyquo_tui.core.library.rows import TEXT, peek_format, training_refusal
 from zyquo_tui.core.runs.problems import WARNING, Problem
-from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 from zyquo_tui.core.runs.value_checks import is_whole
 
 if TYPE_CHECKING:
@@ -61,10 +61,11 @@ class DataTraits:
     train.jsonl, the format of its rows, and the rows of train.jsonl and valid.jsonl."""
 
     path: str
-    exists: bool
+    exists: bool  # a folder is there
     has_train: bool
     format: str | None = None
     rows: dict[str, int] = field(default_factory=dict)
+    is_file: bool = False  # a file was given where the folder belongs
 
     @property
     def name(self) -> str:
@@ -80,7 +81,7 @@ class DataTraits:
         """From the folder itself: the first row's format and a count of the rows."""
         path = Path(folder).expanduser()
         if not path.is_dir():
-            return cls(str(folder), path.exists(), False)
+            return cls(str(folder), False, False, is_file=path.is_file())
         train = path / "train.jsonl"
         rows = {split: count_rows(path / f"{split}.jsonl") for split in SPLITS_COUNTED
                 if (path / f"{split}.jsonl").is_file()}
@@ -128,12 +129,12 @@ def problems_with_model(method: Method, hp: Hyperparameters, model: ModelTraits
 def problems_with_data(hp: Hyperparameters, data: DataTraits) -> list[Problem]:
     """The settings against the dataset: rows enough for a batch, prompts to mask, and rows
     mlx-lm's trainer trains at all."""
+    if data.is_file:
+        return [Problem("dataset", f"{data.path} is a file, not a dataset folder; give the "
+                                   "folder that holds train.jsonl.")]
     if not data.exists:
         return [Problem("dataset", f"{data.path}: no such dataset folder; give the folder that "
                                    "holds train.jsonl.")]
-    if not Path(data.path).expanduser().is_dir():
-        return [Problem("dataset", f"{data.path} is a file, not a dataset folder; give the "
-                                   "folder that holds train.jsonl.")]
     if not data.has_train:
         return [Problem("dataset", f"{data.path} has no train.jsonl, which training needs; "
                                    "give the folder that holds it.")]
@@ -183,8 +184,6 @@ def fit_default_layers(hp: Hyperparameters, model: ModelTraits) -> bool:
 
 def config_name(key: str) -> str:
     """The mlx-lm config key a problem's key stands for (for saying where it is in a file)."""
-    from zyquo_tui.core.runs.settings import SETTINGS
-
     if key in SETTINGS:
         return SETTINGS[key].name.replace(".{optimizer}", "")
     return {"dataset": "data", "method": "fine_tune_type"}.get(key, key)

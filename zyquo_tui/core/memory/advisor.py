@@ -153,8 +153,9 @@ class MemoryAdvisor:
     def estimate(self, model: ModelFacts, config: TrainingConfig, *,
                  use_history: bool = True) -> Estimate:
         device = self.device or self.budget.device
-        problems = [problem.sentence for problem in model_problems(model, config)]
-        if config.problems():
+        own, with_model = model_problems(model, config)
+        problems = [problem.sentence for problem in own + with_model]
+        if own:  # values no run has: nothing to estimate
             breakdown = dict.fromkeys(TERMS, 0)
             return Estimate(0, breakdown, 0, config, device, 0, 0, 0, list(model.notes),
                             problems)

@@ -175,9 +175,11 @@ class TrainingConfig:
                                      "group_size": self.quantize_base[1]}
         return data
 
-    def problems(self) -> list[Problem]:
-        """Values no run can train with: the definition's checks of the settings held here."""
-        found = errors_in(self.to_hyperparameters().problems(self.method, only=MEMORY_SETTINGS))
+    def problems(self, hp: Hyperparameters | None = None) -> list[Problem]:
+        """Values no run can train with: the definition's checks of the settings held here
+        (`hp`: this config's `to_hyperparameters()`, when the caller has it already)."""
+        hp = hp if hp is not None else self.to_hyperparameters()
+        found = errors_in(hp.problems(self.method, only=MEMORY_SETTINGS))
         if self.longest_row_tokens is not None and self.longest_row_tokens < 0:
             found.append(Problem("longest_row_tokens", "the longest row cannot have a negative "
                                                        "number of tokens."))
@@ -204,7 +206,7 @@ class TrainingConfig:
 
     def to_hyperparameters(self, base: Hyperparameters | None = None) -> Hyperparameters:
         """Hyperparameters with this config's settings (the rest from `base` or defaults)."""
-        hp = Hyperparameters.from_dict((base or Hyperparameters()).to_dict())
+        hp = Hyperparameters.from_dict(base.to_dict()) if base is not None else Hyperparameters()
         for key in MEMORY_SETTINGS:
             SETTINGS[key].set(hp, getattr(self, key))
         return hp
@@ -372,9 +374,10 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
     return breakdown
 
 
-def model_problems(model: ModelFacts, config: TrainingConfig) -> list[Problem]:
-    """The config's own problems and those against the model (core/library/run_checks.py), the base
-    counted as quantized when a suggestion would quantize it first."""
+def model_problems(model: ModelFacts, config: TrainingConfig
+                   ) -> tuple[list[Problem], list[Problem]]:
+    """The config's own problems, and those against the model (core/library/run_checks.py),
+    the base counted as quantized when a suggestion would quantize it first."""
     traits = model.traits(quantized=model.quantized or bool(config.quantize_base))
-    return config.problems() + problems_with_model(config.method, config.to_hyperparameters(),
-                                                   traits)
+    hp = config.to_hyperparameters()
+    return config.problems(hp), problems_with_model(config.method, hp, traits)
