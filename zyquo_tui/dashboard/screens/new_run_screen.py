@@ -38,7 +38,7 @@ from zyquo_tui.core.formatting import basename
 from zyquo_tui.core.library.datasets import DatasetInfo, DatasetReport, describe_dataset
 from zyquo_tui.core.library.models import ModelInfo, inspect_model
 from zyquo_tui.core.library.rows import training_refusal
-from zyquo_tui.core.library.run_checks import DataTraits, check_run
+from zyquo_tui.core.library.run_checks import DataTraits, check_run, fit_default_layers
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict
 from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
@@ -50,6 +50,7 @@ from zyquo_tui.core.runs.mlx_config import (
 )
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
+from zyquo_tui.core.runs.value_checks import value_text
 from zyquo_tui.core.store.paths import presets_dir
 from zyquo_tui.core.store.presets import Preset, list_presets, load_preset, save_preset
 from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
@@ -388,11 +389,12 @@ class NewRunScreen(ZyquoScreen):
         if self.facts_error:
             line += f"\n✗ {self.facts_error}"
         self._detail("model-facts", line)
-        # The default of 16 layers is more than a small model has: train all of them instead.
-        if (self.facts is not None and "num_layers" not in self.form.touched):
-            layers = self.form.values.get("num_layers")
-            if str(layers).lstrip("-").isdigit() and int(layers) > self.facts.num_layers:
-                self.form.set_values({"num_layers": "-1"})
+        # A num_layers nobody chose that is more than a small model has trains all of them
+        # (the rule `runs new` follows too).
+        if self.facts is not None and "num_layers" not in self.form.touched:
+            hp = self.form.hyperparameters(self.base_hp)
+            if fit_default_layers(hp, self.facts.traits()):
+                self.form.set_values({"num_layers": value_text(hp.num_layers)})
         self._update_methods()
         self._update_name()
         self._start_lengths()
