@@ -24,9 +24,23 @@ def test_doctor_reports_versions_device_memory_and_the_store(isolated_home):
     assert facts["mlx"].startswith("0.") and facts["mlx_lm"].startswith("0.")
     assert facts["device"].startswith("Device(")
     assert facts["memory"]["total_bytes"] > facts["memory"]["available_bytes"] > 0
-    assert facts["store"] == {"path": str(isolated_home), "exists": True, "writable": True}
+    assert facts["store"] == {"path": str(isolated_home), "exists": True, "writable": True,
+                              "problem": None}
     plain = zyquo_cli("doctor")
     assert "mlx-lm" in plain.stdout and str(isolated_home) in plain.stdout
+
+
+def test_doctor_says_why_a_store_it_cannot_write_is_unusable_and_exits_1(monkeypatch):
+    # /proc refuses new folders even to root, whose permission bits would say yes.
+    monkeypatch.setenv("ZYQUO_HOME", "/proc/nope")
+    done = zyquo_cli("doctor", "--json")
+    assert done.returncode == 1
+    store = json.loads(done.stdout)["store"]
+    assert store["writable"] is False and store["problem"].startswith("cannot create files in")
+    plain = zyquo_cli("doctor")
+    assert plain.returncode == 1
+    assert "/proc/nope (NOT usable: cannot create files in /proc" in plain.stdout
+    assert "set ZYQUO_HOME to a folder you can write" in plain.stdout
 
 
 def test_sample_builds_two_models_that_mlx_lm_loads(isolated_home):

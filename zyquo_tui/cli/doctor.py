@@ -30,6 +30,7 @@ def collect() -> dict:
     home = zyquo_home()
     memory = machine.memory_facts()
     probe = machine.probe_mlx()
+    problem = machine.unwritable_reason(home)
     return {
         "zyquo_tui": __version__,
         "python": platform.python_version(),
@@ -46,8 +47,8 @@ def collect() -> dict:
             "swap_used_bytes": memory.swap_used_bytes,
             "wired_limit_bytes": memory.wired_limit_bytes,
         },
-        "store": {"path": str(home), "exists": home.is_dir(),
-                  "writable": machine.writable(home)},
+        "store": {"path": str(home), "exists": home.is_dir(), "writable": problem is None,
+                  "problem": problem},
     }
 
 
@@ -68,7 +69,10 @@ def run(args) -> int:
               f"{fmt_bytes(mem['swap_used_bytes'])} swap in use")
         if facts["mlx_memory_limit_bytes"]:
             print(f"mlx limit  {fmt_bytes(facts['mlx_memory_limit_bytes'])}")
-        state = "writable" if store["writable"] else "NOT writable"
-        print(f"store      {store['path']} ({state}{'' if store['exists'] else ', not created yet'})")
+        if store["writable"]:
+            state = "writable" + ("" if store["exists"] else ", not created yet")
+        else:
+            state = f"NOT usable: {store['problem']}; set ZYQUO_HOME to a folder you can write"
+        print(f"store      {store['path']} ({state})")
     ok = facts["mlx_works"] and facts["store"]["writable"]
     return 0 if ok else 1

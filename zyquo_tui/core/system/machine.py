@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -148,14 +149,26 @@ def probe_mlx(python: str | None = None, timeout: float = 60.0) -> dict | None:
         return None
 
 
-def writable(folder: Path) -> bool:
-    """Whether files can be created in `folder` (or in its nearest existing parent)."""
+def unwritable_reason(folder: Path) -> str | None:
+    """Why files cannot be created in `folder` (or, before it exists, in its nearest existing
+    parent, where it would be made); None when they can.
+
+    It tries: permission bits say nothing to root, nor of /proc or a read-only mount. The
+    probe is a folder made and removed at once; nothing else is created.
+    """
     probe = folder
     while not probe.exists():
         if probe.parent == probe:
-            return False
+            return f"no part of {folder} exists"
         probe = probe.parent
-    return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
+    if not probe.is_dir():
+        return f"{probe} is a file, not a folder"
+    try:
+        made = tempfile.mkdtemp(prefix=".zyquo-probe-", dir=probe)
+    except OSError as error:
+        return f"cannot create files in {probe} ({error.strerror or error})"
+    os.rmdir(made)
+    return None
 
 
 # -- macOS: GPU use from macmon (sudoless; `brew install macmon`) -------------------------------
