@@ -12,6 +12,7 @@ import time
 import pytest
 
 from zyquo_tui.core.events.protocol import read_events
+from zyquo_tui.core.library.safetensors_header import read_header
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.store.checkpoints import list_checkpoints
 
@@ -55,6 +56,31 @@ def test_a_completed_run_writes_the_whole_event_sequence(tiny_model):
     assert json.loads((store.adapters_dir(run.id) / "adapter_config.json").read_text())[
         "fine_tune_type"] == "lora"
 
+
+
+def test_qlora_trains_the_4bit_sample_through_our_trainer(tiny_model_4bit):
+    """QLoRA as users run it: `python -m zyquo_tui.trainer` on a quantized base, whose frozen
+    weights stay 4-bit while the float32 adapters learn."""
+    store, run = make_run(tiny_model_4bit, COMPLETIONS, method="qlora", iters=20, save_every=20,
+                          steps_per_eval=20)
+    run_dir = store.run_dir(run.id)
+
+    done = run_trainer(run_dir)
+
+    assert done.returncode == 0, done.stderr
+    events = read_events(run_dir / "events.jsonl")
+    assert events[-1]["type"] == "completed"
+    train = [e for e in events if e["type"] == "train"]
+    assert train[-1]["train_loss"] < train[0]["train_loss"], "the loss should fall"
+    assert events[0]["parameters"]["trainable"] < events[0]["parameters"]["total"]
+    assert store.get(run.id).state is RunState.COMPLETED
+    assert [c.step for c in list_checkpoints(store.adapters_dir(run.id))] == [20]
+    adapter_config = json.loads((store.adapters_dir(run.id) / "adapter_config.json").read_text())
+    assert adapter_config["fine_tune_type"] == "lora"  # mlx-lm's name: the base makes it QLoRA
+    # Only the adapters were trained and saved, in float32; the 4-bit base is untouched.
+    saved = read_header(store.adapters_dir(run.id) / "adapters.safetensors")
+    assert {tensor.name.rsplit(".", 1)[1] for tensor in saved} == {"lora_a", "lora_b"}
+    assert {tensor.dtype for tensor in saved} == {"F32"}
 
 def test_sigterm_finishes_the_step_saves_a_checkpoint_and_exits_cleanly(tiny_model):
     store, run = make_run(tiny_model, COMPLETIONS, iters=100000, steps_per_report=1,
