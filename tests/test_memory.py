@@ -521,6 +521,22 @@ def test_a_run_that_wont_fit_needs_an_explicit_override(tmp_path):
     assert Run.from_dict(json.loads(json.dumps(run.to_dict()))).memory == run.memory
 
 
+def test_the_gate_refusal_names_the_mildest_changes_that_fit(tmp_path):
+    folder = write_model(tmp_path / "m")
+    run = _run(str(folder), batch_size=64, max_seq_length=2048)
+    facts = ModelFacts.from_folder(folder)
+    config = TrainingConfig.from_run(run)
+    judge = advisor(budget_bytes=2 * advisor().estimate(facts, config.replace(
+        batch_size=4, grad_accumulation_steps=16)).total_bytes)
+    first, second = judge.suggest(facts, config)[:2]
+    with pytest.raises(UserError) as caught:
+        gate(run, judge)
+    message = caught.value.message
+    assert f"what would fit: {first.title} (" in message and f"; or {second.title} (" in message
+    assert message.endswith("or start it with an explicit override (--override-memory).")
+    assert "\n" not in message
+
+
 def test_a_run_that_fits_passes_the_gate_and_records_it(tmp_path):
     run = _run(str(write_model(tmp_path / "m")))
     assessment = gate(run, advisor(), longest_row_tokens=200)

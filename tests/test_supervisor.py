@@ -204,7 +204,7 @@ def test_run_control_refuses_bad_requests_with_one_sentence_and_changes_nothing(
         cases = [
             (("runs", "show", "20990101-000000-000-beef"), "There is no run"),
             (("runs", "start", active.id), "cannot be started"),
-            (("runs", "start", other.id), "Another run is active"),
+            (("runs", "start", other.id), f"Run {active.id} ({active.name}) is active"),
             (("runs", "resume", unstarted.id), "only a cancelled, failed or interrupted"),
             (("runs", "cancel", unstarted.id), "nothing to cancel"),
             (("runs", "delete", active.id), "cancel it before deleting"),
@@ -259,6 +259,9 @@ def test_a_run_that_wont_fit_needs_an_explicit_override_which_is_recorded(tiny_m
     assert refused.returncode == 1, refused.stderr
     assert "won't fit in memory" in refused.stderr and "override" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
+    # 1 MiB is below what any setting needs: the refusal says so (test_memory.py checks the
+    # suggestions it names when some fit).
+    assert "no change of its settings fits on this machine" in refused.stderr
     record = store.get(run.id)
     assert record.state is RunState.CONFIGURED
     assert record.memory is None or record.memory["verdict"] == "won't fit"

@@ -454,8 +454,16 @@ def gate(run: Run, advisor: MemoryAdvisor, *, override: bool = False,
         "checked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     if assessment.verdict is Verdict.WONT_FIT and not override:
-        raise UserError(
-            f"This run won't fit in memory: it {assessment.reason[:-1]}; change its settings "
-            "(`zyquo-tui plan` suggests some that fit) or start it with an explicit override.",
-            EXIT_PROBLEMS)
+        raise UserError(f"This run won't fit in memory: it {assessment.reason[:-1]}; "
+                        f"{_what_would_fit(advisor.suggest(model, config))}, or start it with an "
+                        "explicit override (--override-memory).", EXIT_PROBLEMS)
     return assessment
+
+
+def _what_would_fit(suggestions: list[Suggestion], shown: int = 2) -> str:
+    """The mildest changes that fit, for a refusal: the seed's "try: ..." in one clause."""
+    if not suggestions:
+        return "no change of its settings fits on this machine (`zyquo-tui plan` shows why)"
+    tries = "; or ".join(f"{s.title} ({fmt_bytes(s.estimate.total_bytes)})"
+                         for s in suggestions[:shown])
+    return f"what would fit: {tries} (`zyquo-tui plan` lists them all)"

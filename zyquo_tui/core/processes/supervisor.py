@@ -20,6 +20,7 @@ from zyquo_tui.core.events import protocol as ev
 from zyquo_tui.core.processes.runner import record_end
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.store.checkpoints import adapter_file, list_checkpoints
+from zyquo_tui.core.store.index import listing_rows
 from zyquo_tui.core.store.queue import RunQueue
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.store.user_settings import Settings
@@ -147,8 +148,9 @@ class Supervisor:
             if fd is None:
                 if not queue_if_busy:
                     raise UserError(
-                        f"Another run is active on this machine, so run {run.id} was not "
-                        "started; try again when it ends, or add --queue-if-busy to queue it.")
+                        f"{self._active_run_words()} is active on this machine, so run {run.id} "
+                        "was not started; try again when it ends, or add --queue-if-busy to "
+                        "queue it.")
                 self._mark_queued(run.id, run.memory)
                 order.append(run.id)
                 return self.store.get(run.id)
@@ -163,6 +165,13 @@ class Supervisor:
                 raise
             self._spawn_runner(fd, run.id)
         return self.store.get(run.id)
+
+    def _active_run_words(self) -> str:
+        """The run that holds the machine, as a refusal names it ("Run ID (NAME)")."""
+        for row in listing_rows(self.store):
+            if row["state"] in (RunState.STARTING.value, RunState.RUNNING.value):
+                return f"Run {row['id']} ({row['name']})"
+        return "Another run"  # its runner is between runs, or its record is being written
 
     def _mark_queued(self, run_id: str, memory: dict | None = None) -> None:
         def queued(r: Run) -> None:
