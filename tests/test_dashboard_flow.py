@@ -111,6 +111,10 @@ async def test_first_launch_builds_and_trains_the_sample():
         service = app.service
         await wait_until(pilot, lambda: service.loaded, "the first read of the store")
         assert not service.runs and not service.sample_ready
+        await pilot.press("t")  # too early: it says what to press first
+        await wait_until(pilot, lambda: any("press b to build it" in n.message
+                                            for n in app._notifications), "what to press first")
+        assert not service.runs
         await pilot.press("b")
         await wait_until(pilot, lambda: service.sample_ready, "the sample model", timeout=180)
         await pilot.press("t")

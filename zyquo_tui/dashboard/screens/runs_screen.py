@@ -37,6 +37,8 @@ class RunsScreen(RunVerbsScreen):
                 tooltip="Build the tiny sample model (offline, about 10 s)"),
         Binding("t", "train_sample", "Train sample", id="sample.train",
                 tooltip="Train the sample model on the sample dataset (60 steps)"),
+        # `t` before the sample exists: unlisted (the footer offers b then), but it answers.
+        Binding("t", "sample_not_ready", show=False),
         Binding("escape", "clear_filter", "Clear filter", id="runs.clear_filter"),
     ]
 
@@ -182,6 +184,14 @@ class RunsScreen(RunVerbsScreen):
     def action_train_sample(self) -> None:
         self.service.train_sample(done=lambda run: self.app.show_view("run", run.id))
 
+    def action_sample_not_ready(self) -> None:
+        if self.service.sample_building:
+            self.notify("The sample model is being built; press t when it is ready.",
+                        title="Sample")
+        else:
+            self.notify("The sample model is not built yet: press b to build it (about 10 s), "
+                        "then t to train it.", title="Sample")
+
     # -- which keys apply -------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -192,6 +202,8 @@ class RunsScreen(RunVerbsScreen):
             return not service.runs and not service.sample_ready and not service.sample_building
         if action == "train_sample":
             return service.sample_ready and not service.runs
+        if action == "sample_not_ready":
+            return not service.sample_ready and not service.runs
         if action in ("filter", "sort", "reverse_sort"):
             return bool(service.runs)
         if action == "clear_filter":
