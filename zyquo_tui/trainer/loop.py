@@ -1,8 +1,9 @@
 """The training loop: mlx-lm's `train()` step for step, plus events, cancel, NaN stop and resume.
 
 mlx-lm 0.32's `train()` cannot start at step k, cannot stop cleanly and cannot say where its
-data iterator is, so this module repeats its loop (same compiled step, same loss, same
-validation, same order of random draws) and adds those. tests/test_trainer.py checks that the
+data iterator is, so this module repeats its loop (same loss, same update, same validation, same
+order of random draws) and adds those. Each step goes through the step engine
+(trainer/engine.py), the one the step-level client trains with. tests/test_trainer.py checks that the
 losses equal the ones mlx-lm's own `train()` reports for the same config.
 
 Iteration numbers: a `train` event at iteration k covers steps up to and including k; a `val`
@@ -15,21 +16,19 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.nn.utils import average_gradients
-from mlx.utils import tree_flatten, tree_map
 from mlx_lm.tuner.trainer import default_loss, evaluate, grad_checkpoint
 from mlx_lm.utils import maybe_set_recommended_wired_limit
 
 from zyquo_tui.core.runs.settings import Hyperparameters
-from zyquo_tui.trainer import checkpoints
 from zyquo_tui.trainer.batches import BatchStream
+from zyquo_tui.trainer.engine import StepEngine
 from zyquo_tui.trainer.loading import fail
+from zyquo_tui.trainer.losses import sft_objective
 
 
 @dataclass
@@ -74,28 +73,26 @@ class TrainingLoop:
         self.steps_since_report = 0
         self.time_since_report = 0.0
         self.trained_tokens = 0
-        self.grad_accum: Any = None
+        self.engine = StepEngine(model, optimizer)
 
     # -- resume ------------------------------------------------------------------------------
 
     def restore(self, step: int) -> None:
         """Continue from the checkpoint of `step`: weights, optimizer, RNG, data position, sums."""
-        adapters = self.adapters
         try:
-            meta, tensors = checkpoints.load_state(adapters, step)
+            meta, loss_sum = self.engine.load_state(self.adapters, step)
         except FileNotFoundError:
-            raise fail("config", f"Step {step} has no saved trainer state in {adapters}.",
+            raise fail("config", f"Step {step} has no saved trainer state in {self.adapters}.",
                        "resume from a step listed by `zyquo-tui runs show ID`") from None
-        self.model.load_weights(str(checkpoints.adapter_file(adapters, step)), strict=False)
-        optimizer_state, grad_accum, loss_sum = checkpoints.split_state(tensors)
-        self.optimizer.state = optimizer_state
-        self.optimizer.init(self.model.trainable_parameters())  # keeps the loaded moments
-        self.grad_accum = grad_accum if meta.get("has_grad_accum") else None
-        checkpoints.restore_rngs(meta)
+        # Iteration `step` was the (step % accumulation)-th of the pending update.
+        self.engine.pending = step % self.settings.grad_accumulation_steps
+        if self.engine.pending == 0:
+            self.engine.grad_sum = None
         try:
             self.batches.restore(meta["data"])
-        except ValueError as error:
-            raise fail("data", f"Cannot resume exactly: {error}.",
+        except (KeyError, ValueError) as error:
+            reason = error if isinstance(error, ValueError) else "it holds no data position"
+            raise fail("data", f"Cannot resume exactly: {reason}.",
                        "fork a new run from this checkpoint instead (a warm start)") from None
         sums = meta["sums"]
         self.loss_sum = loss_sum
@@ -112,23 +109,8 @@ class TrainingLoop:
         maybe_set_recommended_wired_limit()
         if s.grad_checkpoint:
             grad_checkpoint(self.model.layers[0])
-        model, optimizer = self.model, self.optimizer
-        loss_value_and_grad = nn.value_and_grad(model, default_loss)
+        engine, model = self.engine, self.model
         accum_steps = s.grad_accumulation_steps
-        state = [model.state, optimizer.state, mx.random.state]
-
-        @partial(mx.compile, inputs=state, outputs=state)
-        def step(batch, prev_grad, do_update):
-            (lvalue, toks), grad = loss_value_and_grad(model, *batch)
-            if prev_grad is not None:
-                grad = tree_map(lambda x, y: x + y, grad, prev_grad)
-            if do_update:
-                grad = average_gradients(grad)
-                if accum_steps > 1:
-                    grad = tree_map(lambda x: x / accum_steps, grad)
-                optimizer.update(model, grad)
-                grad = None
-            return lvalue, toks, grad
 
         model.train()
         result = LoopResult(step=self.start_step, stopped=False)
@@ -142,11 +124,13 @@ class TrainingLoop:
                 self.hooks.on_val({"iteration": it, "val_loss": val_loss, "val_time": val_time})
                 tic = time.perf_counter()
 
-            lvalue, toks, self.grad_accum = step(batch, self.grad_accum, it % accum_steps == 0)
+            lvalue, toks, _ = engine.forward_backward(sft_objective, *batch)
+            if it % accum_steps == 0:
+                engine.optim_step()
             self.loss_sum += lvalue
             self.tokens_since_report += toks
             self.steps_since_report += 1
-            mx.eval(state, self.loss_sum, self.tokens_since_report, self.grad_accum)
+            mx.eval(engine.state, self.loss_sum, self.tokens_since_report, engine.grad_sum)
             self.time_since_report += time.perf_counter() - tic
             result.step = it
 
@@ -197,7 +181,7 @@ class TrainingLoop:
         self.time_since_report = 0.0
 
     def save(self, it: int, val_loss: float | None) -> dict[str, Any]:
-        weights = dict(tree_flatten(self.model.trainable_parameters()))
+        weights = self.engine.trainable_weights()
         finite = mx.all(mx.stack([mx.all(mx.isfinite(w)) for w in weights.values()]))
         if not finite.item():
             raise fail("nan", f"The weights became infinite or NaN at step {it}; the run was "
@@ -211,10 +195,7 @@ class TrainingLoop:
                 "trained_tokens": self.trained_tokens,
             },
         }
-        written = checkpoints.save_checkpoint(
-            self.adapters, it, weights, self.optimizer.state, self.grad_accum,
-            self.loss_sum, meta,
-        )
+        written = self.engine.save_state(self.adapters, it, meta, loss_sum=self.loss_sum)
         info = {"iteration": it, **written}
         if val_loss is not None:
             info["val_loss"] = val_loss

@@ -114,7 +114,14 @@ def build_tokenizer(
 ) -> Path:
     """Train a byte-level BPE tokenizer on the sample data; write tokenizer.json and
     tokenizer_config.json into out_dir (created if needed). Returns out_dir."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

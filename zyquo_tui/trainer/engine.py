@@ -1,0 +1,162 @@
+"""The step engine: one model and its optimizer, stepped one forward-backward at a time.
+
+Both the run trainer (trainer/loop.py) and the step-level client (zyquo_tui.client) train
+through it, so a run and a hand-written loop take the same steps:
+- `forward_backward(objective, *arrays)` computes a loss (trainer/losses.py) and adds its
+  gradients to the ones pending since the last update;
+- `optim_step()` averages the pending gradients over the forward-backward calls that made them
+  (mlx-lm's rule for grad_accumulation_steps: two half batches then one step equal one whole
+  batch of the same token count), across ranks when distributed, and applies the optimizer;
+- `save_state` / `load_state` write and read the trainer's checkpoint layout
+  (trainer/checkpoints.py): weights, optimizer state, pending gradients, RNGs and the caller's
+  metadata, so a run's checkpoint loads into a client and the other way round.
+
+Both steps are compiled as mlx-lm compiles its step (model, optimizer and RNG state as inputs
+and outputs), and nothing is evaluated here: the caller decides when to wait for the figures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.nn.utils import average_gradients
+from mlx.utils import tree_flatten, tree_map, tree_unflatten
+
+from zyquo_tui.trainer import checkpoints
+
+
+class StepEngine:
+    def __init__(self, model: nn.Module, optimizer) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.state = [model.state, optimizer.state, mx.random.state]
+        self.step = 0  # optimizer updates applied
+        self.grad_sum: Any = None  # gradients summed since the last update
+        self.pending = 0  # forward-backward calls since the last update
+        self._forward_backward: dict[Any, Callable] = {}
+        self._update = self._compile_update()
+
+    # -- stepping --------------------------------------------------------------------------------
+
+    def forward_backward(self, objective: Callable, *arrays: mx.array, key: Any = None):
+        """(loss, num_tokens, metrics) of `objective(model, *arrays)`, its gradients added to the
+        pending ones. `key` names the objective with its constants bound (one compiled function
+        each); the objective itself when None."""
+        key = objective if key is None else key
+        compiled = self._forward_backward.get(key)
+        if compiled is None:
+            compiled = self._forward_backward[key] = self._compile_forward_backward(objective)
+        loss, ntoks, metrics, self.grad_sum = compiled(self.grad_sum, *arrays)
+        self.pending += 1
+        return loss, ntoks, metrics
+
+    def optim_step(self) -> tuple[mx.array, mx.array]:
+        """Apply the pending gradients; (learning rate applied, gradient norm), unevaluated."""
+        if self.pending == 0:
+            raise RuntimeError("optim_step needs gradients: call forward_backward first")
+        learning_rate = mx.array(self.optimizer.learning_rate)
+        norm = self._update(self.grad_sum, mx.array(self.pending, dtype=mx.float32))
+        self.grad_sum = None
+        self.pending = 0
+        self.step += 1
+        return learning_rate, norm
+
+    def _compile_forward_backward(self, objective: Callable) -> Callable:
+        value_and_grad = nn.value_and_grad(self.model, objective)
+        model = self.model
+
+        @partial(mx.compile, inputs=self.state, outputs=self.state)
+        def forward_backward(prev_grad, *arrays):
+            (loss, ntoks, metrics), grad = value_and_grad(model, *arrays)
+            if prev_grad is not None:
+                grad = tree_map(lambda x, y: x + y, grad, prev_grad)
+            return loss, ntoks, metrics, grad
+
+        return forward_backward
+
+    def _compile_update(self) -> Callable:
+        model, optimizer = self.model, self.optimizer
+
+        @partial(mx.compile, inputs=self.state, outputs=self.state)
+        def update(grad, count):
+            grad = average_gradients(grad)
+            grad = tree_map(lambda x: x / count, grad)
+            squares = [mx.sum(mx.square(g.astype(mx.float32))) for _, g in tree_flatten(grad)]
+            optimizer.update(model, grad)
+            return mx.sqrt(sum(squares))
+
+        return update
+
+    # -- weights -------------------------------------------------------------------------------
+
+    def trainable_weights(self) -> dict[str, mx.array]:
+        return dict(tree_flatten(self.model.trainable_parameters()))
+
+    def set_trainable_weights(self, weights: dict[str, mx.array]) -> None:
+        known = self.trainable_weights()
+        unknown = sorted(set(weights) - set(known))
+        if unknown:
+            raise KeyError(f"{unknown[0]} is not a trainable weight of this model "
+                           f"({len(unknown)} unknown names)")
+        for name, value in weights.items():
+            if tuple(value.shape) != tuple(known[name].shape):
+                raise ValueError(f"{name} has shape {tuple(value.shape)}, the model's is "
+                                 f"{tuple(known[name].shape)}")
+        self.model.update(tree_unflatten(list(weights.items())))
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def save_state(self, folder: Path, label: int, meta: dict[str, Any],
+                   loss_sum: Any = 0) -> dict[str, Any]:
+        """Write checkpoint `label` (the trainer's iteration, the client's step) in `folder`."""
+        return checkpoints.save_checkpoint(
+            folder, label, self.trainable_weights(), self.optimizer.state, self.grad_sum,
+            loss_sum, {"optimizer_steps": self.step, "pending": self.pending, **meta})
+
+    def load_state(self, folder: Path, label: int) -> tuple[dict[str, Any], mx.array]:
+        """Read checkpoint `label`: weights, optimizer state, pending gradients and RNGs;
+        returns its metadata and the loss sum saved with it. FileNotFoundError when `label`
+        has no state."""
+        meta, tensors = checkpoints.load_state(folder, label)
+        self.model.load_weights(str(checkpoints.adapter_file(folder, label)), strict=False)
+        optimizer_state, grad_accum, loss_sum = checkpoints.split_state(tensors)
+        self.optimizer.state = optimizer_state
+        self.optimizer.init(self.model.trainable_parameters())  # keeps the loaded moments
+        self.state[1] = self.optimizer.state
+        self.grad_sum = grad_accum if meta.get("has_grad_accum") else None
+        self.pending = int(meta.get("pending", 1 if self.grad_sum is not None else 0))
+        self.step = int(meta.get("optimizer_steps", label))
+        checkpoints.restore_rngs(meta)
+        return meta, loss_sum
+
+
+# -- the reference of preference losses ----------------------------------------------------------
+
+def _adapted_layers(model: nn.Module) -> list[tuple[str, nn.Module, nn.Module]]:
+    """(name, adapter layer, the base layer it wraps) for every LoRA or DoRA layer."""
+    found = []
+    for name, module in model.named_modules():
+        base = getattr(module, "linear", None) or getattr(module, "embedding", None)
+        if base is not None and hasattr(module, "lora_a"):
+            found.append((name, module, base))
+    return found
+
+
+@contextlib.contextmanager
+def adapters_disabled(model: nn.Module):
+    """The base model inside the block: each adapter layer swapped for the layer it wraps."""
+    layers = _adapted_layers(model)
+    model.update_modules(tree_unflatten([(name, base) for name, _, base in layers]))
+    try:
+        yield model
+    finally:
+        model.update_modules(tree_unflatten([(name, adapter) for name, adapter, _ in layers]))
+
+
+def has_adapters(model: nn.Module) -> bool:
+    return bool(_adapted_layers(model))

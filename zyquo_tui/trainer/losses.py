@@ -1,0 +1,220 @@
+"""Every training loss, each a pure function of arrays (docs/client.md has the formulas).
+
+Conventions shared by all of them:
+- A batch of sequences is `tokens` (B, T) int32 with `lengths` (B, 2) = (offset, length) per row,
+  as mlx-lm's batches are: row i's targets are its tokens at positions offset .. length - 1
+  (the prompt, before offset, is masked; offset 0 trains on every token but the first).
+- `target_mask` turns that into a (B, T - 1) mask over next-token predictions, exactly as
+  mlx-lm's `default_loss` does, so `sft` equals mlx-lm's loss to the last bit.
+- Objectives (`*_objective`) take the model and arrays and return `(loss, num_tokens,
+  metrics)`: the loss is what is differentiated, the rest are auxiliary outputs of
+  `nn.value_and_grad`. The pure losses they end in take log-probabilities, so each is tested
+  on its own against its reference (mlx-lm for SFT, mlx-lm-lora for DPO and ORPO).
+"""
+
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+import mlx.nn as nn
+
+DPO_VARIANTS = ("sigmoid", "ipo", "hinge")
+
+
+# -- masks and log-probabilities ------------------------------------------------------------------
+
+def target_mask(lengths: mx.array, width: int) -> mx.array:
+    """(B, width) bool: which next-token predictions are trained (mlx-lm's rule)."""
+    steps = mx.arange(1, width + 1)
+    return mx.logical_and(steps >= lengths[:, 0:1], steps <= lengths[:, 1:])
+
+
+def token_logprobs(logits: mx.array, targets: mx.array) -> mx.array:
+    """(B, T) float32 log-probability of each target token."""
+    return -nn.losses.cross_entropy(logits, targets).astype(mx.float32)
+
+
+def sequence_logprobs(model, tokens: mx.array, lengths: mx.array) -> tuple[mx.array, mx.array]:
+    """Per row: the summed log-probability of its target tokens, and how many there are."""
+    logits = model(tokens[:, :-1])
+    mask = target_mask(lengths, tokens.shape[1] - 1)
+    logps = token_logprobs(logits, tokens[:, 1:]) * mask
+    return logps.sum(-1), mask.sum(-1).astype(mx.float32)
+
+
+# -- SFT ----------------------------------------------------------------------------------------
+
+def sft_objective(model, tokens: mx.array, lengths: mx.array):
+    """mlx-lm's masked cross-entropy: the mean over every target token of the batch.
+
+    The same operations in the same order as mlx_lm.tuner.trainer.default_loss (0.32), so the
+    trainer's losses equal `mlx_lm lora`'s exactly (tests/test_trainer_fidelity.py).
+    """
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    logits = model(inputs)
+    mask = target_mask(lengths, targets.shape[1])
+    ce = nn.losses.cross_entropy(logits, targets) * mask
+    ntoks = mask.sum()
+    return ce.astype(mx.float32).sum() / ntoks, ntoks, {}
+
+
+# -- preference: DPO and ORPO -------------------------------------------------------------------
+
+def dpo_loss(policy_chosen: mx.array, policy_rejected: mx.array, reference_chosen: mx.array,
+             reference_rejected: mx.array, beta: float, variant: str = "sigmoid"
+             ) -> tuple[mx.array, dict[str, mx.array]]:
+    """Direct Preference Optimization (Rafailov et al. 2023) on per-row sequence scores.
+
+    h = (pc - pr) - (rc - rr);  sigmoid: -log σ(β h);  hinge: max(0, 1 - β h);
+    ipo (Azar et al. 2023): (h - 1 / 2β)², on length-normalized scores (the caller's job, as
+    in mlx-lm-lora). Rewards are β (policy - reference) per row; the metrics are per-row
+    figures averaged over the batch (mlx-lm-lora compares batch means instead).
+    """
+    h = (policy_chosen - policy_rejected) - (reference_chosen - reference_rejected)
+    if variant == "sigmoid":
+        losses = -nn.log_sigmoid(beta * h)
+    elif variant == "hinge":
+        losses = nn.relu(1 - beta * h)
+    elif variant == "ipo":
+        losses = (h - 1 / (2 * beta)) ** 2
+    else:
+        raise ValueError(f"unknown DPO variant {variant!r}; use one of {', '.join(DPO_VARIANTS)}")
+    chosen_reward = beta * (policy_chosen - reference_chosen)
+    rejected_reward = beta * (policy_rejected - reference_rejected)
+    return losses.mean(), _preference_metrics(chosen_reward, rejected_reward)
+
+
+def _preference_metrics(chosen_reward: mx.array, rejected_reward: mx.array) -> dict:
+    return {
+        "chosen_reward": chosen_reward.mean(),
+        "rejected_reward": rejected_reward.mean(),
+        "reward_margin": (chosen_reward - rejected_reward).mean(),
+        "reward_accuracy": (chosen_reward > rejected_reward).astype(mx.float32).mean(),
+    }
+
+
+def log1mexp(logp: mx.array) -> mx.array:
+    """log(1 - exp(x)) for x < 0, stably on both sides of -ln 2 (Mächler 2012)."""
+    logp = mx.minimum(logp, -1e-7)
+    return mx.where(logp > -math.log(2), mx.log(-mx.expm1(logp)), mx.log1p(-mx.exp(logp)))
+
+
+def orpo_loss(chosen_logp: mx.array, rejected_logp: mx.array, beta: float
+              ) -> tuple[mx.array, dict[str, mx.array]]:
+    """Odds Ratio Preference Optimization (Hong et al. 2024), reference-free.
+
+    On per-row mean token log-probabilities c and r: L = -c - β log σ(log odds(c) - log
+    odds(r)), with log odds(p) = p - log(1 - e^p); averaged over rows. β weighs the odds-ratio
+    term against the NLL of the chosen response (the paper's λ).
+    """
+    log_odds = (chosen_logp - rejected_logp) - (log1mexp(chosen_logp) - log1mexp(rejected_logp))
+    ratio = nn.log_sigmoid(log_odds)
+    losses = -chosen_logp - beta * ratio
+    metrics = _preference_metrics(beta * chosen_logp, beta * rejected_logp)
+    metrics.update(nll=(-chosen_logp).mean(), log_odds_ratio=log_odds.mean())
+    return losses.mean(), metrics
+
+
+def split_pairs(scores: mx.array) -> tuple[mx.array, mx.array]:
+    """Chosen rows come first in a preference batch, rejected rows after them."""
+    half = scores.shape[0] // 2
+    return scores[:half], scores[half:]
+
+
+def dpo_objective(model, tokens, lengths, reference_scores, beta, variant):
+    """DPO on a batch of chosen rows then rejected rows; `reference_scores` were computed
+    beforehand with the reference (no gradient flows into them)."""
+    logps, counts = sequence_logprobs(model, tokens, lengths)
+    if variant == "ipo":
+        logps = logps / mx.maximum(counts, 1)
+    pc, pr = split_pairs(logps)
+    rc, rr = split_pairs(reference_scores)
+    loss, metrics = dpo_loss(pc, pr, rc, rr, beta, variant)
+    return loss, counts.sum(), metrics
+
+
+def orpo_objective(model, tokens, lengths, beta):
+    logps, counts = sequence_logprobs(model, tokens, lengths)
+    mean_logps = logps / mx.maximum(counts, 1)
+    chosen, rejected = split_pairs(mean_logps)
+    loss, metrics = orpo_loss(chosen, rejected, beta)
+    return loss, counts.sum(), metrics
+
+
+# -- reinforcement learning: advantages ---------------------------------------------------------
+
+def policy_gradient_loss(mean_logp: mx.array, advantages: mx.array) -> mx.array:
+    """REINFORCE (Williams 1992) with per-row advantages: -(1/B) Σ A_i · mean_t log π(y_it).
+
+    The advantage weighs the log-likelihood before differentiation, so a row with advantage 0
+    contributes no gradient at all.
+    """
+    return -(advantages * mean_logp).mean()
+
+
+def group_normalized(advantages: list[float], groups: list[int], eps: float = 1e-6) -> list[float]:
+    """GRPO's advantages (Shao et al. 2024): each row's reward minus its group's mean, over the
+    group's standard deviation. A group of one, or one whose rewards are all equal, gets 0."""
+    by_group: dict[int, list[float]] = {}
+    for value, group in zip(advantages, groups, strict=True):
+        by_group.setdefault(group, []).append(value)
+    stats = {}
+    for group, values in by_group.items():
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+        stats[group] = (mean, std)
+    return [(v - stats[g][0]) / (stats[g][1] + eps) if stats[g][1] > 0 else 0.0
+            for v, g in zip(advantages, groups, strict=True)]
+
+
+def policy_gradient_objective(model, tokens, lengths, advantages):
+    logps, counts = sequence_logprobs(model, tokens, lengths)
+    mean_logp = logps / mx.maximum(counts, 1)
+    loss = policy_gradient_loss(mean_logp, advantages)
+    return loss, counts.sum(), {"mean_logprob": mean_logp.mean(),
+                                "mean_advantage": advantages.mean()}
+
+
+# -- distillation -------------------------------------------------------------------------------
+
+def distill_loss(student_logits: mx.array, teacher_logprobs: mx.array, mask: mx.array,
+                 temperature: float) -> mx.array:
+    """KL(teacher || student) per target token at temperature T, times T² (Hinton et al. 2015,
+    so the gradient's scale does not depend on T), averaged over the target tokens.
+
+    `teacher_logprobs` are log-softmax(teacher logits / T) over the whole vocabulary.
+    """
+    student = nn.log_softmax(student_logits.astype(mx.float32) / temperature, axis=-1)
+    kl = (mx.exp(teacher_logprobs) * (teacher_logprobs - student)).sum(-1)
+    return (kl * mask).sum() / mask.sum() * temperature ** 2
+
+
+def distill_topk_loss(student_logits: mx.array, teacher_ids: mx.array,
+                      teacher_logprobs: mx.array, mask: mx.array, temperature: float
+                      ) -> mx.array:
+    """The same KL on the teacher's top-k tokens only: the teacher's k log-probabilities are
+    renormalized over those k and the student's are taken from its full softmax. With k equal
+    to the vocabulary this is `distill_loss` exactly; padding slots carry -inf log-probability
+    (weight 0)."""
+    student = nn.log_softmax(student_logits.astype(mx.float32) / temperature, axis=-1)
+    student_k = mx.take_along_axis(student, teacher_ids, axis=-1)
+    teacher = teacher_logprobs / temperature
+    teacher = teacher - mx.logsumexp(teacher, axis=-1, keepdims=True)
+    weights = mx.exp(teacher)
+    kl = mx.where(weights > 0, weights * (teacher - student_k), 0.0).sum(-1)
+    return (kl * mask).sum() / mask.sum() * temperature ** 2
+
+
+def distill_objective(model, tokens, lengths, teacher_logprobs, temperature):
+    logits = model(tokens[:, :-1])
+    mask = target_mask(lengths, tokens.shape[1] - 1)
+    loss = distill_loss(logits, teacher_logprobs, mask, temperature)
+    return loss, mask.sum(), {}
+
+
+def distill_topk_objective(model, tokens, lengths, teacher_ids, teacher_logprobs, temperature):
+    logits = model(tokens[:, :-1])
+    mask = target_mask(lengths, tokens.shape[1] - 1)
+    loss = distill_topk_loss(logits, teacher_ids, teacher_logprobs, mask, temperature)
+    return loss, mask.sum(), {}
