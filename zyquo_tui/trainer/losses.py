@@ -4,8 +4,10 @@ Conventions shared by all of them:
 - A batch of sequences is `tokens` (B, T) int32 with `lengths` (B, 2) = (offset, length) per row,
   as mlx-lm's batches are: row i's targets are its tokens at positions offset .. length - 1
   (the prompt, before offset, is masked; offset 0 trains on every token but the first).
-- `target_mask` turns that into a (B, T - 1) mask over next-token predictions, exactly as
-  mlx-lm's `default_loss` does, so `sft` equals mlx-lm's loss to the last bit.
+- `target_mask` turns that into a (B, T - 1) mask over next-token predictions: those of tokens
+  offset .. length - 1. SFT keeps mlx-lm's own mask (`mlx_lm_target_mask`), which also trains
+  the prediction that follows the last token (of the padding token 0), so that `sft` equals
+  mlx-lm's loss to the last bit; the other losses, like mlx-lm-lora's, do not.
 - Objectives (`*_objective`) take the model and arrays and return `(loss, num_tokens,
   metrics)`: the loss is what is differentiated, the rest are auxiliary outputs of
   `nn.value_and_grad`. The pure losses they end in take log-probabilities, so each is tested
@@ -25,7 +27,14 @@ DPO_VARIANTS = ("sigmoid", "ipo", "hinge")
 # -- masks and log-probabilities ------------------------------------------------------------------
 
 def target_mask(lengths: mx.array, width: int) -> mx.array:
-    """(B, width) bool: which next-token predictions are trained (mlx-lm's rule)."""
+    """(B, width) bool: the predictions of each row's tokens offset .. length - 1."""
+    steps = mx.arange(1, width + 1)
+    return mx.logical_and(steps >= lengths[:, 0:1], steps < lengths[:, 1:])
+
+
+def mlx_lm_target_mask(lengths: mx.array, width: int) -> mx.array:
+    """mlx-lm 0.32's mask (`default_loss`): `target_mask` plus the prediction after the last
+    token, whose target is padding. Used by SFT only, to equal mlx-lm."""
     steps = mx.arange(1, width + 1)
     return mx.logical_and(steps >= lengths[:, 0:1], steps <= lengths[:, 1:])
 
@@ -53,7 +62,7 @@ def sft_objective(model, tokens: mx.array, lengths: mx.array):
     """
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     logits = model(inputs)
-    mask = target_mask(lengths, targets.shape[1])
+    mask = mlx_lm_target_mask(lengths, targets.shape[1])
     ce = nn.losses.cross_entropy(logits, targets) * mask
     ntoks = mask.sum()
     return ce.astype(mx.float32).sum() / ntoks, ntoks, {}
@@ -178,43 +187,50 @@ def policy_gradient_objective(model, tokens, lengths, advantages):
 
 # -- distillation -------------------------------------------------------------------------------
 
-def distill_loss(student_logits: mx.array, teacher_logprobs: mx.array, mask: mx.array,
-                 temperature: float) -> mx.array:
-    """KL(teacher || student) per target token at temperature T, times T² (Hinton et al. 2015,
-    so the gradient's scale does not depend on T), averaged over the target tokens.
-
-    `teacher_logprobs` are log-softmax(teacher logits / T) over the whole vocabulary.
-    """
+def distill_kl(student_logits: mx.array, teacher_logprobs: mx.array, temperature: float
+               ) -> mx.array:
+    """Per token: KL(teacher || student) at temperature T, times T² (Hinton et al. 2015, so the
+    gradient's scale does not depend on T). `teacher_logprobs` are log-softmax(teacher logits /
+    T) over the whole vocabulary."""
     student = nn.log_softmax(student_logits.astype(mx.float32) / temperature, axis=-1)
     kl = (mx.exp(teacher_logprobs) * (teacher_logprobs - student)).sum(-1)
-    return (kl * mask).sum() / mask.sum() * temperature ** 2
+    return kl * temperature ** 2
 
 
-def distill_topk_loss(student_logits: mx.array, teacher_ids: mx.array,
-                      teacher_logprobs: mx.array, mask: mx.array, temperature: float
-                      ) -> mx.array:
-    """The same KL on the teacher's top-k tokens only: the teacher's k log-probabilities are
-    renormalized over those k and the student's are taken from its full softmax. With k equal
-    to the vocabulary this is `distill_loss` exactly; padding slots carry -inf log-probability
-    (weight 0)."""
+def distill_topk_kl(student_logits: mx.array, teacher_ids: mx.array,
+                    teacher_logprobs: mx.array, temperature: float) -> mx.array:
+    """The same KL on the teacher's top-k tokens only: the teacher's k log-probabilities (at
+    temperature 1) are divided by T and renormalized over those k; the student's come from its
+    full softmax at T. With k equal to the vocabulary this is `distill_kl` exactly. Unused
+    slots hold PAD_LOGPROB (weight 0; finite, so no NaN reaches a gradient)."""
     student = nn.log_softmax(student_logits.astype(mx.float32) / temperature, axis=-1)
     student_k = mx.take_along_axis(student, teacher_ids, axis=-1)
     teacher = teacher_logprobs / temperature
     teacher = teacher - mx.logsumexp(teacher, axis=-1, keepdims=True)
-    weights = mx.exp(teacher)
-    kl = mx.where(weights > 0, weights * (teacher - student_k), 0.0).sum(-1)
-    return (kl * mask).sum() / mask.sum() * temperature ** 2
+    kl = (mx.exp(teacher) * (teacher - student_k)).sum(-1)
+    return kl * temperature ** 2
+
+
+PAD_LOGPROB = -1e9
+
+
+def _masked_mean(values: mx.array, mask: mx.array):
+    # The token count is computed once and reused: mlx 0.32's compile fails
+    # ("_Map_base::at") on a graph that sums the same mask twice.
+    ntoks = mask.sum()
+    return (values * mask).sum() / ntoks, ntoks
 
 
 def distill_objective(model, tokens, lengths, teacher_logprobs, temperature):
     logits = model(tokens[:, :-1])
     mask = target_mask(lengths, tokens.shape[1] - 1)
-    loss = distill_loss(logits, teacher_logprobs, mask, temperature)
-    return loss, mask.sum(), {}
+    loss, ntoks = _masked_mean(distill_kl(logits, teacher_logprobs, temperature), mask)
+    return loss, ntoks, {}
 
 
 def distill_topk_objective(model, tokens, lengths, teacher_ids, teacher_logprobs, temperature):
     logits = model(tokens[:, :-1])
     mask = target_mask(lengths, tokens.shape[1] - 1)
-    loss = distill_topk_loss(logits, teacher_ids, teacher_logprobs, mask, temperature)
-    return loss, mask.sum(), {}
+    kl = distill_topk_kl(logits, teacher_ids, teacher_logprobs, temperature)
+    loss, ntoks = _masked_mean(kl, mask)
+    return loss, ntoks, {}

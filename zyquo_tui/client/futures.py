@@ -1,0 +1,62 @@
+"""Futures of the client's operations: `.result(timeout)`, `.done()`, `.then(fn)`.
+
+Operations run on the client's one MLX worker in submission order. A continuation (`then`) runs
+on a thread of its own, never on that worker: it may submit more operations and wait for them
+without the deadlock of waiting on a nested task in a one-worker pool.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+class Future(Generic[T]):
+    """The result of one client operation, when it is done. An operation that fails raises its
+    error from `result()` (never a result that says it failed)."""
+
+    def __init__(self, inner: concurrent.futures.Future) -> None:
+        self._inner = inner
+
+    def result(self, timeout: float | None = None) -> T:
+        """Wait (at most `timeout` seconds: TimeoutError) and return the result, or raise the
+        operation's error."""
+        return self._inner.result(timeout)
+
+    def done(self) -> bool:
+        return self._inner.done()
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        return self._inner.exception(timeout)
+
+    def then(self, fn: Callable[[T], U]) -> Future[U]:
+        """A future of `fn(result)`, run once this one is done; an error of this operation (or
+        of `fn`) is the new future's error."""
+        chained: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run(done: concurrent.futures.Future) -> None:
+            try:
+                chained.set_result(fn(done.result()))
+            except BaseException as error:  # noqa: BLE001 - handed to whoever waits
+                chained.set_exception(error)
+
+        def start(done: concurrent.futures.Future) -> None:
+            threading.Thread(target=run, args=(done,), name="zyquo-client-then",
+                             daemon=True).start()
+
+        self._inner.add_done_callback(start)
+        return Future(chained)
+
+    def __repr__(self) -> str:
+        return f"<Future {'done' if self.done() else 'pending'}>"
+
+
+def completed(value: Any) -> Future:
+    inner: concurrent.futures.Future = concurrent.futures.Future()
+    inner.set_result(value)
+    return Future(inner)

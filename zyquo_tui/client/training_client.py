@@ -1,0 +1,482 @@
+"""TrainingClient: a model under training, stepped by the caller's own loop.
+
+Every operation is submitted to the one thread that owns MLX (client/worker.py), runs in
+submission order, and returns a Future (client/futures.py). The steps go through the engine the run trainer uses
+(trainer/engine.py), so a client's SFT step is a run's step, and checkpoints are shared.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from zyquo_tui.client import worker
+from zyquo_tui.client.batch import PREFERENCE, BatchError, Text, TrainingBatch
+from zyquo_tui.client.futures import Future
+from zyquo_tui.core.runs.run import Run
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
+
+
+@dataclass
+class ForwardBackwardResult:
+    loss: float
+    metrics: dict[str, float]
+    batch_size: int
+    num_tokens: int  # the target tokens the loss was taken over
+    has_grads: bool = True  # gradients are pending until optim_step
+
+
+@dataclass
+class OptimStepResult:
+    step: int  # optimizer steps applied so far
+    learning_rate: float  # the rate this step applied
+    grad_norm: float  # L2 norm of the averaged gradient this step applied
+
+
+@dataclass
+class SaveStateResult:
+    path: Path
+    step: int
+    files: list[str]
+    bytes: int
+
+
+@dataclass
+class LoadStateResult:
+    path: Path
+    step: int
+    metadata: dict[str, Any]
+
+
+@dataclass
+class WeightsResult:
+    weights: dict[str, Any]  # trainable parameter name -> mx.array
+    step: int
+
+
+@dataclass
+class SampleResult:
+    texts: list[str]
+    tokens: list[list[int]] = field(repr=False)
+    logprobs: list[list[float]] = field(repr=False)  # each generated token's, at temperature 1
+    finish_reasons: list[str] = field(default_factory=list)  # "stop" or "length"
+
+
+# Settings the client takes beyond SETTINGS' keys: mlx-lm's nested ones, whole.
+_NESTED = ("lora_parameters", "lr_schedule", "optimizer_config")
+
+
+def checked_run(model: str | os.PathLike, method: str | None, settings: dict[str, Any]) -> Run:
+    """The run-to-be of a client: its model resolved and its settings checked as `runs new`
+    checks them; ValueError with the first problem's sentence."""
+    from zyquo_tui.core.errors import UserError
+    from zyquo_tui.core.library.models import resolve_model
+    from zyquo_tui.core.library.run_checks import (
+        ModelTraits,
+        check_run,
+        fit_default_layers,
+    )
+    from zyquo_tui.core.runs.problems import errors_in
+
+    try:
+        info = resolve_model(str(model))
+    except UserError as error:
+        raise ValueError(error.message) from None
+    unknown = sorted(k for k in settings if k not in SETTINGS and k not in _NESTED)
+    if unknown:
+        names = ", ".join([*SETTINGS, *_NESTED])
+        raise ValueError(f"{unknown[0]!r} is not a run setting; the settings are {names}.")
+    hp = Hyperparameters()
+    for key in _NESTED:
+        if key in settings:
+            value = settings[key]
+            setattr(hp, key, {**getattr(hp, key), **value} if key == "lora_parameters"
+                    and isinstance(value, dict) else value)
+    for key, setting in SETTINGS.items():  # the definition's order: optimizer before its decay
+        if key in settings:
+            setting.set(hp, settings[key])
+    traits = ModelTraits.from_info(info)
+    chosen = Method(method) if method else (Method.QLORA if traits.quantized else Method.LORA)
+    if chosen is Method.LORA and traits.quantized:
+        chosen = Method.QLORA  # the same training: the quantized base makes it QLoRA
+    if "num_layers" not in settings:
+        fit_default_layers(hp, traits)
+    errors = errors_in(check_run(chosen, hp, model=traits))
+    if errors:
+        raise ValueError(errors[0].sentence)
+    return Run.new(model=str(info.path.expanduser().resolve()), data="", method=chosen,
+                   hyperparameters=hp)
+
+
+class TrainingClient:
+    """A model with adapters (or unfrozen layers for full) and an optimizer, made with
+    `from_model`; `close()` (or a `with` block) ends its worker."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self._closed = False
+        self._last: concurrent.futures.Future | None = None
+        self.engine = None
+        self.tokenizer = None
+        self._others: dict[str, tuple[Any, Any]] = {}  # reference and teacher models by path
+
+    @classmethod
+    def from_model(cls, model: str | os.PathLike, method: str | None = None,
+                   **settings: Any) -> TrainingClient:
+        """Load `model` (a folder, or a name `zyquo-tui models` lists) for `method` (lora,
+        dora, qlora or full; qlora on a quantized model, else lora, by default) with the run
+        settings by their mlx-lm names and with their defaults; checked as `runs new` checks."""
+        client = cls(checked_run(model, method, settings))
+        try:
+            client._submit(client._load).result()
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+    # -- properties ------------------------------------------------------------------------------
+
+    @property
+    def method(self) -> Method:
+        return self.run.method
+
+    @property
+    def settings(self) -> Hyperparameters:
+        return self.run.hyperparameters
+
+    @property
+    def model_path(self) -> Path:
+        return Path(self.run.model)
+
+    @property
+    def step(self) -> int:
+        return self.engine.step if self.engine is not None else 0
+
+    # -- operations ------------------------------------------------------------------------------
+
+    def forward_backward(self, batch: TrainingBatch) -> Future[ForwardBackwardResult]:
+        """The batch's loss and metrics; its gradients are added to the pending ones."""
+        if not isinstance(batch, TrainingBatch):
+            raise BatchError(f"forward_backward takes a TrainingBatch, not a "
+                             f"{type(batch).__name__}.")
+        return self._submit(self._forward_backward, batch)
+
+    def optim_step(self) -> Future[OptimStepResult]:
+        """Apply the pending gradients, averaged over the forward_backward calls since the last
+        step."""
+        return self._submit(self._optim_step)
+
+    def save_state(self, path: str | os.PathLike, metadata: dict[str, Any] | None = None
+                   ) -> Future[SaveStateResult]:
+        """Write everything an exact resume needs into the folder `path`, in the run trainer's
+        checkpoint layout, numbered by the current step; `metadata` (JSON) is kept with it."""
+        if metadata is not None:
+            json.dumps(metadata)  # refuse what cannot be stored before anything is written
+        return self._submit(self._save_state, Path(path), metadata or {})
+
+    def load_state(self, path: str | os.PathLike, step: int | None = None
+                   ) -> Future[LoadStateResult]:
+        """Restore a checkpoint (the latest in `path`, or `step`) saved by a client or by a run:
+        weights, optimizer state, step, RNG state and pending gradients."""
+        return self._submit(self._load_state, Path(path), step)
+
+    def get_weights(self) -> Future[WeightsResult]:
+        return self._submit(self._get_weights)
+
+    def set_weights(self, weights: dict[str, Any] | WeightsResult) -> Future[None]:
+        if isinstance(weights, WeightsResult):
+            weights = weights.weights
+        return self._submit(self._set_weights, dict(weights))
+
+    def sample(self, prompts: Sequence[Text], max_tokens: int = 64, temperature: float = 0.0,
+               seed: int | None = None, top_p: float = 1.0) -> Future[SampleResult]:
+        """Complete each prompt with the current weights (temperature 0: greedy). A seed makes
+        the draws repeatable; training's own random state is left as it was."""
+        if isinstance(prompts, str):
+            raise BatchError("prompts must be a list of prompts, not a single string.")
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise BatchError(f"max_tokens must be a whole number of at least 1, not "
+                             f"{max_tokens!r}.")
+        if temperature < 0:
+            raise BatchError(f"temperature must be 0 or more, not {temperature}.")
+        return self._submit(self._sample, list(prompts), max_tokens, float(temperature), seed,
+                            float(top_p))
+
+    def close(self) -> None:
+        """Wait for the operations already submitted; later ones are refused. The models'
+        memory is freed once nothing refers to the client."""
+        self._closed = True
+        if self._last is not None and not worker.on_worker():
+            concurrent.futures.wait([self._last])
+        self._others.clear()
+
+    def __enter__(self) -> TrainingClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _submit(self, fn: Callable, *args: Any) -> Future:
+        if self._closed:
+            raise RuntimeError("this TrainingClient is closed; make a new one with from_model.")
+        self._last = worker.submit(fn, *args)
+        return Future(self._last)
+
+    # -- on the worker -------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        import mlx.core as mx
+        import numpy as np
+        from mlx_lm.tuner.trainer import grad_checkpoint
+
+        from zyquo_tui.trainer import loading
+        from zyquo_tui.trainer.engine import StepEngine
+
+        hp = self.settings
+        # Seeded as the run trainer seeds, before the adapters are made from MLX's RNG: a
+        # client starts from the weights a run of the same settings starts from.
+        mx.random.seed(hp.seed)
+        np.random.seed(hp.seed)
+        model, self.tokenizer = loading.load_model(self.run)
+        optimizer = loading.prepare_model(model, self.run)
+        if hp.grad_checkpoint:
+            grad_checkpoint(model.layers[0])
+        model.train()
+        self.engine = StepEngine(model, optimizer)
+
+    def _forward_backward(self, batch: TrainingBatch) -> ForwardBackwardResult:
+        import mlx.core as mx
+
+        from zyquo_tui.trainer import losses
+        from zyquo_tui.trainer.encoding import encode
+
+        kind, options, n = batch.loss_type, batch.options, len(batch)
+        max_len = batch.max_seq_len or self.settings.max_seq_length
+        responses = batch.responses or [None] * n
+        if kind in PREFERENCE:  # chosen rows, then rejected rows: one forward pass for both
+            tokens, lengths = encode(self.tokenizer, batch.prompts * 2,
+                                     [*responses, *batch.rejected_responses],
+                                     batch.train_on_prompt, max_len)
+        else:
+            tokens, lengths = encode(self.tokenizer, batch.prompts, responses,
+                                     batch.train_on_prompt, max_len)
+        if kind == "sft":
+            objective, key, arrays = losses.sft_objective, "sft", (tokens, lengths)
+        elif kind == "dpo":
+            beta, variant = float(options["beta"]), options["variant"]
+            reference = self._reference_scores(tokens, lengths, options["reference"], variant)
+            objective = partial(losses.dpo_objective, beta=beta, variant=variant)
+            key, arrays = ("dpo", beta, variant), (tokens, lengths, reference)
+        elif kind == "orpo":
+            beta = float(options["beta"])
+            objective, key = partial(losses.orpo_objective, beta=beta), ("orpo", beta)
+            arrays = (tokens, lengths)
+        elif kind in ("reinforce", "grpo"):
+            advantages = list(batch.advantages)
+            if kind == "grpo":
+                groups = _group_ids(batch.prompts)
+                advantages = losses.group_normalized(advantages, groups)
+            objective, key = losses.policy_gradient_objective, "policy_gradient"
+            arrays = (tokens, lengths, mx.array(advantages, dtype=mx.float32))
+        else:  # distill
+            temperature = float(options["temperature"])
+            if options["teacher"] is not None:
+                teacher = self._teacher_logprobs(options["teacher"], tokens, temperature)
+                objective = partial(losses.distill_objective, temperature=temperature)
+                key, arrays = ("distill", temperature), (tokens, lengths, teacher)
+            else:
+                ids, logps = _given_teacher_logprobs(options["teacher_logprobs"], lengths,
+                                                     tokens.shape[1] - 1)
+                objective = partial(losses.distill_topk_objective, temperature=temperature)
+                key, arrays = ("distill_topk", temperature), (tokens, lengths, ids, logps)
+
+        engine = self.engine
+        before = engine.grad_sum, engine.pending
+        loss, ntoks, metrics = engine.forward_backward(objective, *arrays, key=key)
+        mx.eval(loss, ntoks, metrics, engine.grad_sum, engine.state)
+        value = loss.item()
+        if not math.isfinite(value):
+            engine.grad_sum, engine.pending = before
+            raise FloatingPointError(f"The {kind} loss of this batch is {value}; its gradients "
+                                     "were discarded and the pending ones kept.")
+        return ForwardBackwardResult(value, {k: float(v.item()) for k, v in metrics.items()},
+                                     n, int(ntoks.item()))
+
+    def _optim_step(self) -> OptimStepResult:
+        import mlx.core as mx
+
+        engine = self.engine
+        if engine.pending == 0:
+            raise RuntimeError("optim_step has no gradients to apply: call forward_backward "
+                               "first.")
+        learning_rate, norm = engine.optim_step()
+        mx.eval(engine.state, learning_rate, norm)
+        return OptimStepResult(engine.step, float(learning_rate.item()), float(norm.item()))
+
+    def _save_state(self, folder: Path, metadata: dict[str, Any]) -> SaveStateResult:
+        from mlx_lm.lora import CONFIG_DEFAULTS
+        from mlx_lm.utils import save_config
+
+        from zyquo_tui.core.runs.mlx_config import run_to_mlx_config
+
+        folder.mkdir(parents=True, exist_ok=True)
+        written = self.engine.save_state(folder, self.engine.step, {"metadata": metadata})
+        # adapter_config.json as a run writes it, so `mlx_lm generate --adapter-path` loads it.
+        args = {**CONFIG_DEFAULTS, **run_to_mlx_config(self.run, adapter_path=str(folder))}
+        if self.method is Method.FULL:
+            args["lora_parameters"] = None
+        args.pop("data", None)
+        save_config(args, folder / "adapter_config.json")
+        files = [written["adapter_file"], written["latest"], *written["state_files"]]
+        return SaveStateResult(folder, self.engine.step, files, written["bytes"])
+
+    def _load_state(self, folder: Path, step: int | None) -> LoadStateResult:
+        from zyquo_tui.core.store.checkpoints import latest_resumable, list_checkpoints
+
+        if step is None:
+            latest = latest_resumable(folder)
+            if latest is None:
+                raise FileNotFoundError(f"{folder} holds no checkpoint with its resume state "
+                                        "(NNNNNNN_state.json and .safetensors).")
+            step = latest.step
+        try:
+            meta, _ = self.engine.load_state(folder, step)
+        except FileNotFoundError:
+            steps = [c.step for c in list_checkpoints(folder) if c.resumable]
+            raise FileNotFoundError(f"{folder} has no resume state for step {step}; it has "
+                                    f"{', '.join(map(str, steps)) or 'none'}.") from None
+        return LoadStateResult(folder, self.engine.step, dict(meta.get("metadata", {})))
+
+    def _get_weights(self) -> WeightsResult:
+        import mlx.core as mx
+
+        weights = self.engine.trainable_weights()
+        mx.eval(weights)
+        return WeightsResult(weights, self.engine.step)
+
+    def _set_weights(self, weights: dict[str, Any]) -> None:
+        import mlx.core as mx
+
+        self.engine.set_trainable_weights(weights)
+        mx.eval(self.engine.state)
+
+    def _sample(self, prompts: list[Text], max_tokens: int, temperature: float,
+                seed: int | None, top_p: float) -> SampleResult:
+        import mlx.core as mx
+
+        from zyquo_tui.trainer.encoding import prompt_tokens
+        from zyquo_tui.trainer.sampling import complete
+
+        model = self.engine.model
+        key = mx.random.state[0]
+        model.eval()
+        try:
+            if seed is not None:
+                mx.random.seed(seed)
+            done = [complete(model, self.tokenizer, prompt_tokens(self.tokenizer, p), max_tokens,
+                             temperature, top_p) for p in prompts]
+        finally:
+            model.train()
+            high, low = (int(x) for x in key.tolist())  # training's draws go on as before
+            mx.random.seed((high << 32) | low)
+        return SampleResult([c.text for c in done], [c.tokens for c in done],
+                            [c.logprobs for c in done], [c.finish_reason for c in done])
+
+    # -- references and teachers -----------------------------------------------------------------
+
+    def _other_model(self, path: str):
+        """A frozen model loaded beside the trained one (a reference or a teacher), once."""
+        from zyquo_tui.core.errors import UserError
+        from zyquo_tui.core.library.models import resolve_model
+
+        try:
+            folder = str(resolve_model(str(path)).path.resolve())
+        except UserError as error:
+            raise ValueError(error.message) from None
+        if folder not in self._others:
+            from mlx_lm import load
+
+            model, tokenizer = load(folder)
+            model.freeze()
+            model.eval()
+            self._others[folder] = (model, tokenizer)
+        return self._others[folder]
+
+    def _reference_scores(self, tokens, lengths, reference: str | None, variant: str):
+        """Sequence log-probabilities under the DPO reference: a named model, else the base
+        (the adapters switched off; for full fine-tuning a frozen copy of the base)."""
+        import mlx.core as mx
+
+        from zyquo_tui.trainer.engine import adapters_disabled, has_adapters
+        from zyquo_tui.trainer.losses import sequence_logprobs
+
+        model = self.engine.model
+        if reference is not None:
+            scores, counts = sequence_logprobs(self._other_model(reference)[0], tokens, lengths)
+        elif has_adapters(model):
+            with adapters_disabled(model):
+                scores, counts = sequence_logprobs(model, tokens, lengths)
+        else:
+            scores, counts = sequence_logprobs(self._other_model(self.run.model)[0], tokens,
+                                               lengths)
+        if variant == "ipo":
+            scores = scores / mx.maximum(counts, 1)
+        scores = mx.stop_gradient(scores)
+        mx.eval(scores)
+        return scores
+
+    def _teacher_logprobs(self, path: str, tokens, temperature: float):
+        import mlx.core as mx
+
+        teacher, teacher_tokenizer = self._other_model(path)
+        if teacher_tokenizer.get_vocab() != self.tokenizer.get_vocab():
+            raise ValueError(f"The teacher {path} has another tokenizer than the student; "
+                             "distillation from a model needs the same tokenizer (or give "
+                             "teacher_logprobs instead).")
+        logits = teacher(tokens[:, :-1]).astype(mx.float32) / temperature
+        logprobs = mx.stop_gradient(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+        mx.eval(logprobs)
+        return logprobs
+
+
+def _group_ids(prompts: list[Text]) -> list[int]:
+    """GRPO's groups: rows with the same prompt."""
+    ids: dict[str, int] = {}
+    return [ids.setdefault(json.dumps(p, sort_keys=True), len(ids)) for p in prompts]
+
+
+def _given_teacher_logprobs(rows: list, lengths, width: int):
+    """(ids, logprobs) arrays (B, width, k) from per-row, per-response-token {id: logprob}
+    entries, placed at the positions whose predictions the loss trains; unused slots get
+    PAD_LOGPROB (positions the loss does not train hold token 0 with log-probability 0)."""
+    import mlx.core as mx
+    import numpy as np
+
+    from zyquo_tui.trainer.losses import PAD_LOGPROB
+
+    spans = lengths.tolist()
+    k = max((len(entry) for row in rows for entry in row), default=1)
+    ids = np.zeros((len(rows), width, k), np.int32)
+    logps = np.full((len(rows), width, k), PAD_LOGPROB, np.float32)
+    logps[:, :, 0] = 0.0
+    for index, (row, (offset, length)) in enumerate(zip(rows, spans, strict=True)):
+        start = max(offset, 1) - 1  # the prediction of token `offset`
+        expected = length - 1 - start
+        if len(row) != expected:
+            raise BatchError(f"teacher_logprobs[{index}] has {len(row)} entries and row "
+                             f"{index} has {expected} trained tokens; give one per response "
+                             "token.")
+        for position, entry in enumerate(row):
+            pairs = entry.items() if isinstance(entry, dict) else entry
+            logps[index, start + position, 0] = PAD_LOGPROB
+            for slot, (token, logp) in enumerate(pairs):
+                ids[index, start + position, slot] = int(token)
+                logps[index, start + position, slot] = float(logp)
+    return mx.array(ids), mx.array(logps)
