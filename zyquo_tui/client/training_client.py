@@ -123,6 +123,7 @@ class TrainingClient:
         self.run = run
         self._closed = False
         self._last: concurrent.futures.Future | None = None
+        self._rng_key: int | None = None  # this client's MLX random key between operations
         self.engine = None
         self.tokenizer = None
         self._others: dict[str, tuple[Any, Any]] = {}  # reference and teacher models by path
@@ -226,8 +227,21 @@ class TrainingClient:
     def _submit(self, fn: Callable, *args: Any) -> Future:
         if self._closed:
             raise RuntimeError("this TrainingClient is closed; make a new one with from_model.")
-        self._last = worker.submit(fn, *args)
+        self._last = worker.submit(self._as_this_client, fn, args)
         return Future(self._last)
+
+    def _as_this_client(self, fn: Callable, args: tuple) -> Any:
+        """Run fn with this client's own MLX random state: clients share the process's, and
+        one client's draws (dropout, sampling) must not move another's."""
+        import mlx.core as mx
+
+        if self._rng_key is not None:
+            mx.random.seed(self._rng_key)
+        try:
+            return fn(*args)
+        finally:
+            high, low = (int(x) for x in mx.random.state[0].tolist())
+            self._rng_key = (high << 32) | low
 
     # -- on the worker -------------------------------------------------------------------------
 
@@ -240,11 +254,12 @@ class TrainingClient:
         from zyquo_tui.trainer.engine import StepEngine
 
         hp = self.settings
-        # Seeded as the run trainer seeds, before the adapters are made from MLX's RNG: a
-        # client starts from the weights a run of the same settings starts from.
+        model, self.tokenizer = loading.load_model(self.run)
+        # Seeded as mlx-lm's train_model seeds, after the load (building the model draws from
+        # MLX's RNG) and before the adapters are made from it: a client starts from the
+        # weights a run of the same settings starts from.
         mx.random.seed(hp.seed)
         np.random.seed(hp.seed)
-        model, self.tokenizer = loading.load_model(self.run)
         optimizer = loading.prepare_model(model, self.run)
         if hp.grad_checkpoint:
             grad_checkpoint(model.layers[0])

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.nn.utils import average_gradients
-from mlx.utils import tree_flatten, tree_map, tree_unflatten
+from mlx.utils import tree_flatten, tree_map, tree_map_with_path, tree_unflatten
 
 from zyquo_tui.trainer import checkpoints
 
@@ -128,11 +128,18 @@ class StepEngine:
         self.optimizer.state = optimizer_state
         self.optimizer.init(self.model.trainable_parameters())  # keeps the loaded moments
         self.state[1] = self.optimizer.state
-        self.grad_sum = grad_accum if meta.get("has_grad_accum") else None
+        self.grad_sum = self._as_gradient_tree(grad_accum) if meta.get("has_grad_accum") else None
         self.pending = int(meta.get("pending", 1 if self.grad_sum is not None else 0))
         self.step = int(meta.get("optimizer_steps", label))
         checkpoints.restore_rngs(meta)
         return meta, loss_sum
+
+
+    def _as_gradient_tree(self, saved: Any) -> Any:
+        """Saved gradients in the shape value_and_grad gives them: the trainable parameters'
+        tree, with the empty branches that saving (tree_flatten) dropped."""
+        flat = dict(tree_flatten(saved))
+        return tree_map_with_path(lambda path, _: flat[path], self.model.trainable_parameters())
 
 
 # -- the reference of preference losses ----------------------------------------------------------

@@ -1,0 +1,566 @@
+"""The step-level client on the sample model with real MLX: every operation, every loss, the
+references (mlx-lm for SFT, mlx-lm-lora for DPO and ORPO), the identities, and each defect of
+the seed client (../shared/seeds/README.md) with a test that fails on it."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+from zyquo_tui.client import BatchError, TrainingBatch, TrainingClient
+from zyquo_tui.client import worker as mlx_worker
+
+from conftest import SAMPLE_DATA
+from helpers import make_run
+from conftest import run_trainer
+
+PAIRS = [("What is 2 plus 2?", "2 plus 2 is 4."), ("What is 3 plus 1?", "3 plus 1 is 4."),
+         ("What is 5 plus 2?", "5 plus 2 is 7."), ("What is 6 plus 3?", "6 plus 3 is 9.")]
+PROMPTS = [p for p, _ in PAIRS]
+ANSWERS = [a for _, a in PAIRS]
+
+
+def on_mlx(fn, *args):
+    """Run fn on the client's MLX thread (MLX's streams belong to the thread that made them)."""
+    return mlx_worker.submit(fn, *args).result()
+
+
+def weights_of(client) -> dict[str, np.ndarray]:
+    return {k: np.array(v) for k, v in client.get_weights().result().weights.items()}
+
+
+def max_difference(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float(np.abs(a[k] - b[k]).max()) for k in a)
+
+
+@pytest.fixture
+def client(tiny_model):
+    made = TrainingClient.from_model(tiny_model, method="lora", learning_rate=1e-3,
+                                     num_layers=-1)
+    yield made
+    made.close()
+
+
+def sft_batch(rows=PAIRS, **options) -> TrainingBatch:
+    return TrainingBatch([p for p, _ in rows], [a for _, a in rows], **options)
+
+
+# -- settings --------------------------------------------------------------------------------------
+
+def test_from_model_checks_settings_as_runs_new_does(tiny_model, tiny_model_4bit):
+    with pytest.raises(ValueError, match="learning_rate"):
+        TrainingClient.from_model(tiny_model, learning_rate=-1)
+    with pytest.raises(ValueError, match="qlora needs a quantized base model"):
+        TrainingClient.from_model(tiny_model, method="qlora")
+    with pytest.raises(ValueError, match="'rnak' is not a run setting"):
+        TrainingClient.from_model(tiny_model, rnak=8)
+    with pytest.raises(ValueError, match="No model"):
+        TrainingClient.from_model(tiny_model.parent / "nowhere")
+    with TrainingClient.from_model(tiny_model_4bit, rank=4) as quantized:
+        assert quantized.method.value == "qlora"  # lora on a quantized base is qlora
+        assert quantized.settings.rank == 4
+        assert quantized.settings.learning_rate == 1e-5  # the run default
+
+
+# -- SFT ----------------------------------------------------------------------------------------
+
+MLX_LM_TRAIN = textwrap.dedent("""
+    import json, sys, types
+    import numpy as np
+    from mlx_lm import load
+    from mlx_lm.lora import CONFIG_DEFAULTS, train_model
+    from mlx_lm.tuner.callbacks import TrainingCallback
+    from mlx_lm.tuner.datasets import load_dataset
+
+    args = types.SimpleNamespace(**{**CONFIG_DEFAULTS, **json.loads(sys.argv[1])})
+    losses = []
+
+    class Record(TrainingCallback):
+        def on_train_loss_report(self, info):
+            losses.append(info["train_loss"])
+
+    np.random.seed(args.seed)
+    model, tokenizer = load(args.model)
+    train_set, valid_set, _ = load_dataset(args, tokenizer)
+    train_model(args, model, train_set, valid_set, Record())
+    print(json.dumps(losses))
+""")
+
+
+@pytest.mark.parametrize("mask_prompt", [True, False])
+def test_sft_through_the_client_equals_mlx_lm_train(tiny_model, tmp_path, mask_prompt):
+    # One batch of four rows is the whole dataset, so mlx-lm trains on it at every step.
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text("".join(
+        json.dumps({"prompt": p, "completion": a}) + "\n" for p, a in PAIRS))
+    config = {"model": str(tiny_model), "data": str(data), "train": True, "iters": 6,
+              "batch_size": 4, "learning_rate": 1e-3, "num_layers": -1, "steps_per_report": 1,
+              "steps_per_eval": 1000, "val_batches": 0, "save_every": 1000,
+              "mask_prompt": mask_prompt, "adapter_path": str(tmp_path / "adapters")}
+    done = subprocess.run([sys.executable, "-c", MLX_LM_TRAIN, json.dumps(config)],
+                          capture_output=True, text=True, timeout=300, check=True,
+                          stdin=subprocess.DEVNULL)
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+
+    with TrainingClient.from_model(tiny_model, method="lora", learning_rate=1e-3,
+                                   num_layers=-1) as client:
+        ours = []
+        for _ in range(6):
+            ours.append(client.forward_backward(sft_batch(train_on_prompt=not mask_prompt)
+                                                ).result().loss)
+            client.optim_step().result()
+    assert len(theirs) == 6
+    assert ours == pytest.approx(theirs, abs=1e-5)
+    assert ours[-1] < ours[0] - 0.5  # it learned
+
+
+def test_two_half_batches_then_one_step_equal_one_whole_batch(tiny_model):
+    # Seed defect: accumulation kept only the first batch's gradients.
+    whole, halves = (TrainingClient.from_model(tiny_model, optimizer="sgd", learning_rate=0.1,
+                                               num_layers=-1) for _ in range(2))
+    try:
+        first = halves.forward_backward(sft_batch(PAIRS[:2])).result()
+        second = halves.forward_backward(sft_batch(PAIRS[2:])).result()
+        assert first.num_tokens == second.num_tokens  # mlx-lm's averaging needs equal halves
+        halves.optim_step().result()
+        whole.forward_backward(sft_batch(PAIRS)).result()
+        whole.optim_step().result()
+        assert max_difference(weights_of(whole), weights_of(halves)) < 1e-6
+    finally:
+        whole.close()
+        halves.close()
+
+
+def test_first_batch_only_would_differ(tiny_model):
+    """The check above can fail: a step on the first half alone lands elsewhere."""
+    with TrainingClient.from_model(tiny_model, optimizer="sgd", learning_rate=0.1,
+                                   num_layers=-1) as one, \
+         TrainingClient.from_model(tiny_model, optimizer="sgd", learning_rate=0.1,
+                                   num_layers=-1) as whole:
+        one.forward_backward(sft_batch(PAIRS[:2])).result()
+        one.optim_step().result()
+        whole.forward_backward(sft_batch(PAIRS)).result()
+        whole.optim_step().result()
+        assert max_difference(weights_of(whole), weights_of(one)) > 1e-4
+
+
+def test_grad_norm_is_the_norm_of_the_applied_gradient(tiny_model):
+    # Seed defect: grad_norm was always None. With plain SGD, Δw = -lr · g.
+    with TrainingClient.from_model(tiny_model, optimizer="sgd", learning_rate=0.1,
+                                   num_layers=-1) as client:
+        before = weights_of(client)
+        client.forward_backward(sft_batch()).result()
+        step = client.optim_step().result()
+        after = weights_of(client)
+    moved = math.sqrt(sum(float(((after[k] - before[k]) ** 2).sum()) for k in before))
+    assert step.step == 1 and step.learning_rate == pytest.approx(0.1)
+    assert isinstance(step.grad_norm, float) and step.grad_norm > 0
+    assert step.grad_norm == pytest.approx(moved / 0.1, rel=1e-3)
+
+
+def test_text_rows_without_responses_train_every_token(client):
+    # Seed defect: no responses zipped into nothing and a loss of 0.0.
+    result = client.forward_backward(TrainingBatch(["The sky is blue.", "Two and two."])).result()
+    assert result.loss > 1.0 and result.num_tokens > 6
+
+
+def test_chat_messages_render_as_the_plain_prompt(client):
+    plain = client.forward_backward(sft_batch(PAIRS[:1])).result()
+    chat = client.forward_backward(TrainingBatch(
+        [[{"role": "user", "content": PROMPTS[0]}]],
+        [[{"role": "assistant", "content": ANSWERS[0]}]])).result()
+    assert chat.loss == pytest.approx(plain.loss, abs=1e-6)
+    assert chat.num_tokens == plain.num_tokens
+
+
+def test_long_rows_are_cut_with_a_warning(client):
+    with pytest.warns(UserWarning, match="longer than max_seq_len"):
+        result = client.forward_backward(sft_batch(PAIRS[:1], max_seq_len=8,
+                                                   train_on_prompt=True)).result()
+    assert result.num_tokens == 7
+
+
+# -- errors --------------------------------------------------------------------------------------
+
+def test_bad_batches_raise_one_sentence():
+    # Seed defect: zip() silently truncated prompts and responses of different lengths.
+    with pytest.raises(BatchError, match="responses has 1 entries and prompts has 2"):
+        TrainingBatch(["a", "b"], ["c"])
+    with pytest.raises(BatchError, match="needs rejected_responses"):
+        TrainingBatch(["a"], ["b"], loss_type="dpo")
+    with pytest.raises(BatchError, match="needs advantages"):
+        TrainingBatch(["a"], ["b"], loss_type="reinforce")
+    with pytest.raises(BatchError, match="advantages has 1 entries"):
+        TrainingBatch(["a", "b"], ["c", "d"], advantages=[1.0], loss_type="grpo")
+    with pytest.raises(BatchError, match="not a single string"):
+        TrainingBatch("a", "b")
+    with pytest.raises(BatchError, match="'gamma'"):
+        TrainingBatch(["a"], ["b"], ["c"], loss_type="dpo", extra={"gamma": 1})
+    with pytest.raises(BatchError, match="variant"):
+        TrainingBatch(["a"], ["b"], ["c"], loss_type="dpo", extra={"variant": "nope"})
+    with pytest.raises(BatchError, match="teacher"):
+        TrainingBatch(["a"], ["b"], loss_type="distill")
+    with pytest.raises(BatchError, match="loss_type 'ppo'"):
+        TrainingBatch(["a"], ["b"], loss_type="ppo")
+
+
+def test_failures_raise_from_the_future(client, tmp_path):
+    # Seed defect: failures came back as success=False or as a false success.
+    with pytest.raises(RuntimeError, match="call forward_backward first"):
+        client.optim_step().result()
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        client.load_state(tmp_path / "empty").result()
+    with pytest.raises(BatchError, match="takes a TrainingBatch"):
+        client.forward_backward({"prompts": ["a"]})
+
+
+def test_a_closed_client_refuses_work(tiny_model):
+    client = TrainingClient.from_model(tiny_model)
+    client.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        client.optim_step()
+
+
+# -- futures -----------------------------------------------------------------------------------
+
+def test_futures_run_in_submission_order_and_chain(client):
+    first = client.forward_backward(sft_batch())
+    step = client.optim_step()
+    second = client.forward_backward(sft_batch())
+    assert second.result(timeout=120).loss < first.result().loss  # the step came in between
+    assert step.done() and step.result().step == 1
+    # A continuation runs off the MLX thread, so it may wait on more operations.
+    chained = second.then(lambda r: (r.loss, client.optim_step().result().step))
+    loss, steps = chained.result(timeout=120)
+    assert loss == second.result().loss and steps == 2
+    failing = client.optim_step().then(lambda r: r.step)
+    with pytest.raises(RuntimeError, match="no gradients"):
+        failing.result(timeout=120)
+
+
+# -- state --------------------------------------------------------------------------------------
+
+def test_save_then_load_resumes_exactly(tiny_model, tmp_path):
+    # Seed defect: load_state restored the step counter only. Dropout makes the RNG matter,
+    # and a pending forward_backward is saved with the state.
+    settings = {"learning_rate": 1e-3, "num_layers": -1, "lora_dropout": 0.1}
+    with TrainingClient.from_model(tiny_model, **settings) as straight:
+        for _ in range(3):
+            straight.forward_backward(sft_batch()).result()
+            straight.optim_step().result()
+        straight.forward_backward(sft_batch(PAIRS[:2])).result()
+        saved = straight.save_state(tmp_path / "state", {"epoch": 1}).result()
+        straight.forward_backward(sft_batch(PAIRS[2:])).result()
+        straight.optim_step().result()
+        expected = [straight.forward_backward(sft_batch()).result().loss]
+        expected.append(straight.optim_step().result().grad_norm)
+        expected_weights = weights_of(straight)
+    assert saved.step == 3 and (tmp_path / "state" / "adapter_config.json").is_file()
+
+    with TrainingClient.from_model(tiny_model, **settings) as resumed:
+        loaded = resumed.load_state(tmp_path / "state").result()
+        assert loaded.step == 3 and loaded.metadata == {"epoch": 1}
+        resumed.forward_backward(sft_batch(PAIRS[2:])).result()
+        resumed.optim_step().result()
+        got = [resumed.forward_backward(sft_batch()).result().loss]
+        got.append(resumed.optim_step().result().grad_norm)
+        assert got == pytest.approx(expected, rel=1e-6)
+        assert max_difference(weights_of(resumed), expected_weights) < 1e-7
+
+
+def test_a_runs_checkpoint_loads_into_a_client(tiny_model):
+    store, run = make_run(tiny_model, SAMPLE_DATA / "completions", iters=10, save_every=5,
+                          steps_per_eval=1000)
+    assert run_trainer(store.run_dir(run.id)).returncode == 0
+    adapters = store.adapters_dir(run.id)
+    with TrainingClient.from_model(tiny_model, learning_rate=1e-3, num_layers=-1,
+                                   batch_size=4) as client:
+        assert client.load_state(adapters, step=5).result().step == 5
+        loaded = weights_of(client)
+
+        def saved_weights():
+            import mlx.core as mx
+            return {k: np.array(v) for k, v in
+                    mx.load(str(adapters / "0000005_adapters.safetensors")).items()}
+
+        assert max_difference(loaded, on_mlx(saved_weights)) == 0
+        assert on_mlx(lambda: int(client.engine.optimizer.state["step"].item())) == 5
+        client.forward_backward(sft_batch()).result()
+        assert client.optim_step().result().step == 6
+
+
+def test_get_and_set_weights(tiny_model, client):
+    for _ in range(2):
+        client.forward_backward(sft_batch()).result()
+        client.optim_step().result()
+    trained = client.get_weights().result()
+    assert trained.step == 2 and all("lora" in name for name in trained.weights)
+    with TrainingClient.from_model(tiny_model, learning_rate=1e-3, num_layers=-1) as other:
+        before = other.forward_backward(sft_batch()).result().loss
+        other.set_weights(trained).result()
+        after = other.forward_backward(sft_batch()).result().loss
+        assert after == pytest.approx(client.forward_backward(sft_batch()).result().loss,
+                                      abs=1e-6)
+        assert after < before
+        with pytest.raises(KeyError, match="not a trainable weight"):
+            other.set_weights({"nope": trained.weights[next(iter(trained.weights))]}).result()
+
+
+# -- sampling -----------------------------------------------------------------------------------
+
+def test_sample_is_repeatable_and_leaves_training_as_it_was(tiny_model):
+    settings = {"learning_rate": 1e-3, "num_layers": -1, "lora_dropout": 0.1}
+    with TrainingClient.from_model(tiny_model, **settings) as plain, \
+         TrainingClient.from_model(tiny_model, **settings) as sampling:
+        losses = {"plain": [], "sampling": []}
+        for name, client in (("plain", plain), ("sampling", sampling)):
+            for _ in range(3):
+                losses[name].append(client.forward_backward(sft_batch()).result().loss)
+                client.optim_step().result()
+                if name == "sampling":
+                    client.sample(PROMPTS[:2], max_tokens=8, temperature=1.0, seed=1).result()
+        assert losses["plain"] == losses["sampling"]
+        one = sampling.sample(PROMPTS[:2], max_tokens=8, temperature=1.0, seed=7).result()
+        two = sampling.sample(PROMPTS[:2], max_tokens=8, temperature=1.0, seed=7).result()
+        assert one.texts == two.texts and len(one.texts) == 2
+        assert all(len(t) == len(lp) for t, lp in zip(one.tokens, one.logprobs, strict=True))
+        assert all(-50 < lp <= 0 for row in one.logprobs for lp in row)
+        chat = sampling.sample([[{"role": "user", "content": PROMPTS[0]}]], max_tokens=8).result()
+        greedy = sampling.sample(PROMPTS[:1], max_tokens=8).result()
+        assert chat.texts == greedy.texts
+
+
+# -- preference losses ----------------------------------------------------------------------------
+
+PREFERENCE = [("What is 8 minus 3?", "8 minus 3 is 5.", "8 minus 3 is 6."),
+              ("What is 7 plus 5?", "7 plus 5 is 12.", "7 plus 5 is 13.")]
+
+
+def preference_batch(loss_type, **extra) -> TrainingBatch:
+    return TrainingBatch([p for p, _, _ in PREFERENCE], [c for _, c, _ in PREFERENCE],
+                         [r for _, _, r in PREFERENCE], loss_type=loss_type, extra=extra or None)
+
+
+def test_dpo_at_step_zero_is_ln_2(client):
+    result = client.forward_backward(preference_batch("dpo")).result()
+    assert result.loss == pytest.approx(math.log(2), abs=1e-6)
+    assert result.metrics["reward_margin"] == pytest.approx(0, abs=1e-6)
+
+
+def test_dpo_learns_the_preference(client):
+    first = client.forward_backward(preference_batch("dpo", beta=0.5)).result()
+    for _ in range(8):
+        client.optim_step().result()
+        last = client.forward_backward(preference_batch("dpo", beta=0.5)).result()
+    assert last.loss < first.loss
+    assert last.metrics["reward_margin"] > 0 and last.metrics["reward_accuracy"] == 1.0
+
+
+MLX_LM_LORA_DPO = """
+def reference_losses(model, base, tokenizer, rows, beta, variant):
+    import mlx.core as mx
+    from mlx_lm_lora.trainer.dpo_trainer import compute_score, dpo_loss, get_token_scores
+    from zyquo_tui.trainer.encoding import encode_row, pad_rows
+
+    def arrays(side):
+        encoded = [encode_row(tokenizer, p, r, False) for p, r in side]
+        tokens, lengths, _ = pad_rows(encoded, 2048)
+        mask = mx.zeros(tokens.shape)
+        spans = lengths.tolist()
+        mask = mx.array([[1.0 if off <= j < ln else 0.0 for j in range(tokens.shape[1])]
+                         for off, ln in spans])
+        return tokens, mask
+
+    chosen, chosen_mask = arrays([(p, c) for p, c, _ in rows])
+    rejected, rejected_mask = arrays([(p, r) for p, _, r in rows])
+    score = lambda m, x, k: compute_score(get_token_scores(m, x, k), k, variant)
+    loss, reward, _, metrics = dpo_loss(
+        score(model, chosen, chosen_mask), score(model, rejected, rejected_mask),
+        score(base, chosen, chosen_mask), score(base, rejected, rejected_mask),
+        chosen_mask, rejected_mask, beta, 0.0, variant)
+    return loss.item(), reward.tolist()
+"""
+
+
+@pytest.mark.parametrize("variant", ["sigmoid", "ipo", "hinge"])
+def test_dpo_equals_mlx_lm_lora(tiny_model, client, variant):
+    namespace: dict = {}
+    exec(MLX_LM_LORA_DPO, namespace)  # noqa: S102 - the reference, in the test's own text
+    for _ in range(3):  # move the policy away from the reference first
+        client.forward_backward(sft_batch()).result()
+        client.optim_step().result()
+    ours = client.forward_backward(preference_batch("dpo", beta=0.2, variant=variant)).result()
+
+    def theirs():
+        from mlx_lm import load
+        base, _ = load(str(tiny_model))
+        return namespace["reference_losses"](client.engine.model, base, client.tokenizer,
+                                             PREFERENCE, 0.2, variant)
+
+    loss, (chosen_reward, rejected_reward) = on_mlx(theirs)
+    assert ours.loss == pytest.approx(loss, rel=1e-5, abs=1e-6)
+    # mlx-lm-lora reports rewards as batch means, as ours are (its accuracy compares the means,
+    # ours is per row: not compared).
+    assert ours.metrics["chosen_reward"] == pytest.approx(chosen_reward, rel=1e-5, abs=1e-6)
+    assert ours.metrics["rejected_reward"] == pytest.approx(rejected_reward, rel=1e-5,
+                                                            abs=1e-6)
+
+
+def test_orpo_equals_mlx_lm_lora(client):
+    for _ in range(2):
+        client.forward_backward(sft_batch()).result()
+        client.optim_step().result()
+    ours = client.forward_backward(preference_batch("orpo", beta=0.3)).result()
+
+    def theirs():
+        import mlx.core as mx
+        from mlx_lm_lora.trainer.orpo_trainer import get_logps, orpo_loss
+
+        from zyquo_tui.trainer.encoding import encode_row, pad_rows
+
+        def arrays(side):
+            encoded = [encode_row(client.tokenizer, p, r, False) for p, r in side]
+            tokens, lengths, _ = pad_rows(encoded, 2048)
+            mask = mx.array([[1.0 if off <= j < ln else 0.0 for j in range(tokens.shape[1])]
+                             for off, ln in lengths.tolist()])
+            return tokens, mask
+
+        model = client.engine.model
+        chosen, cmask = arrays([(p, c) for p, c, _ in PREFERENCE])
+        rejected, rmask = arrays([(p, r) for p, _, r in PREFERENCE])
+        c_logp, c_mean = get_logps(model, chosen, cmask)
+        r_logp, r_mean = get_logps(model, rejected, rmask)
+        loss, reward, _, _ = orpo_loss(c_logp, c_mean, r_logp, r_mean, cmask, rmask,
+                                       mx.array(1.0), beta=0.3)
+        return loss.item(), reward.tolist()
+
+    loss, (chosen_reward, rejected_reward) = on_mlx(theirs)
+    assert ours.loss == pytest.approx(loss, rel=1e-5)
+    assert ours.metrics["chosen_reward"] == pytest.approx(chosen_reward, rel=1e-5)
+    assert ours.metrics["rejected_reward"] == pytest.approx(rejected_reward, rel=1e-5)
+
+
+# -- RL -------------------------------------------------------------------------------------------
+
+def rl_batch(advantages, loss_type="reinforce"):
+    return TrainingBatch(PROMPTS[:2], ANSWERS[:2], advantages=advantages, loss_type=loss_type)
+
+
+def test_zero_advantages_change_no_weight(tiny_model):
+    # Seed defect: advantages scaled the reported loss after the gradients were taken.
+    with TrainingClient.from_model(tiny_model, optimizer="sgd", learning_rate=0.5,
+                                   num_layers=-1) as client:
+        before = weights_of(client)
+        result = client.forward_backward(rl_batch([0.0, 0.0])).result()
+        step = client.optim_step().result()
+        assert result.loss == 0 and step.grad_norm == 0
+        assert max_difference(weights_of(client), before) == 0
+
+
+def test_advantages_weigh_the_gradient(tiny_model):
+    norms = {}
+    for scale in (1.0, 2.0):
+        with TrainingClient.from_model(tiny_model, optimizer="sgd", learning_rate=0.1,
+                                       num_layers=-1) as client:
+            client.forward_backward(rl_batch([scale, 0.0])).result()
+            norms[scale] = client.optim_step().result().grad_norm
+    assert norms[2.0] == pytest.approx(2 * norms[1.0], rel=1e-4)
+
+
+def test_reinforce_raises_the_likelihood_of_rewarded_answers(client):
+    batch = rl_batch([1.0, -1.0])
+    first = client.forward_backward(batch).result()
+    for _ in range(5):
+        client.optim_step().result()
+        client.forward_backward(batch).result()
+    # The rewarded answer's likelihood rose, the punished one's fell.
+    with_reward = client.forward_backward(sft_batch(PAIRS[:1])).result().loss
+    assert first.loss != 0
+    with TrainingClient.from_model(client.model_path, num_layers=-1) as fresh:
+        assert with_reward < fresh.forward_backward(sft_batch(PAIRS[:1])).result().loss
+
+
+def test_grpo_normalizes_advantages_within_each_prompts_group(tiny_model):
+    from zyquo_tui.trainer.losses import group_normalized
+
+    assert group_normalized([1.0, 3.0, 5.0, 5.0], [0, 0, 1, 1]) == pytest.approx(
+        [-1.0, 1.0, 0.0, 0.0], abs=1e-5)
+    same = TrainingBatch([PROMPTS[0]] * 2, ANSWERS[:2], advantages=[10.0, 12.0],
+                         loss_type="grpo")
+    shifted = TrainingBatch([PROMPTS[0]] * 2, ANSWERS[:2], advantages=[0.0, 2.0],
+                            loss_type="grpo")
+    with TrainingClient.from_model(tiny_model, num_layers=-1) as client:
+        assert client.forward_backward(same).result().loss == pytest.approx(
+            client.forward_backward(shifted).result().loss, abs=1e-6)
+
+
+# -- distillation ---------------------------------------------------------------------------------
+
+def test_distilling_a_model_from_itself_has_kl_zero(tiny_model, client):
+    batch = TrainingBatch(PROMPTS, ANSWERS, loss_type="distill",
+                          extra={"teacher": str(tiny_model), "temperature": 2.0})
+    assert client.forward_backward(batch).result().loss == pytest.approx(0, abs=1e-5)
+
+
+def test_distillation_uses_the_teachers_logprobs(tiny_model, client):
+    # Seed defect: the teacher's log-probabilities were never used. Train the client away from
+    # the base, then distill it back: the KL is positive and falls.
+    for _ in range(4):
+        client.forward_backward(sft_batch()).result()
+        client.optim_step().result()
+    batch = TrainingBatch(PROMPTS, ANSWERS, loss_type="distill",
+                          extra={"teacher": str(tiny_model)})
+    first = client.forward_backward(batch).result().loss
+    for _ in range(4):
+        client.optim_step().result()
+        last = client.forward_backward(batch).result().loss
+    assert first > 1e-3 and last < first
+
+
+def test_teacher_top_k_logprobs_over_the_whole_vocabulary_equal_the_teacher_model(tiny_model,
+                                                                                client):
+    for _ in range(2):
+        client.forward_backward(sft_batch()).result()
+        client.optim_step().result()
+
+    def teacher_top_k():
+        """The base's log-probabilities of every token, per response token, as given ones."""
+        import mlx.core as mx
+        from mlx_lm import load
+
+        from zyquo_tui.trainer.encoding import encode_row
+        base, tokenizer = load(str(tiny_model))
+        rows = []
+        for prompt, answer in PAIRS[:2]:
+            tokens, offset = encode_row(tokenizer, prompt, answer, False)
+            logits = base(mx.array([tokens[:-1]]))[0].astype(mx.float32)
+            logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+            rows.append([dict(enumerate(logprobs[j].tolist()))
+                         for j in range(offset - 1, len(tokens) - 1)])
+        return rows
+
+    given = TrainingBatch(PROMPTS[:2], ANSWERS[:2], loss_type="distill",
+                          extra={"teacher_logprobs": on_mlx(teacher_top_k)})
+    model = TrainingBatch(PROMPTS[:2], ANSWERS[:2], loss_type="distill",
+                          extra={"teacher": str(tiny_model)})
+    assert client.forward_backward(given).result().loss == pytest.approx(
+        client.forward_backward(model).result().loss, rel=1e-4)
+    with pytest.raises(BatchError, match="entries and row 0 has"):
+        client.forward_backward(TrainingBatch(
+            PROMPTS[:2], ANSWERS[:2], loss_type="distill",
+            extra={"teacher_logprobs": [[{1: -0.1}], [{1: -0.1}]]})).result()
+
+
+def test_no_warning_without_truncation(client):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        client.forward_backward(sft_batch()).result()
