@@ -120,8 +120,35 @@ def test_every_textual_import_is_under_the_dashboard():
     assert outside == [], "Textual belongs under zyquo_tui/dashboard/ only"
 
 
+def imports_of(path: Path, prefix: str) -> list[int]:
+    """Lines of `path` importing the module `prefix` or one under it, at any depth."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            modules = [node.module or ""]
+        else:
+            continue
+        if any(m == prefix or m.startswith(prefix + ".") for m in modules):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_users_own_code_imports_the_training_client():
+    # The client imports mlx: core, the dashboard and the CLI must not reach it, and the
+    # trainer is what it is built on, not a user of it.
+    assert imports_of(REPO / "examples" / "sft_loop.py", "zyquo_tui.client")
+    users = [f"{path.relative_to(REPO)}:{line}" for folder in ("core", "dashboard", "cli",
+                                                                "trainer")
+             for path in sorted((PACKAGE / folder).rglob("*.py"))
+             for line in imports_of(path, "zyquo_tui.client")]
+    assert users == []
+
+
 def test_the_package_top_holds_only_the_entry_points_and_the_shared_resources():
-    # Everything else lives in a folder by area: core/, cli/, trainer/, dashboard/.
+    # Everything else lives in a folder by area: core/, cli/, trainer/, dashboard/, client/.
     top = sorted(path.name for path in PACKAGE.glob("*.py"))
     assert top == ["__init__.py", "__main__.py", "resources.py"]
 
