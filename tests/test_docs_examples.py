@@ -28,3 +28,19 @@ def test_the_readme_python_example_trains_a_run(isolated_home, sample_models):
     assert lines[-1] == "RunState.COMPLETED"
     steps = [int(line.split()[0]) for line in lines[:-1]]
     assert steps and steps[-1] == 30
+
+
+def test_the_client_guide_example_trains_saves_and_samples(isolated_home, sample_models,
+                                                          tmp_path):
+    shutil.copytree(sample_models["zyquo-tiny"], isolated_home / "models" / "zyquo-tiny")
+    text = (REPO / "docs" / "client.md").read_text()
+    example = re.search(r"```python\n(.+?)\n```", text, flags=re.S).group(1)
+    done = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL, cwd=tmp_path,
+                          env={**os.environ, "ZYQUO_HOME": str(isolated_home)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    steps = [line.split() for line in lines[:-1]]
+    assert [int(s[0]) for s in steps] == [1, 2, 3, 4, 5]
+    assert float(steps[-1][1]) < float(steps[0][1])
+    assert lines[-1].startswith("[") and (tmp_path / "my-state" / "0000005_state.json").is_file()
