@@ -3,21 +3,9 @@ how each went (core/store/comparison.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from zyquo_tui.cli.output import print_json, print_table
-from zyquo_tui.core.formatting import (
-    DASH,
-    basename,
-    fmt_bytes,
-    fmt_duration,
-    fmt_loss,
-    fmt_rate,
-)
-from zyquo_tui.core.runs.value_checks import value_text
+from zyquo_tui.core.formatting import DASH, fmt_bytes, fmt_duration, fmt_loss, fmt_rate
 from zyquo_tui.core.store.store import RunStore
-
-PATH_SETTINGS = ("model", "data")
 
 
 def register(runs_subparsers) -> None:
@@ -29,25 +17,9 @@ def register(runs_subparsers) -> None:
     p.set_defaults(handler=cmd_compare)
 
 
-def setting_text(key: str, value: Any) -> str:
-    if value is None:
-        return DASH
-    if key in PATH_SETTINGS and isinstance(value, str):
-        return basename(value)
-    return value_text(value)
-
-
-def stop_text(reason: str | None) -> str:
-    return reason.replace("_", " ") if reason else ""
-
-
-def letters(count: int) -> list[str]:
-    """A, B, C... (then A1, B1... past Z): short column names for the runs."""
-    return [chr(ord("A") + i % 26) + (str(i // 26) if i >= 26 else "") for i in range(count)]
-
-
 def cmd_compare(args) -> int:
-    from zyquo_tui.core.store.comparison import compare_runs
+    # Imported here: `runs list` registers this command too and must start fast.
+    from zyquo_tui.core.store.comparison import compare_runs, letters, setting_text, stop_text
 
     comparison = compare_runs(RunStore(), list(args.ids))
     if args.json:

@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zyquo_tui.core.errors import UserError
+from zyquo_tui.core.formatting import DASH, basename
 from zyquo_tui.core.events import protocol as ev
 from zyquo_tui.core.events.metrics import RunMetrics
 from zyquo_tui.core.runs.differences import setting_differences
 from zyquo_tui.core.runs.run import Run
+from zyquo_tui.core.runs.value_checks import value_text
 from zyquo_tui.core.store.store import RunStore
 
 
@@ -104,3 +106,25 @@ def compare_runs(store: RunStore, run_ids: list[str]) -> Comparison:
     runs = [store.get(run_id) for run_id in run_ids]
     return Comparison(runs, [run_figures(store, run) for run in runs],
                       setting_differences(runs))
+
+
+# -- how the CLI and the dashboard write a comparison ----------------------------------------
+
+PATH_SETTINGS = ("model", "data")
+
+
+def setting_text(key: str, value: Any) -> str:
+    if value is None:
+        return DASH
+    if key in PATH_SETTINGS and isinstance(value, str):
+        return basename(value)
+    return value_text(value)
+
+
+def stop_text(reason: str | None) -> str:
+    return reason.replace("_", " ") if reason else ""
+
+
+def letters(count: int) -> list[str]:
+    """A, B, C... (then A1, B1... past Z): short column names for the runs."""
+    return [chr(ord("A") + i % 26) + (str(i // 26) if i >= 26 else "") for i in range(count)]
