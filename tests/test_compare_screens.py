@@ -13,7 +13,14 @@ from test_dashboard_fixtures import (
     write_checkpoints,
     write_events,
 )
-from test_dashboard_snapshots import BOTH, dashboard, fixed_world, open_run, runs_listed, until
+from test_dashboard_snapshots import (
+    BOTH,
+    dashboard,
+    fixed_world,
+    open_run,
+    runs_listed,
+    until,
+)
 
 from zyquo_tui.core.events.metrics import RunMetrics
 from zyquo_tui.core.runs.run import RunState

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import random
 
+from conftest import SAMPLE_DATA, run_trainer, zyquo_cli
+from helpers import make_run
+
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.runs.stopping import DivergenceWatch, EarlyStopping
 from zyquo_tui.core.store.checkpoints import list_checkpoints
 from zyquo_tui.core.store.retention import RetentionPolicy, apply_retention, save_policy
-
-from conftest import SAMPLE_DATA, run_trainer, zyquo_cli
-from helpers import make_run
 
 # -- the rules -----------------------------------------------------------------------------------
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 
+from conftest import SAMPLE_DATA, run_trainer, zyquo_cli
+from helpers import make_run
+
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.runs.differences import setting_differences
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Hyperparameters
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.trainer.samples import prompt_from_row, prompts_from_file
-
-from conftest import SAMPLE_DATA, run_trainer, zyquo_cli
-from helpers import make_run
 
 COMPLETIONS = SAMPLE_DATA / "completions"
 
@@ -92,7 +92,7 @@ def test_compare_of_two_runs_differing_in_learning_rate_lists_exactly_that(tiny_
 
 
 def test_compare_refuses_one_run_a_repeat_and_an_unknown_id(tiny_model):
-    store, run = make_run(tiny_model, COMPLETIONS)
+    _, run = make_run(tiny_model, COMPLETIONS)
     for args, words in (([run.id], "at least two runs"), ([run.id, run.id], "given twice"),
                         ([run.id, "20990101-000000-000-0000"], "There is no run")):
         refused = zyquo_cli("runs", "compare", *args)

@@ -19,7 +19,12 @@ def register(runs_subparsers) -> None:
 
 def cmd_compare(args) -> int:
     # Imported here: `runs list` registers this command too and must start fast.
-    from zyquo_tui.core.store.comparison import compare_runs, letters, setting_text, stop_text
+    from zyquo_tui.core.store.comparison import (
+        compare_runs,
+        letters,
+        setting_text,
+        stop_text,
+    )
 
     comparison = compare_runs(RunStore(), list(args.ids))
     if args.json:

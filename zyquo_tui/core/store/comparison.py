@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zyquo_tui.core.errors import UserError
-from zyquo_tui.core.formatting import DASH, basename
 from zyquo_tui.core.events import protocol as ev
 from zyquo_tui.core.events.metrics import RunMetrics
+from zyquo_tui.core.formatting import DASH, basename
 from zyquo_tui.core.runs.differences import setting_differences
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.value_checks import value_text
