@@ -146,6 +146,8 @@ class Setting:
         if len(parts) == 1:
             setattr(hp, parts[0], value)
             return
+        if self.own and value == self.default:
+            value = None  # our own settings are written only when they differ from the default
         if value is None and self.kind == CHOICE and self.optional:
             # No choice of what a nested group is (lr_schedule.name): no group at all.
             setattr(hp, parts[0], None)
