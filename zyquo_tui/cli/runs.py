@@ -112,6 +112,10 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_import)
 
+    from zyquo_tui.cli import runs_compare
+
+    runs_compare.register(sub)
+
 
 # -- helpers ------------------------------------------------------------------------------------
 
@@ -310,6 +314,7 @@ def show_data(store: RunStore, run: Run) -> dict:
 
     metrics = _metrics(store, run.id)
     best_step = metrics.best_checkpoint_step()
+    stop = metrics.stop_reason()
     checkpoints = [
         {"step": c.step, "path": str(c.adapter_path), "bytes": c.bytes, "resumable": c.resumable,
          "val_loss": metrics.val_at(c.step), "best": c.step == best_step, "time": c.mtime}
@@ -324,6 +329,7 @@ def show_data(store: RunStore, run: Run) -> dict:
         "checkpoints": checkpoints,
         "process": run.process,
         "failure": run.failure,
+        "stopped": {"reason": stop[0], "message": stop[1]} if stop else None,
         "lineage": run.lineage,
         "queue_position": RunQueue(store.home).position(run.id),
         "warnings": [w.get("message") for w in metrics.warnings],
@@ -350,6 +356,8 @@ def cmd_show(args) -> int:
           + (f" @ {p['best_val_step']}" if p["best_val_step"] is not None else ""))
     if p["peak_memory_bytes"]:
         print(f"peak mem   {fmt_bytes(int(p['peak_memory_bytes']))}")
+    if data["stopped"]:
+        print(f"stopped    {data['stopped']['message']}")
     if run.failure:
         print(f"failure    {run.failure.get('cause')}: {run.failure.get('message')}")
         print(f"try        {run.failure.get('suggestion')}")

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 from zyquo_tui.core.runs.settings import (
     BOOL,
     CHOICE,
+    COUNT_OR_FILE,
     FLOAT,
     INT,
     NAMES,
@@ -38,11 +39,13 @@ def _help(key: str) -> str:
     else:
         shown = value_text(default)
     lora = "; LoRA and DoRA only" if setting.lora_only else ""
-    text = f"{setting.help} (mlx-lm's {setting.name}; default {shown}{lora})"
+    owner = "zyquo-tui's" if setting.own else "mlx-lm's"
+    text = f"{setting.help} ({owner} {setting.name}; default {shown}{lora})"
     return text.replace("%", "%%")  # argparse formats help with %
 
 
-_METAVARS = {INT: "N", FLOAT: "X", NUMBERS: "X,X,...", NAMES: "NAME,..."}
+_METAVARS = {INT: "N", FLOAT: "X", NUMBERS: "X,X,...", NAMES: "NAME,...",
+             COUNT_OR_FILE: "FILE|N"}
 
 
 def _metavar(key: str) -> str:

@@ -24,7 +24,13 @@ from zyquo_tui.core.store.paths import settings_file
 from zyquo_tui.core.store.store import DamagedRun, RunStore
 from zyquo_tui.dashboard.dialogs.help import HelpDialog
 from zyquo_tui.dashboard.dialogs.machine import MachineDialog
-from zyquo_tui.dashboard.messages import MetricsReceived, RunEnded, RunsRefreshed, SampleChanged
+from zyquo_tui.dashboard.messages import (
+    MetricsReceived,
+    RunEnded,
+    RunsRefreshed,
+    RunWarned,
+    SampleChanged,
+)
 from zyquo_tui.dashboard.notify import NotificationSettings, Notifier
 from zyquo_tui.dashboard.run_service import RunService
 from zyquo_tui.dashboard.screens.checkpoints_screen import CheckpointsScreen
@@ -132,6 +138,12 @@ class ZyquoApp(App[None]):
     def on_sample_changed(self, message: SampleChanged) -> None:
         self._forward(SampleChanged)
 
+    def on_run_warned(self, message: RunWarned) -> None:
+        run = self.service.run(message.run_id)
+        name = run.name if run is not None else message.run_id
+        self.notifier.send("zyquo-tui: run diverging", f"{name}: {message.message}",
+                           failed=False, warning=True)
+
     def on_run_ended(self, message: RunEnded) -> None:
         run = self.service.run(message.run_id)
         if run is None:
@@ -152,6 +164,8 @@ class ZyquoApp(App[None]):
                 best = feed.metrics.best_val()[1]
             body = f"{run.name} completed" + (f" {step} steps" if step is not None else "") + (
                 f"; best validation loss {best:.4f}." if best is not None else ".")
+            if summary.get("stop_message"):
+                body += " " + summary["stop_message"]
             self.service.apply_retention(run.id)
         elif failed:
             failure = run.failure or {}

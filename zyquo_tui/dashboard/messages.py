@@ -37,5 +37,14 @@ class RunEnded(Message, bubble=False):
         self.state = state
 
 
+class RunWarned(Message, bubble=False):
+    """A followed run wrote a warning worth telling at once (its train loss diverging)."""
+
+    def __init__(self, run_id: str, message: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.message = message
+
+
 class SampleChanged(Message, bubble=False):
     """Building the sample model started, finished or failed."""

@@ -139,9 +139,10 @@ class Notifier:
             return False
         return desktop_protocol(self.settings.desktop, self.environ) is not None
 
-    def send(self, title: str, body: str, *, failed: bool) -> None:
-        self.app.notify(body, title=title, severity="error" if failed else "information",
-                        timeout=12 if failed else 8)
+    def send(self, title: str, body: str, *, failed: bool, warning: bool = False) -> None:
+        severity = "error" if failed else "warning" if warning else "information"
+        self.app.notify(body, title=title, severity=severity,
+                        timeout=12 if failed or warning else 8)
         if self.settings.bell:
             self.app.bell()
         if self.desktop_enabled():

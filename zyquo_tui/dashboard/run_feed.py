@@ -32,6 +32,8 @@ RECENT_EVENTS = 40
 # and peak memory are exact.
 DISPLAYED = ("train_loss", "val_loss", "tokens_per_second", "learning_rate", "peak_memory_bytes")
 SMOOTHABLE = frozenset({"train_loss", "tokens_per_second"})
+# Events with a panel of their own rather than a line among the latest events.
+NOT_RECENT = frozenset({ev.SAMPLE})
 DEFAULT_SMOOTHING = 0.6
 
 
@@ -42,7 +44,7 @@ class HistoryLoad:
     def __init__(self, history: History) -> None:
         self.metrics = history.metrics
         self.offset = history.offset
-        self.recent = history.recent
+        self.recent = [e for e in history.recent if e.get("type") not in NOT_RECENT]
         self.display: dict[str, DisplaySeries] = {}
         for name in DISPLAYED:
             display = self.display[name] = DisplaySeries()
@@ -321,7 +323,8 @@ class RunFeed:
             return
         restarted = any(e.get("type") == ev.STARTED for e in batch)
         self.metrics.ingest(batch)
-        notable = [e for e in batch if e.get("type") != ev.TRAIN]
+        notable = [e for e in batch if e.get("type") != ev.TRAIN
+                   and e.get("type") not in NOT_RECENT]
         if batch[-1].get("type") == ev.TRAIN:
             notable.append(batch[-1])
         elif any(e.get("type") == ev.TRAIN for e in batch):

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from zyquo_tui.core.errors import UserError
+from zyquo_tui.core.events import protocol as ev
 from zyquo_tui.core.events.history import complete_size
 from zyquo_tui.core.library.sample import (
     SAMPLE_RUN_SETTINGS,
@@ -37,11 +38,18 @@ from zyquo_tui.core.library.sample import (
 from zyquo_tui.core.processes.supervisor import Supervisor
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.settings import Hyperparameters
+from zyquo_tui.core.runs.stopping import DIVERGED
 from zyquo_tui.core.store.queue import RunQueue
 from zyquo_tui.core.store.retention import apply_retention, delete_checkpoint
 from zyquo_tui.core.store.store import RUN_FILE, DamagedRun, RunStore
 from zyquo_tui.core.store.user_settings import Settings
-from zyquo_tui.dashboard.messages import MetricsReceived, RunEnded, RunsRefreshed, SampleChanged
+from zyquo_tui.dashboard.messages import (
+    MetricsReceived,
+    RunEnded,
+    RunsRefreshed,
+    RunWarned,
+    SampleChanged,
+)
 from zyquo_tui.dashboard.run_feed import RunFeed, load_history
 
 if TYPE_CHECKING:
@@ -344,6 +352,9 @@ class RunService:
                     run_id, poll=FOLLOW_POLL_SECONDS, from_offset=feed.offset):
                 feed.ingest(batch)
                 self.app.post_message(MetricsReceived(run_id))
+                for event in batch:
+                    if event.get("type") == ev.WARNING and event.get("code") == DIVERGED:
+                        self.app.post_message(RunWarned(run_id, str(event.get("message"))))
         except asyncio.CancelledError:  # the dashboard is closing
             feed.following = False
             raise

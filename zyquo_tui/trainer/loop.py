@@ -33,12 +33,15 @@ from zyquo_tui.trainer.losses import sft_objective
 
 @dataclass
 class LoopHooks:
-    """Where the loop reports to. `should_stop` is polled after every step."""
+    """Where the loop reports to. `should_stop` is polled after every step; so is
+    `should_save(step)`, which asks for a checkpoint of that step besides the save_every ones
+    (early stopping keeps each new best validation step)."""
 
     on_train: Callable[[dict[str, Any]], None]
     on_val: Callable[[dict[str, Any]], None]
     on_checkpoint: Callable[[dict[str, Any]], None]
     should_stop: Callable[[], bool] = lambda: False
+    should_save: Callable[[int], bool] = lambda step: False
 
 
 @dataclass
@@ -143,7 +146,8 @@ class TrainingLoop:
                 self._report(it)
 
             stopping = it < s.iters and self.hooks.should_stop()
-            if it % s.save_every == 0 or it == s.iters or stopping:
+            if (it % s.save_every == 0 or it == s.iters or stopping
+                    or self.hooks.should_save(it)):
                 result.checkpoint = self.save(it, result.val_losses.get(it))
             if stopping:
                 result.stopped = True

@@ -21,8 +21,10 @@ from zyquo_tui.core.runs.failures import Failure, failure, looks_like_oom
 from zyquo_tui.core.runs.mlx_config import dump_mlx_yaml, run_to_mlx_config
 from zyquo_tui.core.runs.problems import errors_in
 from zyquo_tui.core.runs.run import ALLOWED_TRANSITIONS, Run, RunState
-from zyquo_tui.core.runs.settings import Method
+from zyquo_tui.core.runs.settings import SETTINGS, Method
+from zyquo_tui.core.runs.stopping import DIVERGED, EARLY_STOPPING, DivergenceWatch, EarlyStopping
 from zyquo_tui.core.store.store import CONFIG_FILE, EVENTS_FILE, RunStore
+from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.trainer.loading import TrainerFailure, fail
 
 EXIT_DONE = 0
@@ -41,6 +43,13 @@ class TrainingSession:
         self.summary: dict[str, Any] = {}
         self.step = 0
         self.loop = None
+        # Stopping before the last step by a rule the user chose (core/runs/stopping.py).
+        self.early_stopping: EarlyStopping | None = None
+        self.divergence = DivergenceWatch()
+        self.stop_on_divergence = False
+        self.stop_reason: str | None = None
+        self.stop_message = ""
+        self.sampler = None  # trainer/samples.py Sampler, with --sample-prompts
 
     # -- run.json ----------------------------------------------------------------------------
 
@@ -70,6 +79,18 @@ class TrainingSession:
                                                   self.summary.get("peak_memory_bytes", 0)))
         print(f"step {info['iteration']}: train loss {info['train_loss']:.4f}, "
               f"lr {info['learning_rate']:.3g}, {info['tokens_per_second']:.0f} tok/s", flush=True)
+        self._watch_divergence(info["iteration"], info["train_loss"])
+
+    def _watch_divergence(self, step: int, loss: float) -> None:
+        if not self.divergence.observe(loss):
+            return
+        message = self.divergence.sentence(step, loss)
+        stopping = self.stop_on_divergence and self.stop_reason is None
+        if stopping:
+            message += " The run stops here (runs.stop_on_divergence in config.toml)."
+            self.stop_reason, self.stop_message = DIVERGED, message
+        self._warn(DIVERGED, message, iteration=step, train_loss=loss,
+                   lowest_train_loss=self.divergence.lowest, stopping=stopping)
 
     def _on_val(self, info: dict[str, Any]) -> None:
         self.events.write(ev.VAL, **info)
@@ -79,6 +100,24 @@ class TrainingSession:
         if best is None or loss < best:
             self.summary.update(best_val_loss=loss, best_val_step=info["iteration"])
         print(f"step {info['iteration']}: val loss {loss:.4f}", flush=True)
+        if self.sampler is not None:
+            for prompt, text in self.sampler.answers():
+                self.events.write(ev.SAMPLE, iteration=info["iteration"], prompt=prompt,
+                                  text=text)
+        early = self.early_stopping
+        if early is not None:
+            early.observe(info["iteration"], loss)
+            if early.triggered and self.stop_reason is None:
+                self.stop_reason, self.stop_message = EARLY_STOPPING, early.sentence()
+
+    def _should_save(self, step: int) -> bool:
+        """Early stopping keeps a checkpoint of each new best validation step, so the best
+        weights are there to keep however save_every falls."""
+        early = self.early_stopping
+        return early is not None and early.best_step == step
+
+    def _should_stop(self) -> bool:
+        return self.stop.requested or self.stop_reason is not None
 
     def _on_checkpoint(self, info: dict[str, Any]) -> None:
         self.events.write(ev.CHECKPOINT, **info)
@@ -177,8 +216,10 @@ class TrainingSession:
 
         from zyquo_tui.trainer.loop import LoopHooks, TrainingLoop
 
+        self._prepare_stopping(run, resumed_from=run.resume_from_step)
+        self._prepare_samples(run, model, tokenizer, has_validation=bool(val_set))
         hooks = LoopHooks(self._on_train, self._on_val, self._on_checkpoint,
-                          should_stop=lambda: self.stop.requested)
+                          should_stop=self._should_stop, should_save=self._should_save)
         # The settings config.yaml was written from, as they are: nothing copied by hand.
         loop = self.loop = TrainingLoop(model, optimizer, train_set, val_set, hp, adapters,
                                         hooks)
@@ -212,12 +253,63 @@ class TrainingSession:
             return self._cancelled(None)
 
         result = loop.run()
-        if result.stopped:
+        if result.stopped and (self.stop.requested or self.stop_reason is None):
             return self._cancelled(result.checkpoint)
+        if result.stopped:  # by early stopping or divergence: the run is done
+            self.summary.update(stop_reason=self.stop_reason, stop_message=self.stop_message)
+            print(self.stop_message, flush=True)
+        if self.early_stopping is not None and self.early_stopping.best_step is not None:
+            self.summary["best_checkpoint_step"] = self.early_stopping.best_step
         self._update(RunState.COMPLETED)
         self.events.write(ev.COMPLETED, iteration=result.step, summary=self.summary)
         print(f"completed {result.step} steps", flush=True)
         return EXIT_DONE
+
+    def _prepare_stopping(self, run: Run, resumed_from: int | None) -> None:
+        """Early stopping from the run's settings, divergence from config.toml; a resumed
+        run's rules pick up where they were (its figures up to the resumed step)."""
+        hp = run.hyperparameters
+        patience = SETTINGS["early_stopping_patience"].get(hp)
+        if patience is not None:
+            self.early_stopping = EarlyStopping(
+                patience, float(SETTINGS["early_stopping_min_delta"].get(hp)))
+        try:
+            self.stop_on_divergence = Settings.load(self.store.home).stop_on_divergence
+        except Exception as error:  # a broken config.toml must not stop training
+            self._warn("settings", f"config.toml could not be read ({error}); divergence "
+                       "only warns.")
+        if resumed_from is None:
+            return
+        from zyquo_tui.core.events.metrics import RunMetrics
+
+        metrics = RunMetrics()
+        metrics.ingest(ev.read_events(self.run_dir / EVENTS_FILE))
+        val, train = metrics.series["val_loss"], metrics.series["train_loss"]
+        for step, loss in zip(val.steps, val.values):
+            if step <= resumed_from and self.early_stopping is not None:
+                self.early_stopping.observe(step, loss)
+        for step, loss in zip(train.steps, train.values):
+            if step <= resumed_from:
+                self.divergence.observe(loss)
+
+    def _prepare_samples(self, run: Run, model, tokenizer, has_validation: bool) -> None:
+        setting = SETTINGS["sample_prompts"].get(run.hyperparameters)
+        if setting is None:
+            return
+        if not has_validation:
+            self._warn("samples", "sample_prompts is set but the run has no validation set "
+                       "(valid.jsonl with at least batch_size rows): samples come with "
+                       "validations, so there will be none.")
+            return
+        from zyquo_tui.trainer.samples import Sampler, sample_prompts
+
+        prompts = sample_prompts(setting, Path(run.data))
+        if not prompts:
+            self._warn("samples", "sample_prompts found no prompts in valid.jsonl; there "
+                       "will be no samples.")
+            return
+        self.sampler = Sampler(model, tokenizer, prompts,
+                               int(SETTINGS["sample_max_tokens"].get(run.hyperparameters)))
 
     def _truncation_warnings(self, hp, train_lengths, val_lengths) -> None:
         for split, lengths in (("train", train_lengths), ("valid", val_lengths)):

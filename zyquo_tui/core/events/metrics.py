@@ -46,6 +46,7 @@ SERIES_FIELDS = {
     "tokens_per_second": (ev.TRAIN, "tokens_per_second"),
     "peak_memory_bytes": (ev.TRAIN, "peak_memory_bytes"),
     "iterations_per_second": (ev.TRAIN, "iterations_per_second"),
+    "trained_tokens": (ev.TRAIN, "trained_tokens"),
     "val_loss": (ev.VAL, "val_loss"),
 }
 
@@ -63,6 +64,8 @@ class RunMetrics:
         self.series: dict[str, Series] = {name: Series() for name in SERIES_FIELDS}
         self.checkpoints: dict[int, dict[str, Any]] = {}
         self.warnings: list[dict[str, Any]] = []
+        # Sample answers by validation step, in the order written (`--sample-prompts`).
+        self.samples: dict[int, list[dict[str, Any]]] = {}
         self.started: dict[str, Any] | None = None
         self.first_started_time: float | None = None
         self.session_started_time: float | None = None
@@ -107,13 +110,20 @@ class RunMetrics:
             if isinstance(resumed, int):
                 for series in self.series.values():
                     series.truncate_after(resumed)
+                # The resumed session validates again after `resumed`: its samples replace.
+                self.samples = {k: v for k, v in self.samples.items() if k <= resumed}
                 self.step = resumed
             else:
                 for series in self.series.values():
                     series.truncate_after(-1)
+                self.samples = {}
                 self.step = 0
         elif kind == ev.WARNING:
             self.warnings.append(event)
+        elif kind == ev.SAMPLE:
+            step = event.get("iteration")
+            if isinstance(step, int):
+                self.samples.setdefault(step, []).append(event)
         elif kind in ev.TERMINAL_TYPES:
             self.terminal = event
 
@@ -139,6 +149,19 @@ class RunMetrics:
                   for s in self.checkpoints]
         scored = [(loss, s) for loss, s in scored if loss is not None]
         return min(scored)[1] if scored else None
+
+    def sample_steps(self) -> list[int]:
+        """The validation steps that have samples, oldest first."""
+        return sorted(self.samples)
+
+    def stop_reason(self) -> tuple[str, str] | None:
+        """(reason, sentence) when the trainer stopped the run before its last step by a
+        rule (early stopping, divergence): from the `completed` event's summary."""
+        if self.terminal is None or self.terminal.get("type") != ev.COMPLETED:
+            return None
+        summary = self.terminal.get("summary") or {}
+        reason = summary.get("stop_reason")
+        return (reason, summary.get("stop_message") or reason) if reason else None
 
     def elapsed_seconds(self, now: float | None = None) -> float | None:
         if self.session_started_time is None:

@@ -24,12 +24,13 @@ TRAIN = "train"
 VAL = "val"
 CHECKPOINT = "checkpoint"
 WARNING = "warning"
+SAMPLE = "sample"
 COMPLETED = "completed"
 FAILED = "failed"
 CANCELLED = "cancelled"
 
 TERMINAL_TYPES = frozenset({COMPLETED, FAILED, CANCELLED})
-KNOWN_TYPES = frozenset({STARTED, TRAIN, VAL, CHECKPOINT, WARNING}) | TERMINAL_TYPES
+KNOWN_TYPES = frozenset({STARTED, TRAIN, VAL, CHECKPOINT, WARNING, SAMPLE}) | TERMINAL_TYPES
 
 # Failure causes carried by `failed` events and run.json.
 FAILURE_CAUSES = ("oom", "nan", "data", "config", "dependency", "internal", "killed")
@@ -80,7 +81,13 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
         Field("longest", _INT, optional=True),
         # code "dataset"
         Field("file", _STR, optional=True), Field("line", (int, _NONE), optional=True),
+        # code "diverged"
+        Field("iteration", _INT, optional=True), Field("train_loss", _FLOAT, optional=True),
+        Field("lowest_train_loss", _FLOAT, optional=True),
+        Field("stopping", (bool,), optional=True),
     ),
+    # An answer generated with the weights of a validation step (`--sample-prompts`).
+    SAMPLE: (Field("iteration", _INT), Field("prompt", _STR), Field("text", _STR)),
     COMPLETED: (Field("iteration", _INT), Field("summary", (dict,))),
     FAILED: (
         Field("iteration", _INT), Field("cause", _STR), Field("message", _STR),

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from zyquo_tui.core.runs.problems import ERROR, Problem
-from zyquo_tui.core.runs.settings import FLOAT, OPTIMIZERS, SETTINGS
+from zyquo_tui.core.runs.settings import FLOAT, OPTIMIZERS, OWN_KEY, SETTINGS
 from zyquo_tui.core.runs.value_checks import (
     NumberFromZero,
     OneOf,
@@ -79,7 +79,7 @@ OTHER_MLX_LM_KEYS: dict[str, Callable[[str, Any], list[tuple[str, str]]]] = {
 NESTED_KEYS = {
     top: tuple(s.name.split(".")[1] for s in SETTINGS.values()
                if s.name.split(".")[0] == top and len(s.name.split(".")) == 2)
-    for top in ("lora_parameters", "lr_schedule")
+    for top in ("lora_parameters", "lr_schedule", OWN_KEY)
 }
 
 

@@ -17,7 +17,13 @@ import yaml
 from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.runs.config_keys import normalize_config
 from zyquo_tui.core.runs.run import Run
-from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
+from zyquo_tui.core.runs.settings import (
+    COUNT_OR_FILE,
+    OWN_KEY,
+    SETTINGS,
+    Hyperparameters,
+    Method,
+)
 
 # Keys of mlx-lm's CONFIG_DEFAULTS that map onto Run fields other than hyperparameters, or that
 # describe what to do rather than how to train.
@@ -100,6 +106,8 @@ def run_to_mlx_config(run: Run, adapter_path: str | None = None) -> dict[str, An
         del hp["lr_schedule"]
     if not hp["optimizer_config"]:
         del hp["optimizer_config"]
+    if not hp[OWN_KEY]:
+        del hp[OWN_KEY]  # none of zyquo-tui's own settings set: a plain mlx-lm config
     if run.method is Method.FULL:
         hp.pop("lora_parameters")
     config: dict[str, Any] = {
@@ -156,6 +164,8 @@ def run_from_mlx_config(
     settings = setting_keys()
     hp = Hyperparameters.from_dict({k: v for k, v in config.items() if k in settings})
     unknown = {k: v for k, v in config.items() if k not in settings and k not in _RUN_KEYS}
+    if base_dir is not None:
+        _resolve_own_files(hp, base_dir)
     run = Run.new(model=model, data=data, method=method, hyperparameters=hp)
     run.extra_config = unknown
     warm_start = config.get("resume_adapter_file")
@@ -164,6 +174,14 @@ def run_from_mlx_config(
         path = _resolve(warm_start, base_dir) if base_dir is not None else warm_start
         run.lineage = {"parent": None, "step": None, "adapter_file": path}
     return run, sorted(unknown)
+
+
+def _resolve_own_files(hp: Hyperparameters, base_dir: Path) -> None:
+    """A file named by one of our settings (sample_prompts) beside the config file."""
+    for setting in SETTINGS.values():
+        value = setting.get(hp)
+        if setting.kind == COUNT_OR_FILE and isinstance(value, str) and value:
+            setting.set(hp, _resolve(value, base_dir))
 
 
 def _resolve(value: str, base_dir: Path) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -25,6 +26,7 @@ from zyquo_tui.core.runs.problems import WARNING, Problem
 from zyquo_tui.core.runs.value_checks import (
     INT_TEXT,
     AnyNumber,
+    CountOrFile,
     Fraction,
     LayerNames,
     LearningRate,
@@ -70,6 +72,12 @@ BOOL = "bool"
 CHOICE = "choice"
 NUMBERS = "numbers"  # a list of numbers, written "1e-05, 1000, 0"
 NAMES = "names"  # a list of names, written "self_attn.q_proj, self_attn.v_proj"
+COUNT_OR_FILE = "count_or_file"  # a whole number, or the path of a file
+
+# zyquo-tui's own settings (mlx-lm has no such keys) live under this key of the config, so an
+# exported YAML still trains with `mlx_lm lora -c` (mlx-lm ignores a key it does not know)
+# and a reader sees at once which settings are ours.
+OWN_KEY = "zyquo_tui"
 
 NONE_TEXT = "none"  # an optional choice not made: no lr_schedule, a constant learning rate
 
@@ -106,6 +114,11 @@ class Setting:
     def spoken(self) -> str:
         return self.called or self.key
 
+    @property
+    def own(self) -> bool:
+        """One of zyquo-tui's own settings (under OWN_KEY), not one of mlx-lm's."""
+        return self.name.split(".")[0] == OWN_KEY
+
     def default_value(self) -> Any:
         return copy.deepcopy(self.default)
 
@@ -133,6 +146,8 @@ class Setting:
         if len(parts) == 1:
             setattr(hp, parts[0], value)
             return
+        if self.own and value == self.default:
+            value = None  # our own settings are written only when they differ from the default
         if value is None and self.kind == CHOICE and self.optional:
             # No choice of what a nested group is (lr_schedule.name): no group at all.
             setattr(hp, parts[0], None)
@@ -176,6 +191,11 @@ class Setting:
             return words.get(stripped.lower(), stripped)
         if self.kind == NAMES:
             return [part.strip() for part in stripped.split(",") if part.strip()]
+        if self.kind == COUNT_OR_FILE:
+            plain = stripped.replace("_", "")
+            if INT_TEXT.match(plain):
+                return int(plain)
+            return os.path.abspath(os.path.expanduser(stripped))  # from where it was typed
         if self.kind == CHOICE and self.optional and stripped == NONE_TEXT:
             return None
         return stripped
@@ -256,6 +276,22 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
     Setting("warmup_init", "lr_schedule.warmup_init", FLOAT, 0.0, "Warmup start",
             "the learning rate the warmup starts from", SCHEDULE, "--warmup-init",
             NumberFromZero(noun="a learning rate")),
+    # zyquo-tui's own: the trainer reads them; mlx-lm never sees them.
+    Setting("early_stopping_patience", f"{OWN_KEY}.early_stopping_patience", INT, None,
+            "Stop after", "validations without improvement before the run stops; unset, "
+            "never", ADVANCED, "--early-stopping-patience", WholeNumber(), optional=True,
+            called="early_stopping_patience"),
+    Setting("early_stopping_min_delta", f"{OWN_KEY}.early_stopping_min_delta", FLOAT, 0.0,
+            "Min improvement", "how much lower a validation loss must be to count as better",
+            ADVANCED, "--early-stopping-min-delta", NumberFromZero(),
+            called="early_stopping_min_delta"),
+    Setting("sample_prompts", f"{OWN_KEY}.sample_prompts", COUNT_OR_FILE, None,
+            "Sample prompts", "at each validation, answers to N validation prompts, or to a "
+            "file's prompts (one a line); unset, none", ADVANCED, "--sample-prompts",
+            CountOrFile(), optional=True, called="sample_prompts"),
+    Setting("sample_max_tokens", f"{OWN_KEY}.sample_max_tokens", INT, 64, "Sample length",
+            "at most this many tokens in each sample answer", ADVANCED, "--sample-max-tokens",
+            WholeNumber(), in_form=False, called="sample_max_tokens"),
 )}
 
 
@@ -315,6 +351,8 @@ class Hyperparameters:
     lora_parameters: dict[str, Any] = field(
         default_factory=lambda: nested_defaults("lora_parameters"))
     lr_schedule: dict[str, Any] | None = None
+    # zyquo-tui's own settings (early stopping, samples), by their names under OWN_KEY.
+    zyquo_tui: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # LoRA's settings that are not given are mlx-lm's defaults, as in its own config.

@@ -8,6 +8,7 @@ sentence) pairs; its fields are the setting's bounds. The definition of each set
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -172,4 +173,22 @@ class LayerNames:
                 or not all(isinstance(name, str) and name for name in value)):
             return [(ERROR, f"{called} must be a list of layer names such as self_attn.q_proj, "
                             f"not {value!r}.")]
+        return []
+
+
+@dataclass(frozen=True)
+class CountOrFile:
+    """A whole number of at least 1 (how many to take), or the path of an existing file."""
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if is_whole(value):
+            if value < 1:
+                return [(ERROR, f"{called} must be at least 1, not {value}.")]
+            return []
+        if not isinstance(value, str) or not value.strip():
+            return [(ERROR, f"{called} must be a number of prompts or a file of prompts, not "
+                            f"{value!r}.")]
+        if not os.path.isfile(os.path.expanduser(value)):
+            return [(ERROR, f"{called}: {value} is no file; give a file of prompts, one a "
+                            "line, or a number of validation prompts.")]
         return []

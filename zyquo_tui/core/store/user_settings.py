@@ -31,6 +31,9 @@ class Settings:
     model_folders: list[str] = field(default_factory=list)
     webhook_url: str | None = None
     cancel_grace_seconds: float = 30.0
+    # A train loss that diverges always raises a warning; this decides whether it also
+    # stops the run ([runs] stop_on_divergence; core/runs/stopping.py has the rule).
+    stop_on_divergence: bool = False
 
     @classmethod
     def load(cls, home: Path | None = None) -> "Settings":
@@ -51,6 +54,11 @@ class Settings:
         settings.webhook_url = data.get("notifications", {}).get("webhook_url")
         runs = data.get("runs", {})
         settings.cancel_grace_seconds = float(runs.get("cancel_grace_seconds", 30.0))
+        stop = runs.get("stop_on_divergence", False)
+        if not isinstance(stop, bool):
+            raise UserError(f"{path}: runs.stop_on_divergence must be true or false, not "
+                            f"{stop!r}; fix the file.")
+        settings.stop_on_divergence = stop
         return settings
 
     def save(self, home: Path | None = None) -> None:

@@ -20,6 +20,7 @@ from zyquo_tui.dashboard.widgets.loss_chart import LossChart
 from zyquo_tui.dashboard.widgets.metric_sparkline import MetricSparkline
 from zyquo_tui.dashboard.widgets.recent_events import RecentEvents
 from zyquo_tui.dashboard.widgets.run_status import RunStatus
+from zyquo_tui.dashboard.widgets.samples_panel import SamplesPanel
 from zyquo_tui.dashboard.widgets.title_bar import TitleBar
 
 # Live metrics redraw the screen at most this often (a key press redraws at once).
@@ -48,6 +49,12 @@ class LiveMetricsScreen(RunViewScreen):
         VERB_BINDINGS["cancel"], VERB_BINDINGS["resume"], VERB_BINDINGS["checkpoints"],
         VERB_BINDINGS["logs"],
         Binding("escape", "back", "Back", id="app.back", tooltip="Back to the runs"),
+        # Out of the footer: the samples panel's border names them, and only a run with
+        # samples has them.
+        Binding("left_square_bracket", "earlier_samples", "Earlier samples", show=False,
+                id="run.samples.earlier", tooltip="The samples of the validation before"),
+        Binding("right_square_bracket", "later_samples", "Later samples", show=False,
+                id="run.samples.later", tooltip="The samples of the validation after"),
     ]
 
     def __init__(self, run_id: str) -> None:
@@ -57,6 +64,7 @@ class LiveMetricsScreen(RunViewScreen):
         self._drawn_at = 0.0
         self._drawn_loaded = False
         self._redraw_timer: Timer | None = None
+        self.sample_step: int | None = None  # None: follow the latest samples
 
     def compose(self) -> ComposeResult:
         yield TitleBar("run", id="title")
@@ -65,6 +73,7 @@ class LiveMetricsScreen(RunViewScreen):
             for key, label, _ in SPARKLINES:
                 yield MetricSparkline(label, id=f"spark-{key}")
         yield LossChart(id="loss-chart")
+        yield SamplesPanel(id="samples")
         yield RecentEvents(id="events")
         yield FailurePanel(id="failure")
         yield Footer(compact=True)
@@ -130,6 +139,7 @@ class LiveMetricsScreen(RunViewScreen):
                 values, formatting(current), key=(feed.version, smoothing))
         chart.set_data(feed.display["train_loss"], feed.display["val_loss"],
                        metrics.iters or run.hyperparameters.iters, smoothing, feed.version)
+        self.query_one(SamplesPanel).show(metrics.samples, self.sample_step)
         self.query_one(RecentEvents).show(feed.recent)
         failure = run.failure if run.state.is_terminal else None
         if (failure, run.state) != self._failure_shown:
@@ -137,6 +147,28 @@ class LiveMetricsScreen(RunViewScreen):
             self.query_one(FailurePanel).show(failure, run.state.value)
             self.set_class(bool(failure), "-failed")
         self.refresh_verbs()
+
+    def _step_samples(self, by: int) -> None:
+        panel = self.query_one(SamplesPanel)
+        if not panel.steps:
+            return
+        at = panel.steps.index(panel.step) if panel.step in panel.steps else len(panel.steps) - 1
+        at = max(0, min(len(panel.steps) - 1, at + by))
+        # Back at the latest, the panel follows new validations again.
+        self.sample_step = None if at == len(panel.steps) - 1 else panel.steps[at]
+        self.redraw()
+
+    def action_earlier_samples(self) -> None:
+        self._step_samples(-1)
+
+    def action_later_samples(self) -> None:
+        self._step_samples(+1)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("earlier_samples", "later_samples"):
+            panels = self.query(SamplesPanel)
+            return bool(panels and panels.first().steps)
+        return super().check_action(action, parameters)
 
     def action_toggle_smoothing(self) -> None:
         self.app.smoothing = not self.app.smoothing

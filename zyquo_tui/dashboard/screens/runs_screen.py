@@ -8,6 +8,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Input
 
 from zyquo_tui.dashboard.messages import MetricsReceived, RunsRefreshed, SampleChanged
+from zyquo_tui.dashboard.screens.compare_screen import CompareScreen
 from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS, VERBS, RunVerbsScreen
 from zyquo_tui.dashboard.widgets.empty_store_panel import EmptyStorePanel
 from zyquo_tui.dashboard.widgets.filter_bar import FilterBar
@@ -40,6 +41,12 @@ class RunsScreen(RunVerbsScreen):
         # `t` before the sample exists: unlisted (the footer offers b then), but it answers.
         Binding("t", "sample_not_ready", show=False),
         Binding("escape", "clear_filter", "Clear filter", id="runs.clear_filter"),
+        # Comparing runs: space marks (out of the footer: ? help and the palette list it),
+        # C opens the comparison of the marked runs (in the footer once one is marked).
+        Binding("space", "toggle_mark", "Mark for compare", show=False, id="runs.mark",
+                tooltip="Mark the run for comparison, or unmark it"),
+        Binding("C", "compare", "Compare", id="runs.compare",
+                tooltip="Compare the marked runs: loss curves, differing settings, figures"),
     ]
 
     def __init__(self) -> None:
@@ -91,6 +98,8 @@ class RunsScreen(RunVerbsScreen):
             parts.append(f"{len(service.queue)} queued")
         if table.filter_text:
             parts.append(f"filter “{table.filter_text}”")
+        if table.marked:
+            parts.append(f"{len(table.marked)} marked")
         self.query_one(TitleBar).context = " · ".join(parts)
 
     # The App tells only the screen on top; a screen shown again catches up on resume.
@@ -176,6 +185,23 @@ class RunsScreen(RunVerbsScreen):
         table.set_sort(table.sort_column, reverse=not table.sort_reverse)
         self._update_title()
 
+    # -- comparing runs ---------------------------------------------------------------------------
+
+    def action_toggle_mark(self) -> None:
+        run_id = self.current_run_id()
+        if run_id is None or self.service.run(run_id) is None:
+            return  # nothing selected, or a damaged run: nothing to compare
+        self.table.toggle_mark(run_id)
+        self._update_title()
+        self.refresh_bindings()
+
+    def action_compare(self) -> None:
+        marked = list(self.table.marked)
+        if len(marked) < 2:
+            self.notify("Mark two runs or more with space, then press C.", title="Compare")
+            return
+        self.app.push_screen(CompareScreen(marked))
+
     # -- the sample -------------------------------------------------------------------------------
 
     def action_build_sample(self) -> None:
@@ -206,6 +232,11 @@ class RunsScreen(RunVerbsScreen):
             return not service.sample_ready and not service.runs
         if action in ("filter", "sort", "reverse_sort"):
             return bool(service.runs)
+        if action == "toggle_mark":
+            return self.service.run(self.current_run_id()) is not None
+        if action == "compare":  # shown (dimmed) from the first mark, usable from the second
+            marked = len(self.table.marked)
+            return True if marked >= 2 else None if marked else False
         if action == "clear_filter":
             return bool(self.table.filter_text) or self.query_one(FilterBar).has_class("-shown")
         return True

@@ -255,6 +255,8 @@ def _help_with_default(spec: Setting, defaults: dict[str, Any]) -> str:
         return spec.help
     else:
         shown = str(default)
+    if spec.own:  # zyquo-tui's own setting: mlx-lm has no default for it
+        return f"{spec.help} (default {shown})" if shown else spec.help
     return f"{spec.help} (mlx-lm: {shown})"
 
 

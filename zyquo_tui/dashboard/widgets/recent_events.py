@@ -39,6 +39,9 @@ def describe(event: dict[str, Any]) -> str:
     if kind == ev.WARNING:
         return f"warning: {event.get('message', event.get('code', ''))}"
     if kind == ev.COMPLETED:
+        summary = event.get("summary") or {}
+        if summary.get("stop_message"):
+            return f"completed at step {step}: {summary['stop_message']}"
         return f"completed at step {step}"
     if kind == ev.FAILED:
         return f"failed at step {step} ({event.get('cause', '?')}): {event.get('message', '')}"

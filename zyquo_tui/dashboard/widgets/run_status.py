@@ -11,6 +11,19 @@ from zyquo_tui.dashboard.widgets.live_text import LiveText
 from zyquo_tui.dashboard.widgets.runs_table import STATE_LOOK
 
 
+STOP_WORDS = {"early_stopping": "stopped early", "diverged": "stopped: diverging"}
+
+
+def stop_words(summary: dict) -> str:
+    """A few words on why the trainer stopped a run before its last step, and its best step."""
+    reason = summary.get("stop_reason")
+    if not reason:
+        return ""
+    best = summary.get("best_checkpoint_step", summary.get("best_val_step"))
+    return STOP_WORDS.get(reason, f"stopped: {reason}") + (
+        f" · best {best}" if best is not None else "")
+
+
 class RunStatus(LiveText):
     """Two lines at the top of the run screen: who and what; then progress and timing."""
 
@@ -45,6 +58,9 @@ class RunStatus(LiveText):
         eta = metrics.eta_seconds() if metrics is not None and run.state.is_active else None
         if eta is not None:
             second.append(f"   ETA {fmt_duration(eta)}", style="bold")
+        stopped = stop_words(run.summary or {})
+        if stopped:
+            second.append(f"   {stopped}", style="bold")
         if metrics is not None and run.state.is_active:
             speed = metrics.series["iterations_per_second"].last
             if speed:

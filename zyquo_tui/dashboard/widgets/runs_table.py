@@ -29,6 +29,7 @@ STATE_ORDER = {state: i for i, state in enumerate(
     ("running", "starting", "queued", "failed", "interrupted", "cancelled", "configured",
      "completed", "damaged"))}
 PROGRESS_WIDTH = 16
+MARK = "◆ "  # before the name of a run marked for comparison (space)
 
 
 @dataclass(frozen=True)
@@ -76,14 +77,18 @@ def progress_cell(row: RunRow) -> Text:
     return text
 
 
-def row_cells(row: RunRow) -> tuple:
+def name_cell(row: RunRow, marked: bool) -> str | Text:
+    return Text(MARK + row.name, style="bold") if marked else row.name
+
+
+def row_cells(row: RunRow, marked: bool = False) -> tuple:
     symbol, style = STATE_LOOK.get(row.state, ("?", ""))
     if row.damaged is not None:
         return (Text(f"{symbol} damaged", style=style), Text(row.damaged, style="red"),
                 DASH, DASH, DASH, DASH, DASH, DASH, "", "", "", "", row.id)
     return (
         Text(f"{symbol} {row.state}", style=style),
-        row.name,
+        name_cell(row, marked),
         progress_cell(row),
         fmt_loss(row.train_loss),
         fmt_loss(row.val_loss),
@@ -126,6 +131,7 @@ class RunsTable(DataTable):
         self._keys: list[str] = []
         self._cells: dict[str, tuple] = {}
         self._shown_rows: dict[str, RunRow] = {}
+        self.marked: list[str] = []  # runs marked for comparison, in the order marked
 
     def on_mount(self) -> None:
         for column in COLUMNS:
@@ -146,6 +152,7 @@ class RunsTable(DataTable):
 
     def show(self, rows: list[RunRow]) -> None:
         self._rows = {row.id: row for row in rows}
+        self.marked = [run_id for run_id in self.marked if run_id in self._rows]
         self._render_rows()
 
     def set_sort(self, column: str, reverse: bool | None = None) -> None:
@@ -156,6 +163,22 @@ class RunsTable(DataTable):
             self.sort_reverse = bool(reverse)
         self._mark_sorted_column()
         self._render_rows()
+
+    def toggle_mark(self, run_id: str) -> None:
+        """Mark the run for comparison, or unmark it; its name cell says which."""
+        if run_id in self.marked:
+            self.marked.remove(run_id)
+        else:
+            self.marked.append(run_id)
+        row = self._rows.get(run_id)
+        if row is not None and run_id in self._cells:
+            cells = row_cells(row, run_id in self.marked)
+            self._cells[run_id] = cells
+            self.update_cell(run_id, "name", cells[1])
+
+    def clear_marks(self) -> None:
+        for run_id in list(self.marked):
+            self.toggle_mark(run_id)
 
     def set_filter(self, text: str) -> None:
         self.filter_text = text
@@ -179,7 +202,7 @@ class RunsTable(DataTable):
         for row in rows:
             if previous.get(row.id) == row:
                 continue  # the same figures: nothing to format
-            cells = row_cells(row)
+            cells = row_cells(row, row.id in self.marked)
             before = self._cells.get(row.id)
             if cells == before:
                 continue
@@ -192,7 +215,7 @@ class RunsTable(DataTable):
     def _rebuild(self, rows: list[RunRow], keys: list[str]) -> None:
         selected = self.selected_run_id()
         self.clear()
-        self._cells = {row.id: row_cells(row) for row in rows}
+        self._cells = {row.id: row_cells(row, row.id in self.marked) for row in rows}
         for row in rows:
             self.add_row(*self._cells[row.id], key=row.id)
         self._keys = keys
