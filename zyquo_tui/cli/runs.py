@@ -112,6 +112,12 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_import)
 
+    # After training: try an adapter, export a fused model (each in its own module).
+    from zyquo_tui.cli import export_cmd, try_cmd
+
+    try_cmd.register(sub)
+    export_cmd.register(sub)
+
 
 # -- helpers ------------------------------------------------------------------------------------
 
