@@ -1,7 +1,7 @@
 """After training: `runs try` (adapter and base side by side) and `runs export` (a checked fuse).
 
-Real runs of the sample models are trained once for the module (about 6 s each) and copied
-into each test's store; generation and export run as the real subprocesses.
+Real runs of the sample models are trained once for the session (conftest `trained_runs`)
+and copied into each test's store; generation and export run as the real subprocesses.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE_DATA, run_trainer, zyquo_cli
-from helpers import make_run
+from conftest import SAMPLE_DATA, zyquo_cli
+from helpers import copy_run
 
 from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE
 from zyquo_tui.core.processes import exports
@@ -23,27 +23,6 @@ from zyquo_tui.core.store.store import RunStore
 
 COMPLETIONS = SAMPLE_DATA / "completions"
 PROMPT = "What is 8 minus 7?"
-
-
-@pytest.fixture(scope="module")
-def trained_runs(tmp_path_factory, sample_models) -> dict[str, Path]:
-    """A LoRA run of the float sample and a QLoRA run of the 4-bit one, 40 steps each, with
-    checkpoints at 10, 20, 30 and 40: their run folders."""
-    home = tmp_path_factory.mktemp("trained-home")
-    folders = {}
-    for key, model, method in (("float", sample_models["zyquo-tiny"], "lora"),
-                               ("4bit", sample_models["zyquo-tiny-4bit"], "qlora")):
-        store, run = make_run(model, COMPLETIONS, method=method, store=RunStore(home))
-        done = run_trainer(store.run_dir(run.id))
-        assert done.returncode == 0, done.stderr
-        folders[key] = store.run_dir(run.id)
-    return folders
-
-
-def copy_run(folder: Path, home: Path) -> str:
-    """The trained run, copied into this test's store; its id."""
-    shutil.copytree(folder, home / "runs" / folder.name)
-    return folder.name
 
 
 def validation_loss(model: Path, adapter: Path | None = None, rows: int = 8) -> float:

@@ -11,7 +11,8 @@ The prompt goes through the tokenizer's chat template (as one user turn) when it
 Output: one JSON object a line on stdout (mlx-lm's own prints go to stderr):
   {"event": "ready", "step": N, "chat_template": true}
   {"event": "text", "index": I, "side": "adapter"|"base", "text": SEGMENT}   as tokens arrive
-  {"event": "answer", "index": I, "side": ..., "text": WHOLE, "tokens": N, "finish": "stop"|"length"}
+  {"event": "answer", "index": I, "side": ..., "text": WHOLE, "tokens": N,
+   "finish": "stop"|"length"}
   {"event": "done", "index": I}
   {"event": "error", "message": SENTENCE}                                     then exit 1
 I counts the prompts from 0. The adapter answers first, then the base. Temperature 0 is

@@ -48,7 +48,19 @@ class LiveMetricsScreen(RunViewScreen):
         VERB_BINDINGS["cancel"], VERB_BINDINGS["resume"], VERB_BINDINGS["checkpoints"],
         VERB_BINDINGS["logs"],
         Binding("escape", "back", "Back", id="app.back", tooltip="Back to the runs"),
+        # Out of the footer (the checkpoints screen shows it, per checkpoint); in ? and ctrl+p.
+        Binding("g", "try_latest", "Try", show=False, id="run.try",
+                tooltip="Ask the latest checkpoint's adapter and the base model, side by side"),
     ]
+
+    def action_try_latest(self) -> None:
+        from zyquo_tui.core.store.checkpoints import list_checkpoints
+        from zyquo_tui.dashboard.screens.try_screen import TryScreen
+
+        if not list_checkpoints(self.service.store.adapters_dir(self.run_id)):
+            self.notify("This run has no checkpoint yet to try.", timeout=4)
+            return
+        self.app.push_screen(TryScreen(self.run_id))
 
     def __init__(self, run_id: str) -> None:
         super().__init__(run_id)
