@@ -53,6 +53,14 @@ class LiveMetricsScreen(RunViewScreen):
                 tooltip="Ask the latest checkpoint's adapter and the base model, side by side"),
     ]
 
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.feed = None
+        self._failure_shown: tuple | None = None
+        self._drawn_at = 0.0
+        self._drawn_loaded = False
+        self._redraw_timer: Timer | None = None
+
     def action_try_latest(self) -> None:
         from zyquo_tui.core.store.checkpoints import list_checkpoints
         from zyquo_tui.dashboard.screens.try_screen import TryScreen
@@ -61,14 +69,6 @@ class LiveMetricsScreen(RunViewScreen):
             self.notify("This run has no checkpoint yet to try.", timeout=4)
             return
         self.app.push_screen(TryScreen(self.run_id))
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(run_id)
-        self.feed = None
-        self._failure_shown: tuple | None = None
-        self._drawn_at = 0.0
-        self._drawn_loaded = False
-        self._redraw_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield TitleBar("run", id="title")
