@@ -194,8 +194,8 @@ async def try_screen_with_an_answer(pilot) -> None:
 class TestTryScreen:
     @BOTH
     def test_both_answers_side_by_side(self, snap_compare, showcase, size):
-        """Title "Try · support-chat lora r16"; the status line "Step 300 of the adapter
-        against the base · greedy, up to 100 tokens · enter sends"; the prompt "› What is the
+        """Title "Try · support-chat lora r16"; the status line "Adapter at step 300 vs the
+        base · greedy, up to 100 tokens · enter sends"; the prompt "› What is the
         capital of Sweden?" above two boxes side by side: "adapter · step 300" (accent border)
         saying "The capital of Sweden is Stockholm." and "base" saying "the the of of capital
         capital". At the bottom the input holds "And of Norway?" (not sent yet). Footer:
