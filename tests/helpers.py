@@ -26,3 +26,11 @@ def make_run(model: Path, data: Path, method: str = "lora", store: RunStore | No
 def losses_by_iteration(events: list[dict], kind: str, key: str) -> dict[int, float]:
     """The last value reported for each iteration (a resumed run re-reports later steps)."""
     return {e["iteration"]: e[key] for e in events if e["type"] == kind}
+
+
+def copy_run(folder: Path, home: Path) -> str:
+    """A trained run's folder copied into the store at `home` (a test's own); its id."""
+    import shutil
+
+    shutil.copytree(folder, home / "runs" / folder.name)
+    return folder.name

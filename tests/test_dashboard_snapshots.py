@@ -171,7 +171,7 @@ class TestLiveMetricsScreen:
 
     def test_help_lists_the_keys_of_this_screen(self, snap_compare, showcase):
         """`?` on the running run's metrics: a modal with the Run keys (s smoothing, c cancel,
-        k checkpoints, l logs, esc back, each with a sentence), then the keys that work
+        k checkpoints, l logs, esc back, g try, each with a sentence), then the keys that work
         everywhere (1 2 3 4, ?, ctrl+p, esc, q), then the reminder that closing the dashboard
         never stops training."""
         assert snap_compare(dashboard(showcase), terminal_size=(80, 24),
@@ -193,8 +193,8 @@ class TestCheckpointsScreen:
         1.6475, 1.3670, 1.5083; step 300 carries "★ best" and has the cursor; each is
         "exact" (resumable), 12.8 MiB, saved 2025-11-29 08:00 to 08:03. Above: "completed ·
         4 checkpoint(s), 51.0 MiB · best: step 300 (val 1.3670)" and "Retention: keep every
-        checkpoint". Footer: enter mlx-lm, f Fork, d Delete, t Retention, l Logs, esc Back;
-        no resume (the run completed)."""
+        checkpoint". Footer: enter mlx-lm, f Fork, d Delete, t Retention, g Try, e Export,
+        l Logs, esc Back; no resume (the run completed)."""
         assert snap_compare(dashboard(showcase), terminal_size=size,
                             run_before=lambda pilot: open_run(pilot, COMPLETED, "k"))
 
@@ -223,7 +223,8 @@ class TestCheckpointsScreen:
 
     def test_cancelled_run_can_resume_from_a_checkpoint(self, snap_compare, showcase):
         """The cancelled qlora run's checkpoints 100 and 183, both exact; the footer offers
-        r Resume here besides fork, delete and retention."""
+        r Resume here besides fork, delete, retention, try and export (logs cut at 80
+        columns)."""
         assert snap_compare(dashboard(showcase), terminal_size=(80, 24),
                             run_before=lambda pilot: open_run(pilot, CANCELLED, "k"))
 

@@ -116,6 +116,12 @@ def register(subparsers) -> None:
 
     runs_compare.register(sub)
 
+    # After training: try an adapter, export a fused model (each in its own module).
+    from zyquo_tui.cli import export_cmd, try_cmd
+
+    try_cmd.register(sub)
+    export_cmd.register(sub)
+
 
 # -- helpers ------------------------------------------------------------------------------------
 

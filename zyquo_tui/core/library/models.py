@@ -514,3 +514,28 @@ def _current_snapshot(repo_folder: Path) -> Path | None:
     except OSError:
         return None
     return max(candidates, key=lambda p: p.stat().st_mtime, default=None)
+
+
+def list_model_folder(folder: Path, home: Path | None = None) -> Path | None:
+    """Make a model folder appear in the model list (an exported model): nothing to do when
+    $ZYQUO_HOME/models or a configured folder holds it, else a link to it is made in
+    $ZYQUO_HOME/models, named after it. Returns the link made, if any."""
+    home = home or zyquo_home()
+    target = resolved(folder)
+    for root in model_search_roots(home):
+        if root.source not in (SOURCE_ZYQUO, SOURCE_CONFIG):
+            continue
+        try:
+            depth = len(target.relative_to(resolved(root.path)).parts)
+        except ValueError:
+            continue
+        if depth <= MAX_SEARCH_DEPTH:
+            return None
+    linked = models_dir(home)
+    linked.mkdir(mode=0o700, parents=True, exist_ok=True)
+    link, number = linked / target.name, 1
+    while link.exists() or link.is_symlink():
+        number += 1
+        link = linked / f"{target.name}-{number}"
+    os.symlink(target, link)
+    return link

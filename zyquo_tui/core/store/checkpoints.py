@@ -63,3 +63,21 @@ def list_checkpoints(adapters: Path) -> list[Checkpoint]:
 def latest_resumable(adapters: Path) -> Checkpoint | None:
     resumable = [c for c in list_checkpoints(adapters) if c.resumable]
     return resumable[-1] if resumable else None
+
+
+def checkpoint_at(adapters: Path, step: int | None, run_id: str) -> Checkpoint:
+    """The checkpoint of `step` (None: the latest), for a command that uses a run's weights;
+    UserError naming the steps there are, when there is none."""
+    from zyquo_tui.core.errors import UserError
+
+    checkpoints = list_checkpoints(adapters)
+    if not checkpoints:
+        raise UserError(f"Run {run_id} has no checkpoint yet; train it until it saves one "
+                        "(every save_every steps).")
+    if step is None:
+        return checkpoints[-1]
+    for checkpoint in checkpoints:
+        if checkpoint.step == step:
+            return checkpoint
+    raise UserError(f"Run {run_id} has no checkpoint at step {step}; it has "
+                    f"{', '.join(str(c.step) for c in checkpoints)}.")

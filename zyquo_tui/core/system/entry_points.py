@@ -29,10 +29,15 @@ TOKEN_STATS = EntryPoint("zyquo_tui.trainer.token_stats",
 SAMPLE_BUILDER = EntryPoint("zyquo_tui.trainer.sample_model", "builds the sample models")
 RUNNER = EntryPoint("zyquo_tui.core.processes.runner",
                     "runs the queue, detached from the process that started it")
+TRY_GENERATE = EntryPoint("zyquo_tui.trainer.generate",
+                          "answers prompts with a run's adapter and with its base model")
+EXPORTER = EntryPoint("zyquo_tui.trainer.export",
+                      "fuses a run's adapter into its model and checks the result (a job)")
 FILE_WORKER = EntryPoint("zyquo_tui.core.system.file_workers",
                          "works on one byte range of a file for its parent")
 
-ENTRY_POINTS = (TRAINER, PROBE, MEASURE, TOKEN_STATS, SAMPLE_BUILDER, RUNNER, FILE_WORKER)
+ENTRY_POINTS = (TRAINER, PROBE, MEASURE, TOKEN_STATS, SAMPLE_BUILDER, RUNNER, FILE_WORKER,
+                TRY_GENERATE, EXPORTER)
 
 # The folder that holds the zyquo_tui package this process runs.
 _PACKAGE_PARENT = Path(__file__).resolve().parents[3]

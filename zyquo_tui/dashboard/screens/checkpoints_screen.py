@@ -16,10 +16,13 @@ from zyquo_tui.dashboard.dialogs.adapter_command import (
     adapter_commands,
 )
 from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
+from zyquo_tui.dashboard.dialogs.export import ExportChoice, ExportDialog
 from zyquo_tui.dashboard.dialogs.retention import RetentionDialog
+from zyquo_tui.dashboard.export_jobs import latest_export_line, start_export
 from zyquo_tui.dashboard.messages import MetricsReceived, RunsRefreshed
 from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS, VERBS
 from zyquo_tui.dashboard.screens.run_view_screen import RunViewScreen
+from zyquo_tui.dashboard.screens.try_screen import TryScreen
 from zyquo_tui.dashboard.widgets.checkpoint_table import CheckpointTable
 from zyquo_tui.dashboard.widgets.title_bar import TitleBar
 
@@ -39,6 +42,10 @@ class CheckpointsScreen(RunViewScreen):
                 tooltip="Delete this checkpoint's files (asks first)"),
         Binding("t", "retention", "Retention", id="checkpoints.retention",
                 tooltip="Keep the best and the last N checkpoints when the run completes"),
+        Binding("g", "try_here", "Try", id="checkpoints.try",
+                tooltip="Ask the adapter of this checkpoint and the base model, side by side"),
+        Binding("e", "export_here", "Export", id="checkpoints.export",
+                tooltip="Fuse this checkpoint into a model folder, checked, in the background"),
         VERB_BINDINGS["logs"],
         Binding("escape", "back", "Back", id="app.back", tooltip="Back"),
     ]
@@ -110,6 +117,10 @@ class CheckpointsScreen(RunViewScreen):
         summary.append("\nRetention: ")
         summary.append(policy.describe() if policy else "keep every checkpoint", style="bold")
         summary.append(" (applied when the run completes; t to change)", style="dim")
+        export = latest_export_line(service.store.home, self.run_id)
+        if export:
+            summary.append("\nExport: ")
+            summary.append(export)
         summary_widget = self.query_one("#checkpoint-summary", Static)
         if summary != self._summary_shown:
             self._summary_shown = summary
@@ -147,6 +158,31 @@ class CheckpointsScreen(RunViewScreen):
         self.app.push_screen(AdapterCommandDialog(
             f"Generate with step {checkpoint.step} of {run.name}", commands))
 
+    def action_try_here(self) -> None:
+        checkpoint = self.table.selected()
+        if checkpoint is not None:
+            self.app.push_screen(TryScreen(self.run_id, checkpoint.step))
+
+    def action_export_here(self) -> None:
+        from zyquo_tui.core.library.models import inspect_model
+        from zyquo_tui.core.processes.exports import GGUF_MODEL_TYPES, default_output
+
+        run = self.current_run()
+        checkpoint = self.table.selected()
+        if run is None or checkpoint is None:
+            return
+        model = inspect_model(run.model)
+        output = default_output(self.service.store.home, run.name, checkpoint.step, "float")
+
+        def chosen(choice: ExportChoice | None) -> None:
+            if choice is not None:
+                start_export(self.app, run.id, checkpoint.step, choice)
+                self.reload()
+        self.app.push_screen(ExportDialog(
+            f"Export step {checkpoint.step} of {run.name} as a model", output,
+            quantized_base=model.quantization is not None,
+            gguf_supported=model.architecture in GGUF_MODEL_TYPES), chosen)
+
     def action_delete_checkpoint(self) -> None:
         checkpoint = self.table.selected()
         if checkpoint is None:
@@ -182,7 +218,7 @@ class CheckpointsScreen(RunViewScreen):
             return self.verb_check(action)
         run = self.current_run()
         checkpoint = self.table.selected() if self.is_mounted else None
-        if action in ("show_command", "fork_here"):
+        if action in ("show_command", "fork_here", "try_here", "export_here"):
             return checkpoint is not None
         if action == "resume_here":
             return (checkpoint is not None and checkpoint.resumable and run is not None

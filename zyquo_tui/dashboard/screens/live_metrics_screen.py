@@ -55,6 +55,9 @@ class LiveMetricsScreen(RunViewScreen):
                 id="run.samples.earlier", tooltip="The samples of the validation before"),
         Binding("right_square_bracket", "later_samples", "Later samples", show=False,
                 id="run.samples.later", tooltip="The samples of the validation after"),
+        # Out of the footer (the checkpoints screen shows it, per checkpoint); in ? and ctrl+p.
+        Binding("g", "try_latest", "Try", show=False, id="run.try",
+                tooltip="Ask the latest checkpoint's adapter and the base model, side by side"),
     ]
 
     def __init__(self, run_id: str) -> None:
@@ -65,6 +68,15 @@ class LiveMetricsScreen(RunViewScreen):
         self._drawn_loaded = False
         self._redraw_timer: Timer | None = None
         self.sample_step: int | None = None  # None: follow the latest samples
+
+    def action_try_latest(self) -> None:
+        from zyquo_tui.core.store.checkpoints import list_checkpoints
+        from zyquo_tui.dashboard.screens.try_screen import TryScreen
+
+        if not list_checkpoints(self.service.store.adapters_dir(self.run_id)):
+            self.notify("This run has no checkpoint yet to try.", timeout=4)
+            return
+        self.app.push_screen(TryScreen(self.run_id))
 
     def compose(self) -> ComposeResult:
         yield TitleBar("run", id="title")
