@@ -13,13 +13,11 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import SAMPLE_DATA, run_trainer
+from helpers import make_run
 
 from zyquo_tui.client import BatchError, TrainingBatch, TrainingClient
 from zyquo_tui.client import worker as mlx_worker
-
-from conftest import SAMPLE_DATA
-from helpers import make_run
-from conftest import run_trainer
 
 PAIRS = [("What is 2 plus 2?", "2 plus 2 is 4."), ("What is 3 plus 1?", "3 plus 1 is 4."),
          ("What is 5 plus 2?", "5 plus 2 is 7."), ("What is 6 plus 3?", "6 plus 3 is 9.")]

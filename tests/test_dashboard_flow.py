@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import time
 
+from conftest import SAMPLE_DATA, zyquo_cli
+from helpers import make_run
+
 from zyquo_tui.core.events.metrics import RunMetrics
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.runs.run import RunState
@@ -21,9 +24,6 @@ from zyquo_tui.dashboard.widgets.checkpoint_table import CheckpointTable
 from zyquo_tui.dashboard.widgets.loss_chart import LossChart
 from zyquo_tui.dashboard.widgets.recent_events import RecentEvents
 from zyquo_tui.dashboard.widgets.run_status import RunStatus
-
-from conftest import SAMPLE_DATA, zyquo_cli
-from helpers import make_run
 
 COMPLETIONS = SAMPLE_DATA / "completions"
 QUIET = NotificationSettings(desktop="off", bell=False)

@@ -11,6 +11,7 @@ import shutil
 import sys
 
 import psutil
+from conftest import SAMPLE_DATA, zyquo_cli
 from test_setup_helpers import (
     GIB,
     FixedSources,
@@ -37,8 +38,6 @@ from zyquo_tui.dashboard.screens.live_metrics_screen import LiveMetricsScreen
 from zyquo_tui.dashboard.screens.models_screen import ModelsScreen, add_model_folder
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
 from zyquo_tui.dashboard.widgets.method_picker import MethodPicker
-
-from conftest import SAMPLE_DATA, zyquo_cli
 
 COMPLETIONS = str(SAMPLE_DATA / "completions")
 

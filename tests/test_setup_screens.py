@@ -9,6 +9,7 @@ import threading
 import time
 
 import psutil
+from conftest import SAMPLE_DATA
 from rich.console import Console
 from test_setup_helpers import FixedSources, install_models, until
 from test_setup_helpers import setup_dashboard as dashboard
@@ -23,8 +24,6 @@ from zyquo_tui.dashboard.screens.datasets_screen import DatasetsScreen
 from zyquo_tui.dashboard.screens.models_screen import ModelsScreen
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
 from zyquo_tui.dashboard.setup_sources import SetupSources, trainer_use
-
-from conftest import SAMPLE_DATA
 
 
 def text_of(screen, selector: str) -> str:

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import SAMPLE_DATA
 from test_setup_helpers import FixedSources, until
 
 from zyquo_tui.core.library.token_stats import TokenStats
@@ -24,8 +25,6 @@ from zyquo_tui.dashboard.notify import NotificationSettings
 from zyquo_tui.dashboard.screens.datasets_screen import DatasetsScreen
 from zyquo_tui.dashboard.screens.models_screen import ModelsScreen
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
-
-from conftest import SAMPLE_DATA
 
 ROOT = Path("/tmp/zyquo-tui-setup-snapshots")
 HOME = ROOT / "home"

@@ -12,16 +12,15 @@ import time
 
 import psutil
 import pytest
+from conftest import SAMPLE_DATA, wait_for_event, zyquo_cli
+from helpers import losses_by_iteration, make_run
+from test_plan_cli import fake_machine
 
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.processes.supervisor import Supervisor
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.system.liveness import identity, is_alive
-
-from conftest import SAMPLE_DATA, wait_for_event, zyquo_cli
-from helpers import losses_by_iteration, make_run
-from test_plan_cli import fake_machine
 
 COMPLETIONS = SAMPLE_DATA / "completions"
 ENDLESS = dict(iters=100000, steps_per_report=1, save_every=5, steps_per_eval=100000)

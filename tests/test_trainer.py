@@ -11,14 +11,19 @@ import sys
 import time
 
 import pytest
+from conftest import (
+    SAMPLE_DATA,
+    kill_quietly,
+    run_trainer,
+    start_trainer,
+    wait_for_event,
+)
+from helpers import losses_by_iteration, make_run
 
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.library.safetensors_header import read_header
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.store.checkpoints import list_checkpoints
-
-from conftest import SAMPLE_DATA, kill_quietly, run_trainer, start_trainer, wait_for_event
-from helpers import losses_by_iteration, make_run
 
 COMPLETIONS = SAMPLE_DATA / "completions"
 

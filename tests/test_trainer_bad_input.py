@@ -7,12 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import SAMPLE_DATA, run_trainer
+from helpers import make_run
 
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.runs.run import RunState
-
-from conftest import SAMPLE_DATA, run_trainer
-from helpers import make_run
 
 
 def copy_model(source: Path, target: Path, change=None) -> Path:

@@ -12,7 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from zyquo_tui.cli.output import print_json, print_table
-from zyquo_tui.cli.setting_flags import add_setting_flags, apply_settings, settings_given
+from zyquo_tui.cli.setting_flags import (
+    add_setting_flags,
+    apply_settings,
+    settings_given,
+)
 from zyquo_tui.core.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UserError
 from zyquo_tui.core.library.token_stats import row_token_lengths
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict, fmt_bytes

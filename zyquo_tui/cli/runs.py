@@ -12,7 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zyquo_tui.cli.output import fmt_bytes, fmt_loss, print_json, print_table
-from zyquo_tui.cli.setting_flags import add_setting_flags, apply_settings, settings_given
+from zyquo_tui.cli.setting_flags import (
+    add_setting_flags,
+    apply_settings,
+    settings_given,
+)
 from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.settings import Method

@@ -29,7 +29,11 @@ from zyquo_tui.core.library.datasets import (
     validate_dataset,
 )
 from zyquo_tui.core.library.models import ModelInfo, discover_models, model_search_roots
-from zyquo_tui.core.library.token_stats import TokenStats, measure_tokens, row_token_lengths
+from zyquo_tui.core.library.token_stats import (
+    TokenStats,
+    measure_tokens,
+    row_token_lengths,
+)
 from zyquo_tui.core.memory.advisor import MemoryAdvisor
 from zyquo_tui.core.memory.budget import MemoryBudget, budget_from, cached_probe
 from zyquo_tui.core.memory.estimate import TrainingConfig

@@ -21,14 +21,13 @@ from typing import Any, Callable
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.tuner.trainer import default_loss, evaluate, grad_checkpoint
+from mlx_lm.tuner.trainer import grad_checkpoint
 from mlx_lm.utils import maybe_set_recommended_wired_limit
 
 from zyquo_tui.core.runs.settings import Hyperparameters
-from zyquo_tui.trainer.batches import BatchStream
 from zyquo_tui.trainer.engine import StepEngine
 from zyquo_tui.trainer.loading import fail
-from zyquo_tui.trainer.losses import sft_objective
+from zyquo_tui.trainer.objectives import SftObjective
 
 
 @dataclass
@@ -58,7 +57,8 @@ class TrainingLoop:
     grad checkpointing and accumulation), saving checkpoints in `adapters`."""
 
     def __init__(self, model: nn.Module, optimizer, train_set, val_set,
-                 settings: Hyperparameters, adapters: Path, hooks: LoopHooks) -> None:
+                 settings: Hyperparameters, adapters: Path, hooks: LoopHooks,
+                 objective=None) -> None:
         self.model = model
         self.optimizer = optimizer
         self.train_set = train_set
@@ -66,7 +66,9 @@ class TrainingLoop:
         self.settings = settings
         self.adapters = adapters
         self.hooks = hooks
-        self.batches = BatchStream(train_set, settings.batch_size, settings.max_seq_length)
+        # What the run learns: mlx-lm's SFT unless told (trainer/objectives.py).
+        self.objective = objective or SftObjective(settings)
+        self.batches = self.objective.batches(train_set)
         self.start_step = 0
         self.step = 0  # the step in progress or last finished
         # Running sums between reports, as in mlx-lm; saved with each checkpoint so a resumed
@@ -76,6 +78,7 @@ class TrainingLoop:
         self.steps_since_report = 0
         self.time_since_report = 0.0
         self.trained_tokens = 0
+        self.metric_sums: dict[str, Any] = {}  # the objective's metrics since the last report
         self.engine = StepEngine(model, optimizer)
 
     # -- resume ------------------------------------------------------------------------------
@@ -103,6 +106,7 @@ class TrainingLoop:
         self.steps_since_report = sums["steps_since_report"]
         self.time_since_report = sums["time_since_report"]
         self.trained_tokens = sums["trained_tokens"]
+        self.metric_sums = dict(sums.get("metric_sums", {}))
         self.start_step = self.step = step
 
     # -- the loop ----------------------------------------------------------------------------
@@ -122,18 +126,22 @@ class TrainingLoop:
             batch = next(self.batches)  # fetched before validation, as mlx-lm's zip() does
             tic = time.perf_counter()
             if self.val_set and (it == 1 or it % s.steps_per_eval == 0 or it == s.iters):
-                val_loss, val_time = self._validate()
+                val_loss, val_time, val_metrics = self._validate()
                 result.val_losses[it] = val_loss
-                self.hooks.on_val({"iteration": it, "val_loss": val_loss, "val_time": val_time})
+                self.hooks.on_val({"iteration": it, "val_loss": val_loss, "val_time": val_time,
+                                   **val_metrics})
                 tic = time.perf_counter()
 
-            lvalue, toks, _ = engine.forward_backward(sft_objective, *batch)
+            lvalue, toks, metrics = self.objective.forward_backward(engine, batch)
             if it % accum_steps == 0:
                 engine.optim_step()
             self.loss_sum += lvalue
             self.tokens_since_report += toks
             self.steps_since_report += 1
-            mx.eval(engine.state, self.loss_sum, self.tokens_since_report, engine.grad_sum)
+            for name in self.objective.metric_names:
+                self.metric_sums[name] = self.metric_sums.get(name, 0) + metrics[name]
+            mx.eval(engine.state, self.loss_sum, self.tokens_since_report, engine.grad_sum,
+                    self.metric_sums)
             self.time_since_report += time.perf_counter() - tic
             result.step = it
 
@@ -154,16 +162,10 @@ class TrainingLoop:
                 break
         return result
 
-    def _validate(self) -> tuple[float, float]:
-        s = self.settings
+    def _validate(self) -> tuple[float, float, dict[str, float]]:
         tic = time.perf_counter()
-        val_loss = evaluate(
-            model=self.model, dataset=self.val_set, loss=default_loss,
-            batch_size=s.batch_size, num_batches=s.val_batches,
-            max_seq_length=s.max_seq_length,
-        )
-        self.model.train()
-        return val_loss, time.perf_counter() - tic
+        val_loss, metrics = self.objective.validate(self.model, self.val_set)
+        return val_loss, time.perf_counter() - tic, metrics
 
     def _report(self, it: int) -> None:
         train_loss = float(mx.array(self.loss_sum).item()) / self.steps_since_report
@@ -178,7 +180,10 @@ class TrainingLoop:
             "tokens_per_second": n_tokens / elapsed,
             "trained_tokens": self.trained_tokens,
             "peak_memory_bytes": int(mx.get_peak_memory()),
+            **{name: float(mx.array(total).item()) / self.steps_since_report
+               for name, total in self.metric_sums.items()},
         })
+        self.metric_sums = {}
         self.loss_sum = 0
         self.tokens_since_report = 0
         self.steps_since_report = 0
@@ -197,6 +202,8 @@ class TrainingLoop:
                 "steps_since_report": self.steps_since_report,
                 "time_since_report": self.time_since_report,
                 "trained_tokens": self.trained_tokens,
+                "metric_sums": {name: float(mx.array(total).item())
+                                for name, total in self.metric_sums.items()},
             },
         }
         written = self.engine.save_state(self.adapters, it, meta, loss_sum=self.loss_sum)

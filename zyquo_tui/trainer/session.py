@@ -22,7 +22,12 @@ from zyquo_tui.core.runs.mlx_config import dump_mlx_yaml, run_to_mlx_config
 from zyquo_tui.core.runs.problems import errors_in
 from zyquo_tui.core.runs.run import ALLOWED_TRANSITIONS, Run, RunState
 from zyquo_tui.core.runs.settings import SETTINGS, Method
-from zyquo_tui.core.runs.stopping import DIVERGED, EARLY_STOPPING, DivergenceWatch, EarlyStopping
+from zyquo_tui.core.runs.stopping import (
+    DIVERGED,
+    EARLY_STOPPING,
+    DivergenceWatch,
+    EarlyStopping,
+)
 from zyquo_tui.core.store.store import CONFIG_FILE, EVENTS_FILE, RunStore
 from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.trainer.loading import TrainerFailure, fail
@@ -191,21 +196,20 @@ class TrainingSession:
         for problem in loading.check_dataset(run):
             self._warn("dataset", str(problem), file=problem.file, line=problem.line)
         model, tokenizer = loading.load_model(run)
-        train_rows, valid_rows, sizes = loading.load_datasets(run, tokenizer)
+        hp = run.hyperparameters
+        if SETTINGS["objective"].get(hp) == "sft":
+            train_set, val_set, sizes, train_lengths, val_lengths = loading.load_sft_data(
+                run, tokenizer)
+        else:
+            train_set, val_set, sizes, train_lengths, val_lengths = \
+                loading.load_preference_data(run, tokenizer)
         if self.stop.requested:
             return self._cancelled(None)
 
         import mlx.core as mx
         import mlx_lm
         import numpy as np
-        from mlx_lm.tuner.datasets import CacheDataset
 
-        hp = run.hyperparameters
-        data = Path(run.data)
-        train_set = CacheDataset(train_rows)
-        train_lengths = loading.tokenize_all(train_set, data / "train.jsonl")
-        val_set = CacheDataset(valid_rows) if valid_rows else []
-        val_lengths = loading.tokenize_all(val_set, data / "valid.jsonl") if val_set else []
         self._truncation_warnings(hp, train_lengths, val_lengths)
         if sizes["valid"] and sizes["valid"] < hp.batch_size:
             val_set = []  # mlx-lm would stop at its first validation; skip it instead
@@ -221,8 +225,10 @@ class TrainingSession:
         hooks = LoopHooks(self._on_train, self._on_val, self._on_checkpoint,
                           should_stop=self._should_stop, should_save=self._should_save)
         # The settings config.yaml was written from, as they are: nothing copied by hand.
+        from zyquo_tui.trainer.objectives import objective_for
+
         loop = self.loop = TrainingLoop(model, optimizer, train_set, val_set, hp, adapters,
-                                        hooks)
+                                        hooks, objective_for(hp, model, run.model))
         resumed_from = run.resume_from_step
         if resumed_from is not None:
             loop.restore(resumed_from)

@@ -48,6 +48,9 @@ SERIES_FIELDS = {
     "iterations_per_second": (ev.TRAIN, "iterations_per_second"),
     "trained_tokens": (ev.TRAIN, "trained_tokens"),
     "val_loss": (ev.VAL, "val_loss"),
+    # A preference run's: train means by report, and validation's as val_<name>.
+    **{name: (ev.TRAIN, name) for name in ev.PREFERENCE_METRICS},
+    **{f"val_{name}": (ev.VAL, name) for name in ev.PREFERENCE_METRICS},
 }
 
 

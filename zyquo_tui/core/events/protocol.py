@@ -56,6 +56,11 @@ class Field:
 _INT, _FLOAT, _STR = (int,), (float,), (str,)
 _NONE = type(None)
 
+# What a preference run (objective dpo or orpo) adds to its train and val events: means over
+# the report window (train) or the validation batches (val) of per-row figures.
+PREFERENCE_METRICS = ("reward_margin", "reward_accuracy", "chosen_reward", "rejected_reward")
+PREFERENCE_FIELDS = tuple(Field(name, _FLOAT, optional=True) for name in PREFERENCE_METRICS)
+
 # Each type's fields, after the envelope, in the order they are written.
 EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
     STARTED: (
@@ -67,8 +72,10 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
         Field("iteration", _INT), Field("train_loss", _FLOAT), Field("learning_rate", _FLOAT),
         Field("iterations_per_second", _FLOAT), Field("tokens_per_second", _FLOAT),
         Field("trained_tokens", _INT), Field("peak_memory_bytes", _INT),
+        *PREFERENCE_FIELDS,
     ),
-    VAL: (Field("iteration", _INT), Field("val_loss", _FLOAT), Field("val_time", _FLOAT)),
+    VAL: (Field("iteration", _INT), Field("val_loss", _FLOAT), Field("val_time", _FLOAT),
+          *PREFERENCE_FIELDS),
     CHECKPOINT: (
         Field("iteration", _INT), Field("adapter_file", _STR), Field("latest", _STR),
         Field("state_files", (list,)), Field("bytes", _INT),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -26,6 +27,7 @@ from zyquo_tui.core.runs.problems import WARNING, Problem
 from zyquo_tui.core.runs.value_checks import (
     INT_TEXT,
     AnyNumber,
+    BaseOrModelFolder,
     CountOrFile,
     Fraction,
     LayerNames,
@@ -73,6 +75,12 @@ CHOICE = "choice"
 NUMBERS = "numbers"  # a list of numbers, written "1e-05, 1000, 0"
 NAMES = "names"  # a list of names, written "self_attn.q_proj, self_attn.v_proj"
 COUNT_OR_FILE = "count_or_file"  # a whole number, or the path of a file
+BASE_OR_PATH = "base_or_path"  # the word base, or the path of a model folder
+
+# What a run learns: from responses (sft), or to prefer chosen over rejected ones.
+OBJECTIVES = ("sft", "dpo", "orpo")
+PREFERENCE_OBJECTIVES = ("dpo", "orpo")
+DPO_LOSSES = ("sigmoid", "ipo", "hinge")
 
 # zyquo-tui's own settings (mlx-lm has no such keys) live under this key of the config, so an
 # exported YAML still trains with `mlx_lm lora -c` (mlx-lm ignores a key it does not know)
@@ -191,6 +199,9 @@ class Setting:
             return words.get(stripped.lower(), stripped)
         if self.kind == NAMES:
             return [part.strip() for part in stripped.split(",") if part.strip()]
+        if self.kind == BASE_OR_PATH:
+            return stripped if stripped == "base" else os.path.abspath(
+                os.path.expanduser(stripped))
         if self.kind == COUNT_OR_FILE:
             plain = stripped.replace("_", "")
             if INT_TEXT.match(plain):
@@ -289,6 +300,20 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
             "Sample prompts", "at each validation, answers to N validation prompts, or to a "
             "file's prompts (one a line); unset, none", ADVANCED, "--sample-prompts",
             CountOrFile(), optional=True, called="sample_prompts"),
+    Setting("objective", f"{OWN_KEY}.objective", CHOICE, "sft", "Objective",
+            "sft learns the responses; dpo and orpo learn to prefer chosen over rejected "
+            "(preference data)", BASIC, "--objective", OneOf(OBJECTIVES), choices=OBJECTIVES,
+            in_form=False),
+    Setting("beta", f"{OWN_KEY}.beta", FLOAT, 0.1, "Beta",
+            "dpo: how far the policy may move from the reference; orpo: the weight of the "
+            "odds-ratio term", BASIC, "--beta", LearningRate(high=math.inf), in_form=False),
+    Setting("dpo_loss", f"{OWN_KEY}.dpo_loss", CHOICE, "sigmoid", "DPO loss",
+            "sigmoid (DPO), ipo or hinge", ADVANCED, "--dpo-loss", OneOf(DPO_LOSSES),
+            choices=DPO_LOSSES, in_form=False),
+    Setting("reference", f"{OWN_KEY}.reference", BASE_OR_PATH, "base", "Reference",
+            "dpo's reference: base (the model before training; for full fine-tuning a frozen "
+            "copy in memory) or a model folder", ADVANCED, "--reference", BaseOrModelFolder(),
+            in_form=False),
     Setting("sample_max_tokens", f"{OWN_KEY}.sample_max_tokens", INT, 64, "Sample length",
             "at most this many tokens in each sample answer", ADVANCED, "--sample-max-tokens",
             WholeNumber(), in_form=False, called="sample_max_tokens"),

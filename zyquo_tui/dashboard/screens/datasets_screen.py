@@ -27,7 +27,11 @@ from zyquo_tui.core.library.datasets import DatasetInfo, DatasetReport
 from zyquo_tui.core.library.models import ModelInfo
 from zyquo_tui.core.library.token_stats import DEFAULT_MAX_SEQ_LENGTH, TokenStats
 from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
-from zyquo_tui.dashboard.library_text import dataset_problems, dataset_summary, model_label
+from zyquo_tui.dashboard.library_text import (
+    dataset_problems,
+    dataset_summary,
+    model_label,
+)
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
 from zyquo_tui.dashboard.screens.zyquo_screen import ZyquoScreen
 from zyquo_tui.dashboard.setup_sources import setup_sources

@@ -38,7 +38,11 @@ from zyquo_tui.core.runs.settings import (
     form_settings,
 )
 from zyquo_tui.core.runs.value_checks import is_number, is_whole, value_text
-from zyquo_tui.dashboard.widgets.static_update import OneLayoutPass, PanelText, update_static
+from zyquo_tui.dashboard.widgets.static_update import (
+    OneLayoutPass,
+    PanelText,
+    update_static,
+)
 
 NO_SCHEDULE = "none"  # the schedule field's choice for no lr_schedule: a constant rate
 

@@ -10,7 +10,6 @@ from zyquo_tui.core.runs.run import Run
 from zyquo_tui.dashboard.widgets.live_text import LiveText
 from zyquo_tui.dashboard.widgets.runs_table import STATE_LOOK
 
-
 STOP_WORDS = {"early_stopping": "stopped early", "diverged": "stopped: diverging"}
 
 

@@ -10,7 +10,14 @@ from textual.binding import Binding
 from textual.geometry import Size
 from textual.widgets import DataTable
 
-from zyquo_tui.core.formatting import DASH, basename, fmt_duration, fmt_loss, fmt_rate, progress_bar
+from zyquo_tui.core.formatting import (
+    DASH,
+    basename,
+    fmt_duration,
+    fmt_loss,
+    fmt_rate,
+    progress_bar,
+)
 from zyquo_tui.dashboard.run_service import RunRow
 
 # State shown as a symbol and a word, so it reads without colour (NO_COLOR) too.
