@@ -53,8 +53,11 @@ def showcase(fixed_world):
 
 
 def dashboard(store) -> ZyquoApp:
-    return ZyquoApp(store, clock=lambda: NOW,
-                    notifications=NotificationSettings(desktop="off", bell=False))
+    app = ZyquoApp(store, clock=lambda: NOW,
+                   notifications=NotificationSettings(desktop="off", bell=False))
+    # A toast in a snapshot stays until the picture is taken, however slow the machine is.
+    app.NOTIFICATION_TIMEOUT = 600
+    return app
 
 
 async def until(pilot, predicate, timeout: float = 20.0) -> None:

@@ -81,6 +81,8 @@ def world(monkeypatch, sample_models, fixed_paths_turn):
 
 def dashboard(**sources) -> ZyquoApp:
     app = ZyquoApp(RunStore(HOME), notifications=QUIET)
+    # A toast in a snapshot stays until the picture is taken, however slow the machine is.
+    app.NOTIFICATION_TIMEOUT = 600
     app.setup_sources = SnapshotSources(HOME, **({"lengths": [25, 41, 53, 60]} | sources))
     return app
 
