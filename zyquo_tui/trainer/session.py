@@ -16,13 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from zyquo_tui import __version__
+from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.events import protocol as ev
+from zyquo_tui.core.formatting import fmt_bytes
 from zyquo_tui.core.runs.failures import Failure, failure, looks_like_oom
 from zyquo_tui.core.runs.mlx_config import dump_mlx_yaml, run_to_mlx_config
 from zyquo_tui.core.runs.problems import errors_in
 from zyquo_tui.core.runs.run import ALLOWED_TRANSITIONS, Run, RunState
 from zyquo_tui.core.runs.settings import Method
-from zyquo_tui.core.store.store import CONFIG_FILE, EVENTS_FILE, RunStore
+from zyquo_tui.core.store.logs import rotate_if_large
+from zyquo_tui.core.store.store import CONFIG_FILE, EVENTS_FILE, LOG_FILE, RunStore
+from zyquo_tui.core.store.user_settings import Settings
+from zyquo_tui.core.system.disk_space import free_bytes
+from zyquo_tui.trainer.checkpoints import CheckpointWriteError
 from zyquo_tui.trainer.loading import TrainerFailure, fail
 
 EXIT_DONE = 0
@@ -41,6 +47,10 @@ class TrainingSession:
         self.summary: dict[str, Any] = {}
         self.step = 0
         self.loop = None
+        self.settings = Settings()
+        # Why the loop was asked to stop: None for a cancel (a signal), "disk" for the floor.
+        self.stop_cause: str | None = None
+        self.checkpoint_bytes = 0  # one more checkpoint: estimated, then as last written
 
     # -- run.json ----------------------------------------------------------------------------
 
@@ -82,6 +92,10 @@ class TrainingSession:
 
     def _on_checkpoint(self, info: dict[str, Any]) -> None:
         self.events.write(ev.CHECKPOINT, **info)
+        try:  # the next one takes as much again, and adapters.safetensors is rewritten beside it
+            self.checkpoint_bytes = info["bytes"] + os.path.getsize(info["latest"])
+        except OSError:
+            pass
         self.summary["latest_checkpoint_step"] = info["iteration"]
         self.step = max(self.step, info["iteration"])
         self._update()
@@ -89,6 +103,73 @@ class TrainingSession:
     def _warn(self, code: str, message: str, **fields: Any) -> None:
         self.events.write(ev.WARNING, code=code, message=message, **fields)
         print(f"warning: {message}", flush=True)
+
+    # -- between steps: the disk's floor and the log's bound ----------------------------------
+
+    def _between_steps(self) -> bool:
+        """The loop's should_stop: bound trainer.log, then stop for a cancel or a full disk."""
+        self._bound_log()
+        if self.stop.requested:
+            return True
+        if self._disk_low() is not None:
+            self.stop_cause = "disk"
+            return True
+        return False
+
+    def _disk_low(self) -> int | None:
+        """The free bytes of the store's disk when they are under the floor plus one more
+        checkpoint (config.toml [disk] floor_bytes), else None."""
+        free = free_bytes(self.run_dir)
+        if free is None or free >= self.settings.disk_floor_bytes + self.checkpoint_bytes:
+            return None
+        return free
+
+    def _bound_log(self) -> None:
+        """Rotate trainer.log at its size (config.toml [logs]). Only when our output goes to
+        it (the runner's way of starting us): we then point stdout and stderr, ours and
+        MLX's alike, at the new file, between steps, so no line is lost or split."""
+        log = self.run_dir / LOG_FILE
+        try:
+            if os.fstat(1).st_ino != os.stat(log).st_ino:
+                return
+        except OSError:
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if not rotate_if_large(log, self.settings.log_max_bytes, self.settings.log_backups):
+            return
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+
+    def _estimate_checkpoint_bytes(self, run: Run) -> int:
+        """One checkpoint and the latest weights, from the model's headers (core's disk
+        verdict), until a real checkpoint says how big they are."""
+        try:
+            from zyquo_tui.core.memory.disk_verdict import checkpoint_bytes
+            from zyquo_tui.core.memory.estimate import TrainingConfig
+            from zyquo_tui.core.memory.facts import ModelFacts
+
+            one, weights = checkpoint_bytes(ModelFacts.from_folder(run.model),
+                                            TrainingConfig.from_run(run))
+            return one + weights
+        except (OSError, UserError, ValueError, KeyError):  # a figure, never a reason to fail
+            return 0
+
+    def _stopped_for_disk(self, checkpoint: dict[str, Any] | None) -> int:
+        free = free_bytes(self.run_dir) or 0
+        saved = (f"with a checkpoint at step {checkpoint['iteration']}" if checkpoint
+                 else "without a new checkpoint")
+        cause = failure("disk", f"The store's disk has {fmt_bytes(free)} free, under its floor "
+                        f"of {fmt_bytes(self.settings.disk_floor_bytes)} plus one checkpoint "
+                        f"({fmt_bytes(self.checkpoint_bytes)}): the run stopped at step "
+                        f"{self.step} {saved}.")
+        self._update(RunState.FAILED, failure=cause.to_dict())
+        self.events.write(ev.FAILED, iteration=self.step, **cause.to_dict(), traceback=[],
+                          checkpoint=checkpoint["iteration"] if checkpoint else None)
+        print(f"stopped ({cause.cause}): {cause.message}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
 
     # -- the session -------------------------------------------------------------------------
 
@@ -99,6 +180,11 @@ class TrainingSession:
             return self._train(run)
         except TrainerFailure as error:
             return self._failed(error.failure, error)
+        except CheckpointWriteError as error:
+            free = free_bytes(self.run_dir)
+            room = f"; {fmt_bytes(free)} is free on the store's disk" if free is not None else ""
+            return self._failed(failure("disk", f"The checkpoint of step {error.step} could not "
+                                        f"be written ({error}){room}."), error)
         except MemoryError as error:
             return self._failed(failure("oom", "The trainer ran out of memory."), error)
         except ImportError as error:
@@ -141,6 +227,10 @@ class TrainingSession:
         errors = errors_in(run.problems())
         if errors:
             raise fail("config", errors[0].sentence)
+        try:
+            self.settings = Settings.load(self.store.home)
+        except UserError as error:
+            raise fail("config", error.message) from None
         adapters = self.store.adapters_dir(run.id)
         adapters.mkdir(exist_ok=True)
         config = run_to_mlx_config(run, adapter_path=str(adapters))
@@ -178,7 +268,7 @@ class TrainingSession:
         from zyquo_tui.trainer.loop import LoopHooks, TrainingLoop
 
         hooks = LoopHooks(self._on_train, self._on_val, self._on_checkpoint,
-                          should_stop=lambda: self.stop.requested)
+                          should_stop=self._between_steps)
         # The settings config.yaml was written from, as they are: nothing copied by hand.
         loop = self.loop = TrainingLoop(model, optimizer, train_set, val_set, hp, adapters,
                                         hooks)
@@ -210,8 +300,13 @@ class TrainingSession:
         self._update(RunState.RUNNING, resume_from_step=None)
         if self.stop.requested:
             return self._cancelled(None)
+        self.checkpoint_bytes = self._estimate_checkpoint_bytes(run)
+        if self._disk_low() is not None:
+            return self._stopped_for_disk(None)  # resumed before space was freed
 
         result = loop.run()
+        if result.stopped and self.stop_cause == "disk":
+            return self._stopped_for_disk(result.checkpoint)
         if result.stopped:
             return self._cancelled(result.checkpoint)
         self._update(RunState.COMPLETED)
