@@ -18,7 +18,7 @@ from zyquo_tui.cli.setting_flags import add_setting_flags, apply_settings, setti
 from zyquo_tui.core.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UserError
 from zyquo_tui.core.library.token_stats import row_token_lengths
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict, fmt_bytes
-from zyquo_tui.core.memory.disk_verdict import DiskAssessment, assess_disk
+from zyquo_tui.core.memory.disk_verdict import DISK_SETTINGS, DiskAssessment, assess_disk
 from zyquo_tui.core.memory.estimate import MEMORY_SETTINGS, TERMS, TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.memory.measure import Measurement, measure_peak
@@ -36,7 +36,8 @@ def register(subparsers) -> None:
     parser.add_argument("--method", choices=[m.value for m in Method])
     # The settings that decide memory, with runs new's flags; the optimizer is picked from
     # its list (argparse refuses another name).
-    add_setting_flags(parser, MEMORY_SETTINGS - {"optimizer"})
+    # iters and save_every decide how many checkpoints the disk verdict counts.
+    add_setting_flags(parser, (MEMORY_SETTINGS - {"optimizer"}) | DISK_SETTINGS)
     optimizer = SETTINGS["optimizer"]
     parser.add_argument(optimizer.flag, choices=optimizer.choices, help=optimizer.help)
     parser.add_argument("--config", type=Path, help="an mlx-lm YAML config to start from "

@@ -32,6 +32,9 @@ from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.core.system.disk_space import free_bytes
 
+# The settings beyond the memory ones that decide the disk's need.
+DISK_SETTINGS = frozenset({"iters", "save_every"})
+
 # The resume state's JSON (RNG states, the data position, running sums) and the safetensors
 # headers: tens of KiB at most; counted generously.
 STATE_OVERHEAD_BYTES = 256 * 1024

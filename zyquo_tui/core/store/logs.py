@@ -85,12 +85,23 @@ class LogReader:
             return self._first_read()
         chunk = self._handle.read()
         current = _inode(self.path)
-        if current is not None and current != os.fstat(self._handle.fileno()).st_ino:
-            # Rotated: the rest of the old file was read just above; go on in the new one.
+        pinned = os.fstat(self._handle.fileno()).st_ino
+        if current is not None and current != pinned:
+            # Rotated: the rest of the old file was read just above. Files rotated after it
+            # (more than one rotation since the last read) come next, then the new log.
             try:
                 handle = open(self.path, "rb")  # noqa: SIM115 (kept open across reads)
             except FileNotFoundError:
                 return chunk
+            older = older_files(self.path)
+            inodes = [_inode(path) for path in older]
+            newer = older[inodes.index(pinned) + 1:] if pinned in inodes else older
+            for path in newer:
+                if _inode(path) != current:
+                    try:
+                        chunk += path.read_bytes()
+                    except FileNotFoundError:
+                        pass
             self._handle.close()
             self._handle = handle
             chunk += handle.read()
