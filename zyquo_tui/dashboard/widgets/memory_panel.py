@@ -129,12 +129,12 @@ class MemoryPanel(VerticalScroll):
 
     def _details(self, legend_text: Text, rows_line: str, reason: str, disk: Text,
                  suggestions: Text, measure: str, notes: str) -> Text:
-        """The legend, the rows line, the reason, the disk verdict, then the suggestions, the
+        """The legend, the rows line, the reason, then the suggestions, the disk verdict, the
         measurement and the notes, each after a blank line; empty parts take no room."""
         muted = self._muted
         text = Text()
         for part, gap in ((legend_text, False), (Text(rows_line), False),
-                          (Text(reason, style=muted), False), (disk, True), (suggestions, True),
+                          (Text(reason, style=muted), False), (suggestions, True), (disk, True),
                           (Text(measure), True), (Text(notes, style=muted), True)):
             if not part.plain:
                 continue
