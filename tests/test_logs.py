@@ -85,6 +85,7 @@ def test_trainer_log_stays_under_its_bound_over_a_long_verbose_run(tiny_model, i
     # `runs logs` reads every file in order: the steps it shows run on without a gap.
     shown = zyquo_cli("runs", "logs", run.id)
     assert shown.returncode == 0, shown.stderr
-    steps = [int(m) for m in re.findall(r"^step (\d+): train loss", shown.stdout, re.M)]
+    steps = [int(m) for m in re.findall(r"^step (\d+): train loss", shown.stdout,
+                                                    re.MULTILINE)]
     assert steps == list(range(steps[0], 301)) and steps[0] > 1
     assert shown.stdout.rstrip().endswith("completed 300 steps")

@@ -29,8 +29,8 @@ def register(subparsers) -> None:
     sub = service.add_subparsers(dest="service_command", metavar="ACTION",
                                  parser_class=type(service))
     for name, handler, helptext in (
-        ("install", cmd_install, "write the launchd agent (macOS) or systemd user unit "
-                                 "(Linux) and load it"),
+        ("install", cmd_install, ("write the launchd agent (macOS) or systemd user unit "
+                                  "(Linux) and load it")),
         ("uninstall", cmd_uninstall, "unload the service and remove its file"),
         ("status", cmd_status, "whether the service is installed and loaded"),
     ):

@@ -120,6 +120,6 @@ def disk_gate(run: Run, store: RunStore, *, override: bool = False,
                 "checked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if assessment.verdict is Verdict.WONT_FIT and not override:
         raise UserError(f"This run won't fit on disk: it {assessment.reason[:-1]}; free some "
-                        "space, save fewer checkpoints (a larger save_every), or start it with an explicit override (--override-disk).",
-                        EXIT_PROBLEMS)
+                        "space, save fewer checkpoints (a larger save_every), or start it "
+                        "with an explicit override (--override-disk).", EXIT_PROBLEMS)
     return assessment

@@ -133,25 +133,25 @@ def service_plan(*, platform: str = sys.platform, daemon: bool = False,
                 LAUNCHD_DAEMON, path, content,
                 [["launchctl", "bootstrap", "system", str(path)]],
                 [["launchctl", "bootout", f"system/{LABEL}"]],
-                ["A LaunchDaemon starts at boot with nobody logged in; it runs as "
-                 f"{user} (UserName). Installing it needs root (sudo)."])
+                [(f"A LaunchDaemon starts at boot with nobody logged in; it runs as {user} "
+                  "(UserName). Installing it needs root (sudo).")])
         path = user_home / "Library" / "LaunchAgents" / f"{LABEL}.plist"
         content = plistlib.dumps(launchd_plist(python, store_home, log)).decode()
         return ServicePlan(
             LAUNCHD_AGENT, path, content,
             [["launchctl", "bootstrap", f"gui/{uid}", str(path)]],
             [["launchctl", "bootout", f"gui/{uid}/{LABEL}"]],
-            ["A LaunchAgent starts when its user logs in. On a headless Mac turn on automatic "
-             "login (System Settings > Users & Groups; it needs FileVault off), or install "
-             "the LaunchDaemon variant (`sudo zyquo-tui service install --daemon`), which "
-             "starts at boot without a login."])
+            [("A LaunchAgent starts when its user logs in. On a headless Mac turn on "
+              "automatic login (System Settings > Users & Groups; it needs FileVault off), or "
+              "install the LaunchDaemon variant (`sudo zyquo-tui service install --daemon`), "
+              "which starts at boot without a login.")])
     path = user_home / ".config" / "systemd" / "user" / UNIT
     return ServicePlan(
         SYSTEMD_USER, path, systemd_unit(python, store_home),
         [["systemctl", "--user", "daemon-reload"], ["systemctl", "--user", "enable", UNIT]],
         [["systemctl", "--user", "disable", UNIT], ["systemctl", "--user", "daemon-reload"]],
-        ["A systemd user unit starts with the user's service manager, at login. To start it "
-         f"at boot without a login: `loginctl enable-linger {user or getpass.getuser()}`."])
+        [("A systemd user unit starts with the user's service manager, at login. To start "
+          f"it at boot without a login: `loginctl enable-linger {user or getpass.getuser()}`.")])
 
 
 # -- the commands: one small function each, failing soft ----------------------------------------
