@@ -35,7 +35,7 @@ def test_the_launchd_agent_is_a_valid_plist_in_the_users_launch_agents(tmp_path)
     assert plistlib.dumps(job).decode() == plan.content  # the round trip changes nothing
     assert job["Label"] == "com.zyquo-tui.recover"
     assert job["ProgramArguments"] == ["/Users/mini/zyquo/.venv/bin/python", "-m",
-                                       "zyquo_tui", "runs", "recover"]
+                                       "zyquo_tui.__main__", "runs", "recover"]
     assert job["RunAtLoad"] is True and job["AbandonProcessGroup"] is True
     assert job["EnvironmentVariables"] == {"ZYQUO_HOME": "/Users/mini/.zyquo"}
     assert job["StandardOutPath"] == "/Users/mini/.zyquo/service.log"
@@ -63,7 +63,7 @@ def test_the_systemd_unit_passes_systemd_analyze_verify(tmp_path):
                                 store_home=tmp_path / "store with space", user="me")
 
     assert plan.path == tmp_path / ".config/systemd/user/zyquo-tui-recover.service"
-    assert f"ExecStart={sys.executable} -m zyquo_tui runs recover" in plan.content
+    assert f"ExecStart={sys.executable} -m zyquo_tui.__main__ runs recover" in plan.content
     assert f'Environment="ZYQUO_HOME={tmp_path}/store with space"' in plan.content
     assert "KillMode=process" in plan.content and "WantedBy=default.target" in plan.content
     assert "loginctl enable-linger me" in plan.notes[0]

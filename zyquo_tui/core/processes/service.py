@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from zyquo_tui.core.store.paths import HOME_ENV
+from zyquo_tui.core.system.entry_points import CLI, python_command
 
 LABEL = "com.zyquo-tui.recover"
 UNIT = "zyquo-tui-recover.service"
@@ -53,7 +54,7 @@ class ServicePlan:
 
 
 def recover_command(python: str) -> list[str]:
-    return [python, "-m", "zyquo_tui", "runs", "recover"]
+    return python_command(CLI, "runs", "recover", python=python)
 
 
 def _environment(store_home: Path | None) -> dict[str, str]:

@@ -32,7 +32,10 @@ RUNNER = EntryPoint("zyquo_tui.core.processes.runner",
 FILE_WORKER = EntryPoint("zyquo_tui.core.system.file_workers",
                          "works on one byte range of a file for its parent")
 
-ENTRY_POINTS = (TRAINER, PROBE, MEASURE, TOKEN_STATS, SAMPLE_BUILDER, RUNNER, FILE_WORKER)
+CLI = EntryPoint("zyquo_tui.__main__",
+                 "the zyquo-tui command (the boot service runs `runs recover` with it)")
+
+ENTRY_POINTS = (TRAINER, PROBE, MEASURE, TOKEN_STATS, SAMPLE_BUILDER, RUNNER, FILE_WORKER, CLI)
 
 # The folder that holds the zyquo_tui package this process runs.
 _PACKAGE_PARENT = Path(__file__).resolve().parents[3]
