@@ -271,8 +271,49 @@ async def test_starting_a_run_that_wont_fit_asks_then_overrides(models, monkeypa
         await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question")
         await pilot.press("y")
         await until(pilot, lambda: calls, "the start")
-        assert calls == [{"queue_if_busy": True, "override_memory": True}]
+        assert calls == [{"queue_if_busy": True, "override_memory": True,
+                          "override_disk": False}]
         await until(pilot, lambda: isinstance(app.screen, LiveMetricsScreen), "the run view")
+
+
+class SmallDiskSources(FixedSources):
+    """Memory to spare, but 3 MiB free on the store's disk and a 1 MiB floor."""
+
+    def disk(self):
+        from zyquo_tui.core.store.user_settings import Settings
+
+        settings = Settings()
+        settings.disk_floor_bytes = 1 << 20
+        return 3 << 20, settings
+
+
+async def test_starting_a_run_that_wont_fit_on_disk_asks_then_overrides_the_disk(models,
+                                                                                monkeypatch):
+    """The disk verdict stands under the memory one; s on a run whose checkpoints won't fit
+    asks, and y starts it with override_disk=True."""
+    app = dashboard(lambda home: SmallDiskSources(home, lengths=[60]))
+    calls = []
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        supervisor = app.service.supervisor
+
+        def start(run_id, **options):
+            calls.append(options)
+            return supervisor.store.get(run_id)
+        monkeypatch.setattr(supervisor, "start", start)
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
+        await settle(pilot, screen)
+        assert screen.plan.assessment.verdict is Verdict.FITS
+        assert screen.disk.verdict is Verdict.WONT_FIT  # 1000 iters: 10 checkpoints
+        assert "Disk · ✗ won't fit" in str(screen.query_one("#memory-details").render())
+        screen.query_one("#setup-form").focus()
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question")
+        assert "won't fit on disk" in app.screen.heading
+        await pilot.press("y")
+        await until(pilot, lambda: calls, "the start")
+        assert calls == [{"queue_if_busy": True, "override_memory": False,
+                          "override_disk": True}]
 
 
 async def test_a_draft_is_a_configured_run_and_the_queue_takes_the_next(models, monkeypatch):
@@ -297,7 +338,7 @@ async def test_a_draft_is_a_configured_run_and_the_queue_takes_the_next(models, 
         second.query_one("#setup-form").focus()
         await pilot.press("a")
         await until(pilot, lambda: queued, "the queue")
-        assert queued[0][1] == {"override_memory": False}
+        assert queued[0][1] == {"override_memory": False, "override_disk": False}
 
 
 async def test_new_run_like_an_existing_one_copies_its_settings(models):

@@ -11,6 +11,7 @@ from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.memory.advisor import MemoryAdvisor
 from zyquo_tui.core.memory.budget import MemoryBudget
 from zyquo_tui.core.memory.history import MemoryHistory
+from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.core.system.machine import GpuUse
 from zyquo_tui.dashboard.notify import NotificationSettings
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
@@ -41,6 +42,9 @@ def install_models(home: Path, sample_models: dict[str, Path]) -> dict[str, Path
     return placed
 
 
+FIXED_DISK_FREE = 412 * GIB
+
+
 class FixedSources(SetupSources):
     """Real discovery and validation; a fixed budget, row lengths and machine figures."""
 
@@ -66,6 +70,9 @@ class FixedSources(SetupSources):
 
     def machine(self, active_runs=()) -> MachineReading:
         return fixed_machine()
+
+    def disk(self):
+        return FIXED_DISK_FREE, Settings()  # a fixed free space: snapshots stay the same
 
 
 def fixed_machine() -> MachineReading:

@@ -1,9 +1,11 @@
 """`zyquo-tui plan`: will this training config fit in memory, and what would?
 
 Prints the estimated peak with its breakdown, the machine's budget, a verdict (fits, tight,
-won't fit) with its reason, and changed configs that fit. `--measure` trains a few real steps
+won't fit) with its reason, and changed configs that fit; beside it the disk verdict (the run's
+checkpoints against the free space of the store's disk). `--measure` trains a few real steps
 and prints the measured peak beside the estimate (and remembers it, to correct later
-estimates on this machine). Exit status: 0 fits or tight, 1 won't fit, 2 bad input.
+estimates on this machine). Exit status: 0 fits or tight, 1 won't fit (in memory or on disk),
+2 bad input.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from zyquo_tui.cli.setting_flags import (
 from zyquo_tui.core.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UserError
 from zyquo_tui.core.library.token_stats import row_token_lengths
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict, fmt_bytes
+from zyquo_tui.core.memory.disk_verdict import DISK_SETTINGS, DiskAssessment, assess_disk
 from zyquo_tui.core.memory.estimate import MEMORY_SETTINGS, TERMS, TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.memory.measure import Measurement, measure_peak
@@ -37,7 +40,8 @@ def register(subparsers) -> None:
     parser.add_argument("--method", choices=[m.value for m in Method])
     # The settings that decide memory, with runs new's flags; the optimizer is picked from
     # its list (argparse refuses another name).
-    add_setting_flags(parser, MEMORY_SETTINGS - {"optimizer"})
+    # iters and save_every decide how many checkpoints the disk verdict counts.
+    add_setting_flags(parser, (MEMORY_SETTINGS - {"optimizer"}) | DISK_SETTINGS)
     optimizer = SETTINGS["optimizer"]
     parser.add_argument(optimizer.flag, choices=optimizer.choices, help=optimizer.help)
     parser.add_argument("--config", type=Path, help="an mlx-lm YAML config to start from "
@@ -154,11 +158,21 @@ def run(args) -> int:
                                        hyperparameters=hp, extra_config=extra)
             advisor.record_measurement(facts, plan.estimate, measurement.peak_bytes)
 
+    disk = _disk(facts, plan, hp)
     if args.json:
-        print_json(_json(plan, measurement, skipped, lengths))
+        print_json({**_json(plan, measurement, skipped, lengths), **disk.to_json()})
     else:
         _print(plan, facts, measurement, skipped, lengths)
-    return EXIT_PROBLEMS if plan.assessment.verdict is Verdict.WONT_FIT else EXIT_OK
+        print(f"disk      {disk.verdict.value if disk.verdict else 'unknown'}: {disk.reason}")
+    wont_fit = Verdict.WONT_FIT in (plan.assessment.verdict, disk.verdict)
+    return EXIT_PROBLEMS if wont_fit else EXIT_OK
+
+
+def _disk(facts: ModelFacts, plan: Plan, hp: Hyperparameters) -> DiskAssessment:
+    """The disk verdict beside the memory one: the run's checkpoints on the store's disk."""
+    from zyquo_tui.core.store.paths import zyquo_home
+
+    return assess_disk(facts, plan.estimate.config, hp, home=zyquo_home())
 
 
 def _json(plan: Plan, measurement: Measurement | None, skipped: str | None,

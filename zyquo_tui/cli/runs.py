@@ -69,12 +69,22 @@ def register(subparsers) -> None:
             p.add_argument("--override-memory", action="store_true",
                            help="start even though the memory verdict is \"won't fit\" "
                                 "(recorded in the run)")
+            p.add_argument("--override-disk", action="store_true",
+                           help="start even though its checkpoints won't fit on the store's "
+                                "disk (recorded in the run; the trainer still stops at the "
+                                "floor)")
         if name == "resume":
             p.add_argument("--step", type=int, help="the checkpoint step (default: latest)")
         if name == "queue":
             p.add_argument("--to", type=int, metavar="POSITION",
                            help="move an already queued run to this position (1 = next)")
         p.set_defaults(handler=handler)
+
+    p = sub.add_parser("recover", help="after a reboot: resume the runs that died with the "
+                                       "machine, then continue the queue (what the service "
+                                       "runs at boot)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_recover)
 
     p = sub.add_parser("dequeue", help="remove a run from the queue")
     p.add_argument("id")
@@ -270,7 +280,8 @@ def _report_unknown(unknown: list[str], source) -> None:
 def cmd_start(args) -> int:
     supervisor = _supervisor()
     run = supervisor.start(args.id, queue_if_busy=args.queue_if_busy,
-                           override_memory=args.override_memory)
+                           override_memory=args.override_memory,
+                           override_disk=args.override_disk)
     print(f"{run.id} {run.state.value}")
     return _wait_for(supervisor, run.id, RunState.COMPLETED) if args.wait else 0
 
@@ -281,10 +292,31 @@ def cmd_queue(args) -> int:
         order = supervisor.move(args.id, args.to)
         print("\n".join(f"{i + 1}. {run_id}" for i, run_id in enumerate(order)))
         return 0
-    run = supervisor.enqueue(args.id, override_memory=args.override_memory)
+    run = supervisor.enqueue(args.id, override_memory=args.override_memory,
+                             override_disk=args.override_disk)
     position = supervisor.queue.position(run.id)
     print(f"{run.id} {run.state.value}" + (f" (position {position})" if position else ""))
     return _wait_for(supervisor, run.id, RunState.COMPLETED) if args.wait else 0
+
+
+def cmd_recover(args) -> int:
+    supervisor = _supervisor()
+    report = supervisor.recover()
+    if args.json:
+        print_json(report)
+    else:
+        for run_id in report["interrupted"]:
+            print(f"{run_id} interrupted: its trainer and runner are gone")
+        for resumed in report["resumed"]:
+            print(f"{resumed['id']} resumed from step {resumed['step']} ({resumed['state']})")
+        for skipped in report["not_resumed"]:
+            print(f"{skipped['id']} not resumed: {skipped['reason']}")
+        if report["queue_started"]:
+            print(f"queue started ({len(report['queue'])} waiting)")
+        if not any(report[key] for key in ("interrupted", "resumed", "not_resumed",
+                                           "queue_started")):
+            print("Nothing to recover.")
+    return EXIT_PROBLEMS if report["not_resumed"] and supervisor.settings.auto_resume else 0
 
 
 def cmd_dequeue(args) -> int:
@@ -431,17 +463,12 @@ def cmd_logs(args) -> int:
     store = RunStore()
     supervisor = _supervisor(store)
     run = supervisor.get(args.id)
-    path = store.log_path(run.id)
-    offset = 0
+    from zyquo_tui.core.store.logs import LogReader
+
+    reader = LogReader(store.log_path(run.id))  # every file of the log, across rotations
     while True:
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(offset)
-                chunk = handle.read()
-        except FileNotFoundError:
-            chunk = b""
+        chunk = reader.read_new()
         if chunk:
-            offset += len(chunk)
             sys.stdout.write(chunk.decode("utf-8", errors="replace"))
             sys.stdout.flush()
         if not args.follow:

@@ -1,7 +1,8 @@
 """SetupSources: where the setup screens get their facts, in one replaceable object.
 
 The new-run, models, datasets and machine screens read models, datasets, validation reports,
-token counts, memory budgets, measured peaks and machine figures through this class and
+token counts, memory budgets, the store's free disk, measured peaks and machine figures through
+this class and
 nothing else, so tests (and the snapshots) swap in fixed figures by subclassing it. Every
 method may block (files, subprocesses): the screens call them from worker threads.
 
@@ -21,6 +22,7 @@ from typing import Any
 
 import psutil
 
+from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.library.datasets import (
     SPLITS,
     DatasetInfo,
@@ -40,7 +42,9 @@ from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.memory.measure import Measurement, measure_peak
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Hyperparameters
+from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.core.system import machine
+from zyquo_tui.core.system.disk_space import free_bytes
 
 _UNREAD = object()
 
@@ -183,6 +187,15 @@ class SetupSources:
         except Exception:  # a store that cannot be read costs the correction, nothing more
             pass
         return advisor
+
+    def disk(self) -> tuple[int | None, Settings]:
+        """Free bytes on the store's disk and the settings that hold its floor (the disk
+        verdict beside the memory one)."""
+        try:
+            settings = Settings.load(self.home)
+        except UserError:
+            settings = Settings()  # a broken config.toml is said where it is used
+        return free_bytes(self.home), settings
 
     def measure(self, model: str, config: TrainingConfig, *, data: str | None,
                 hyperparameters: Hyperparameters, extra_config: dict[str, Any],

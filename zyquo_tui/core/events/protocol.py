@@ -33,7 +33,7 @@ TERMINAL_TYPES = frozenset({COMPLETED, FAILED, CANCELLED})
 KNOWN_TYPES = frozenset({STARTED, TRAIN, VAL, CHECKPOINT, WARNING, SAMPLE}) | TERMINAL_TYPES
 
 # Failure causes carried by `failed` events and run.json.
-FAILURE_CAUSES = ("oom", "nan", "data", "config", "dependency", "internal", "killed")
+FAILURE_CAUSES = ("oom", "nan", "data", "config", "dependency", "internal", "killed", "disk")
 
 # What the writer puts between items and between a key and its value (json.dumps' defaults,
 # named because a fast reader matches the written text).
@@ -99,6 +99,8 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
     FAILED: (
         Field("iteration", _INT), Field("cause", _STR), Field("message", _STR),
         Field("suggestion", _STR), Field("traceback", (list,)),
+        # cause "disk": the step of the checkpoint saved before stopping (None: none saved)
+        Field("checkpoint", (int, _NONE), optional=True),
     ),
     CANCELLED: (
         Field("iteration", _INT), Field("checkpoint", (int, _NONE)),

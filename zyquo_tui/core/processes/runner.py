@@ -21,6 +21,7 @@ from pathlib import Path
 from zyquo_tui.core.events import protocol as ev
 from zyquo_tui.core.runs.failures import classify_exit
 from zyquo_tui.core.runs.run import Run, RunState
+from zyquo_tui.core.store.logs import read_tail
 from zyquo_tui.core.store.queue import RunQueue
 from zyquo_tui.core.store.store import EVENTS_FILE, LOG_FILE, RunStore
 from zyquo_tui.core.store.user_settings import Settings
@@ -33,13 +34,8 @@ LOG_TAIL_BYTES = 16_384
 
 
 def log_tail(path: Path, size: int = LOG_TAIL_BYTES) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - size))
-            return handle.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        return ""
+    """The end of trainer.log, across a rotation (core/store/logs.py)."""
+    return read_tail(path, size)
 
 
 def terminal_event(path: Path) -> dict | None:

@@ -27,6 +27,8 @@ SUGGESTIONS = {
     "config": "change the run's settings as the message says, then start it again",
     "dependency": "reinstall zyquo-tui in its virtual environment (pip install -U zyquo-tui)",
     "internal": "read trainer.log (`zyquo-tui runs logs ID`) and report it with that log",
+    "disk": "free space on the store's disk (or lower config.toml [disk] floor_bytes), then "
+            "resume the run: it continues exactly from its last checkpoint",
     "killed": "something outside zyquo-tui stopped the trainer; resume the run from its latest "
               "checkpoint",
 }

@@ -117,6 +117,9 @@ class Run:
     extra_config: dict[str, Any] = field(default_factory=dict)
     # The memory verdict at start, and whether the user overrode a "won't fit".
     memory: dict[str, Any] | None = None
+    # The disk verdict at start (its checkpoints against the store's free space), and whether
+    # the user overrode a "won't fit".
+    disk: dict[str, Any] | None = None
     # When the run entered the queue (queue order is kept in the store's queue file).
     queued_at: str | None = None
     schema_version: int = SCHEMA_VERSION

@@ -40,6 +40,7 @@ from zyquo_tui.core.library.models import ModelInfo, inspect_model
 from zyquo_tui.core.library.rows import training_refusal
 from zyquo_tui.core.library.run_checks import DataTraits, check_run, fit_default_layers
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict
+from zyquo_tui.core.memory.disk_verdict import DiskAssessment, assess_disk
 from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.runs.mlx_config import (
@@ -53,6 +54,7 @@ from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 from zyquo_tui.core.runs.value_checks import value_text
 from zyquo_tui.core.store.paths import presets_dir
 from zyquo_tui.core.store.presets import Preset, list_presets, load_preset, save_preset
+from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
 from zyquo_tui.dashboard.dialogs.preset_picker import PresetPickerDialog
 from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
@@ -158,6 +160,9 @@ class NewRunScreen(ZyquoScreen):
         self.name_touched = False
         self.hp = Hyperparameters()
         self.plan: Plan | None = None
+        self.disk: DiskAssessment | None = None  # the disk verdict beside the memory one
+        self.disk_free: int | None = None
+        self.disk_settings: Settings | None = None
         self.field_errors: dict[str, str] = {}
         self.field_warnings: dict[str, str] = {}
         self.measure_state = MeasureState()
@@ -339,6 +344,7 @@ class NewRunScreen(ZyquoScreen):
 
     def _make_advisor(self) -> None:
         try:
+            self.disk_free, self.disk_settings = self.sources.disk()
             advisor = self.sources.advisor()
         except Exception as error:
             self.app.call_from_thread(self._advisor_made, None, str(error))
@@ -578,6 +584,11 @@ class NewRunScreen(ZyquoScreen):
             config = TrainingConfig.from_hyperparameters(self.method, hp, longest)
             plan = self.advisor.plan(self.facts, config, self.lengths)
         self.plan = plan
+        self.disk = None
+        if plan is not None and self.disk_settings is not None:
+            self.disk = assess_disk(self.facts, plan.estimate.config, hp,
+                                    home=self.service.store.home, settings=self.disk_settings,
+                                    free=self.disk_free)
         self.field_errors = errors
         self.field_warnings = warnings
         self.form.show_problems({k: v for k, v in errors.items() if k in FIELD_KEYS},
@@ -615,7 +626,7 @@ class NewRunScreen(ZyquoScreen):
         applicable = [not s.config.quantize_base for s in plan.suggestions]
         panel.show_plan(plan, rows_line=self._rows_line(plan),
                         suggestion_keys=list(SUGGESTION_KEYS), applicable=applicable,
-                        measure=self.measure_state)
+                        measure=self.measure_state, disk=self.disk)
 
     def _rows_line(self, plan: Plan) -> str:
         width = plan.estimate.batch_width
@@ -788,12 +799,13 @@ class NewRunScreen(ZyquoScreen):
             return
         run = self.build_run()
         plan = self.plan
+        verb = "Start" if how == "start" else "Queue"
+        disk_wont_fit = self.disk is not None and self.disk.verdict is Verdict.WONT_FIT
         if how != "draft" and plan is not None and plan.assessment.verdict is Verdict.WONT_FIT:
-            verb = "Start" if how == "start" else "Queue"
 
             def answered(confirmed: bool | None) -> None:
                 if confirmed:
-                    self._submit(run, how, override=True)
+                    self._submit(run, how, override=True, override_disk=disk_wont_fit)
             if plan.suggestions:
                 fix = (f"Key 1 in the form makes it fit: {plan.suggestions[0].title}.")
             else:
@@ -804,9 +816,23 @@ class NewRunScreen(ZyquoScreen):
                 f"freeze the machine or crash the GPU driver. {fix}",
                 confirm_label=f"{verb} anyway", keep_label="Back to the form"), answered)
             return
+        if how != "draft" and disk_wont_fit:
+            assert self.disk is not None
+
+            def disk_answered(confirmed: bool | None) -> None:
+                if confirmed:
+                    self._submit(run, how, override=False, override_disk=True)
+            self.app.push_screen(ConfirmDialog(
+                f"{run.name} won't fit on disk. {verb} it anyway?",
+                f"It {self.disk.reason} The trainer will stop with a last checkpoint when the "
+                "disk reaches its floor; free space, then resume it. A larger save_every "
+                "saves fewer checkpoints.",
+                confirm_label=f"{verb} anyway", keep_label="Back to the form"), disk_answered)
+            return
         self._submit(run, how, override=False)
 
-    def _submit(self, run: Run, how: str, *, override: bool) -> None:
+    def _submit(self, run: Run, how: str, *, override: bool,
+                override_disk: bool = False) -> None:
         service = self.service
         store = service.store
         supervisor = service.supervisor
@@ -821,8 +847,10 @@ class NewRunScreen(ZyquoScreen):
                 try:
                     if how == "start":
                         return supervisor.start(run.id, queue_if_busy=True,
-                                                override_memory=override)
-                    return supervisor.enqueue(run.id, override_memory=override)
+                                                override_memory=override,
+                                                override_disk=override_disk)
+                    return supervisor.enqueue(run.id, override_memory=override,
+                                              override_disk=override_disk)
                 except UserError:
                     # Refused before anything started: the form still holds the settings,
                     # so leave no half-made run behind.
