@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 
 import pytest
 import yaml
 from conftest import (
     SAMPLE_DATA,
-    kill_quietly,
+    cancel_mid_run_then_resume,
     run_trainer,
-    start_trainer,
-    wait_for_event,
     zyquo_cli,
 )
 from helpers import losses_by_iteration, make_run
@@ -88,18 +85,7 @@ def test_cancel_and_resume_of_a_dpo_run_equals_the_straight_run(tiny_model):
     store, straight = preference_run(tiny_model, **settings)
     assert run_trainer(store.run_dir(straight.id)).returncode == 0
     _, interrupted = preference_run(tiny_model, store=store, **settings)
-    run_dir = store.run_dir(interrupted.id)
-    trainer = start_trainer(run_dir)
-    try:
-        wait_for_event(run_dir, lambda e: e["type"] == "train" and e["iteration"] >= 12)
-        trainer.send_signal(signal.SIGTERM)
-        assert trainer.wait(timeout=60) == 0
-    finally:
-        kill_quietly(trainer)
-    stopped_at = read_events(run_dir / "events.jsonl")[-1]["checkpoint"]
-    assert 12 <= stopped_at < 40
-    store.update(interrupted.id, lambda r: setattr(r, "resume_from_step", stopped_at))
-    assert run_trainer(run_dir).returncode == 0
+    cancel_mid_run_then_resume(store, interrupted.id, 12, 40)
     want, have = events_of(store, straight), events_of(store, interrupted)
     for kind, key in [("train", "train_loss"), ("val", "val_loss"),
                       *[(kind, m) for kind in ("train", "val") for m in PREFERENCE_METRICS]]:

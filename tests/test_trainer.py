@@ -13,6 +13,7 @@ import time
 import pytest
 from conftest import (
     SAMPLE_DATA,
+    cancel_mid_run_then_resume,
     kill_quietly,
     run_trainer,
     start_trainer,
@@ -139,17 +140,7 @@ def test_cancel_and_resume_reproduces_an_uninterrupted_run_exactly(tiny_model):
 
     _, interrupted = make_run(tiny_model, COMPLETIONS, **settings)
     run_dir = store.run_dir(interrupted.id)
-    trainer = start_trainer(run_dir)
-    try:
-        wait_for_event(run_dir, lambda e: e["type"] == "train" and e["iteration"] >= 12)
-        trainer.send_signal(signal.SIGTERM)
-        assert trainer.wait(timeout=30) == 0
-    finally:
-        kill_quietly(trainer)
-    stopped_at = read_events(run_dir / "events.jsonl")[-1]["checkpoint"]
-    assert 12 <= stopped_at < 40, "the cancel must land mid-run for this test to mean anything"
-    store.update(interrupted.id, lambda r: setattr(r, "resume_from_step", stopped_at))
-    assert run_trainer(run_dir).returncode == 0
+    stopped_at = cancel_mid_run_then_resume(store, interrupted.id, 12, 40)
 
     expected = read_events(store.run_dir(straight.id) / "events.jsonl")
     got = read_events(run_dir / "events.jsonl")
