@@ -354,6 +354,18 @@ def test_dpo_at_step_zero_is_ln_2(client):
     assert result.metrics["reward_margin"] == pytest.approx(0, abs=1e-6)
 
 
+@pytest.mark.parametrize("method", ["dora", "qlora", "full"])
+def test_dpo_at_step_zero_is_ln_2_for_every_method(tiny_model, tiny_model_4bit, method):
+    # dora and qlora switch their adapters off for the reference; full loads a frozen copy.
+    model = tiny_model_4bit if method == "qlora" else tiny_model
+    with TrainingClient.from_model(model, method=method, num_layers=1,
+                                   learning_rate=1e-4) as client:
+        first = client.forward_backward(preference_batch("dpo")).result()
+        assert first.loss == pytest.approx(math.log(2), abs=1e-6)
+        client.optim_step().result()
+        assert client.forward_backward(preference_batch("dpo")).result().loss < first.loss
+
+
 def test_dpo_learns_the_preference(client):
     first = client.forward_backward(preference_batch("dpo", beta=0.5)).result()
     for _ in range(8):
