@@ -53,16 +53,10 @@ def register(subparsers) -> None:
 
 
 def _resolve_model(name_or_path: str) -> str:
-    path = Path(name_or_path).expanduser()
-    if path.exists():
-        return str(path.resolve())
-    from zyquo_tui.core.library.models import find_model
+    """A folder, or a name `zyquo-tui models` lists: resolved as `runs new` resolves it."""
+    from zyquo_tui.core.library.models import resolve_model
 
-    found = find_model(name_or_path)
-    if found is None:
-        raise UserError(f"{name_or_path}: no such model folder or model name; "
-                        "`zyquo-tui models` lists the models found.")
-    return str(found.path)
+    return str(resolve_model(name_or_path).path.expanduser().resolve())
 
 
 def _settings(args) -> tuple[str, str | None, Method | None, Hyperparameters, dict[str, Any]]:
@@ -72,6 +66,7 @@ def _settings(args) -> tuple[str, str | None, Method | None, Hyperparameters, di
     method: Method | None = None
     hp = Hyperparameters()
     extra: dict[str, Any] = {}
+    config: dict[str, Any] = {}
     if args.config is not None:
         config = load_mlx_yaml(args.config)
         if model:
@@ -100,7 +95,16 @@ def _settings(args) -> tuple[str, str | None, Method | None, Hyperparameters, di
     apply_settings(hp, given)
     if args.method:
         method = Method(args.method)
-    return _resolve_model(model), data, method, hp, extra
+    model_path = _resolve_model(model)
+    if "num_layers" not in given and config.get("num_layers") is None:
+        # Nobody chose it: mlx-lm's default of 16 trains all of a smaller model's layers,
+        # as `runs new` and the form plan it.
+        from zyquo_tui.core.library.run_checks import ModelTraits, fit_default_layers
+
+        traits = ModelTraits.read(model_path)
+        if traits is not None:
+            fit_default_layers(hp, traits)
+    return model_path, data, method, hp, extra
 
 
 def _check_data(data: str) -> str:
