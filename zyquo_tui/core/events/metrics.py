@@ -45,6 +45,7 @@ SERIES_FIELDS = {
     "learning_rate": (ev.TRAIN, "learning_rate"),
     "tokens_per_second": (ev.TRAIN, "tokens_per_second"),
     "peak_memory_bytes": (ev.TRAIN, "peak_memory_bytes"),
+    "peak_rss_bytes": (ev.TRAIN, "peak_rss_bytes"),
     "iterations_per_second": (ev.TRAIN, "iterations_per_second"),
     "val_loss": (ev.VAL, "val_loss"),
 }
@@ -166,6 +167,7 @@ class RunMetrics:
             "best_val_step": best[0] if best else None,
             "tokens_per_second": self.series["tokens_per_second"].last,
             "peak_memory_bytes": max(self.series["peak_memory_bytes"].values, default=None),
+            "peak_rss_bytes": max(self.series["peak_rss_bytes"].values, default=None),
             "learning_rate": self.series["learning_rate"].last,
             "eta_seconds": self.eta_seconds(),
             "elapsed_seconds": self.elapsed_seconds(),
