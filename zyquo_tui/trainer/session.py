@@ -35,6 +35,7 @@ from zyquo_tui.core.store.store import CONFIG_FILE, EVENTS_FILE, LOG_FILE, RunSt
 from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.core.system.disk_space import free_bytes
 from zyquo_tui.trainer.checkpoints import CheckpointWriteError
+from zyquo_tui.core.system.machine import peak_resident_bytes, resident_bytes
 from zyquo_tui.trainer.loading import TrainerFailure, fail
 
 EXIT_DONE = 0
@@ -85,12 +86,17 @@ class TrainingSession:
     # -- events ------------------------------------------------------------------------------
 
     def _on_train(self, info: dict[str, Any]) -> None:
+        rss = peak_resident_bytes()
+        if rss is not None:
+            info = {**info, "peak_rss_bytes": rss}
         self.events.write(ev.TRAIN, **info)
         self.step = info["iteration"]
         self.summary.update(step=self.step, last_train_loss=info["train_loss"],
                             tokens_per_second=info["tokens_per_second"],
                             peak_memory_bytes=max(info["peak_memory_bytes"],
                                                   self.summary.get("peak_memory_bytes", 0)))
+        if rss is not None:
+            self.summary["peak_rss_bytes"] = max(rss, self.summary.get("peak_rss_bytes", 0))
         print(f"step {info['iteration']}: train loss {info['train_loss']:.4f}, "
               f"lr {info['learning_rate']:.3g}, {info['tokens_per_second']:.0f} tok/s", flush=True)
         self._watch_divergence(info["iteration"], info["train_loss"])
@@ -285,6 +291,11 @@ class TrainingSession:
         loading.check_model_folder(run)  # fail fast, before mlx is imported
         for problem in loading.check_dataset(run):
             self._warn("dataset", str(problem), file=problem.file, line=problem.line)
+        import mlx_lm  # the libraries first: the footprint before the model is not training's
+
+        start_rss = resident_bytes()
+        if start_rss is not None:
+            self.summary["start_rss_bytes"] = start_rss
         model, tokenizer = loading.load_model(run)
         hp = run.hyperparameters
         if SETTINGS["objective"].get(hp) == "sft":
@@ -297,7 +308,6 @@ class TrainingSession:
             return self._cancelled(None)
 
         import mlx.core as mx
-        import mlx_lm
         import numpy as np
 
         self._truncation_warnings(hp, train_lengths, val_lengths)

@@ -72,6 +72,8 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
         Field("iteration", _INT), Field("train_loss", _FLOAT), Field("learning_rate", _FLOAT),
         Field("iterations_per_second", _FLOAT), Field("tokens_per_second", _FLOAT),
         Field("trained_tokens", _INT), Field("peak_memory_bytes", _INT),
+        # the process's peak resident footprint (getrusage); absent where it cannot be read
+        Field("peak_rss_bytes", _INT, optional=True),
         *PREFERENCE_FIELDS,
     ),
     VAL: (Field("iteration", _INT), Field("val_loss", _FLOAT), Field("val_time", _FLOAT),
@@ -201,3 +203,25 @@ class EventReader:
 def read_events(path: Path) -> list[dict[str, Any]]:
     """All complete events in the file (a partial last line is left out)."""
     return EventReader(path).read_new()
+
+
+def last_event(path: Path, type_: str, tail_bytes: int = 64 * 1024) -> dict[str, Any] | None:
+    """The last complete event of `type_` among the file's last `tail_bytes` (a live figure,
+    such as a running trainer's peaks, without reading the whole history); None if none."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(handle.seek(0, os.SEEK_END) - tail_bytes, 0))
+            data = handle.read()
+    except OSError:
+        return None
+    marker = (json.dumps("type") + KEY_SEPARATOR + json.dumps(type_)).encode()
+    for line in reversed(data.split(b"\n")[1:-1] if len(data) >= tail_bytes
+                         else data.split(b"\n")[:-1]):
+        if marker in line:
+            try:
+                event = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(event, dict) and event.get("type") == type_:
+                return event
+    return None

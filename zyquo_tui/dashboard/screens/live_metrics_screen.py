@@ -31,7 +31,10 @@ SPARKLINES = (
     ("val_loss", "val loss", fmt_loss),
     ("tokens_per_second", "tokens/s", fmt_rate),
     ("learning_rate", "learn rate", fmt_number),
-    ("peak_memory_bytes", "peak memory", fmt_bytes),
+    ("peak_memory_bytes", "peak MLX", fmt_bytes),
+    # The trainer process's peak resident footprint (RSS): MLX's figure can miss memory it
+    # really holds.
+    ("peak_rss_bytes", "peak RSS", fmt_bytes),
 )
 
 

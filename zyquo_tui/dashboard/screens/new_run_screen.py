@@ -933,7 +933,7 @@ class NewRunScreen(ZyquoScreen):
             else:
                 state = MeasureState(measurement=measured, estimate_bytes=estimate.total_bytes)
                 try:
-                    advisor.record_measurement(facts, estimate, measured.peak_bytes)
+                    advisor.record_measurement(facts, estimate, measured)
                 except OSError:
                     pass  # an unwritable history costs future corrections only
             if not worker.is_cancelled:
