@@ -26,6 +26,7 @@ from mlx_lm.utils import maybe_set_recommended_wired_limit
 
 from zyquo_tui.core.runs.settings import Hyperparameters
 from zyquo_tui.trainer.batches import BatchStream
+from zyquo_tui.trainer.distributed import World
 from zyquo_tui.trainer.engine import StepEngine
 from zyquo_tui.trainer.loading import fail
 from zyquo_tui.trainer.losses import sft_objective
@@ -58,7 +59,11 @@ class TrainingLoop:
     grad checkpointing and accumulation), saving checkpoints in `adapters`."""
 
     def __init__(self, model: nn.Module, optimizer, train_set, val_set,
-                 settings: Hyperparameters, adapters: Path, hooks: LoopHooks) -> None:
+                 settings: Hyperparameters, adapters: Path, hooks: LoopHooks,
+                 world: World | None = None) -> None:
+        # Several ranks (mlx.launch): each trains its share of every batch, the engine
+        # averages their gradients, reports sum their figures and only rank 0 saves.
+        self.world = world = world or World()
         self.model = model
         self.optimizer = optimizer
         self.train_set = train_set
@@ -66,7 +71,8 @@ class TrainingLoop:
         self.settings = settings
         self.adapters = adapters
         self.hooks = hooks
-        self.batches = BatchStream(train_set, settings.batch_size, settings.max_seq_length)
+        self.batches = BatchStream(train_set, settings.batch_size, settings.max_seq_length,
+                                   world.rank, world.size)
         self.start_step = 0
         self.step = 0  # the step in progress or last finished
         # Running sums between reports, as in mlx-lm; saved with each checkpoint so a resumed
@@ -91,6 +97,13 @@ class TrainingLoop:
         self.engine.pending = step % self.settings.grad_accumulation_steps
         if self.engine.pending == 0:
             self.engine.grad_sum = None
+        saved_world = int(meta.get("world_size", 1))
+        if saved_world != self.world.size:
+            raise fail("config", f"Step {step} was saved by {saved_world} process"
+                       f"{'es' if saved_world > 1 else ''} and this run has {self.world.size} "
+                       "now, so it cannot resume exactly.",
+                       "resume with the hosts (or --ranks) it had, or fork a new run from "
+                       "this checkpoint (a warm start)")
         try:
             self.batches.restore(meta["data"])
         except (KeyError, ValueError) as error:
@@ -98,8 +111,9 @@ class TrainingLoop:
             raise fail("data", f"Cannot resume exactly: {reason}.",
                        "fork a new run from this checkpoint instead (a warm start)") from None
         sums = meta["sums"]
-        self.loss_sum = loss_sum
-        self.tokens_since_report = sums["tokens_since_report"]
+        # A distributed checkpoint holds the sums of all ranks (see save): rank 0 carries them.
+        self.loss_sum = loss_sum if self.world.primary else 0
+        self.tokens_since_report = sums["tokens_since_report"] if self.world.primary else 0
         self.steps_since_report = sums["steps_since_report"]
         self.time_since_report = sums["time_since_report"]
         self.trained_tokens = sums["trained_tokens"]
@@ -145,7 +159,8 @@ class TrainingLoop:
             if it % s.steps_per_report == 0 or it == s.iters:
                 self._report(it)
 
-            stopping = it < s.iters and self.hooks.should_stop()
+            # The ranks stop together: a cancel reaches each at its own moment.
+            stopping = it < s.iters and self.world.any(self.hooks.should_stop())
             if (it % s.save_every == 0 or it == s.iters or stopping
                     or self.hooks.should_save(it)):
                 result.checkpoint = self.save(it, result.val_losses.get(it))
@@ -166,8 +181,13 @@ class TrainingLoop:
         return val_loss, time.perf_counter() - tic
 
     def _report(self, it: int) -> None:
-        train_loss = float(mx.array(self.loss_sum).item()) / self.steps_since_report
-        n_tokens = int(mx.array(self.tokens_since_report).item())
+        loss_sum, tokens = self.loss_sum, self.tokens_since_report
+        if self.world.distributed:  # as mlx-lm reports: the mean over every rank's steps
+            loss_sum = self.world.sum(mx.array(loss_sum))
+            tokens = self.world.sum(mx.array(tokens))
+        train_loss = (float(mx.array(loss_sum).item())
+                      / (self.steps_since_report * self.world.size))
+        n_tokens = int(mx.array(tokens).item())
         elapsed = max(self.time_since_report, 1e-9)
         self.trained_tokens += n_tokens
         self.hooks.on_train({
@@ -190,16 +210,26 @@ class TrainingLoop:
         if not finite.item():
             raise fail("nan", f"The weights became infinite or NaN at step {it}; the run was "
                        "stopped there and the weights of that step were not saved.")
+        loss_sum, tokens = self.loss_sum, self.tokens_since_report
+        if self.world.distributed:
+            # Every rank's running sums, so a resume reports what an uninterrupted run would.
+            loss_sum = self.world.sum(mx.array(loss_sum, dtype=mx.float32))
+            tokens = self.world.sum(mx.array(tokens))
+            mx.eval(loss_sum, tokens)  # on every rank: a collective left lazy blocks the others
         meta = {
             "data": self.batches.position(),
             "sums": {
-                "tokens_since_report": int(mx.array(self.tokens_since_report).item()),
+                "tokens_since_report": int(mx.array(tokens).item()),
                 "steps_since_report": self.steps_since_report,
                 "time_since_report": self.time_since_report,
                 "trained_tokens": self.trained_tokens,
             },
         }
-        written = self.engine.save_state(self.adapters, it, meta, loss_sum=self.loss_sum)
+        if self.world.distributed:
+            meta["world_size"] = self.world.size
+        if not self.world.primary:
+            return {"iteration": it}  # rank 0 saves: every rank holds the same state
+        written = self.engine.save_state(self.adapters, it, meta, loss_sum=loss_sum)
         info = {"iteration": it, **written}
         if val_loss is not None:
             info["val_loss"] = val_loss

@@ -48,6 +48,14 @@ def failure(cause: str, message: str, suggestion: str | None = None) -> Failure:
     return Failure(cause, message, suggestion or SUGGESTIONS[cause])
 
 
+# Text of MLX's errors when another rank of a distributed run is gone.
+_LOST_RANK_MARKERS = ("[ring]", "[jaccl]", "[mpi]", "connection to a peer was lost")
+
+
+def looks_like_lost_rank(text: str) -> bool:
+    return any(marker in text for marker in _LOST_RANK_MARKERS)
+
+
 def looks_like_oom(text: str) -> bool:
     return any(marker in text for marker in _OOM_MARKERS)
 
