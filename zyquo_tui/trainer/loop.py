@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx.utils import tree_map
 from mlx_lm.tuner.trainer import default_loss, evaluate, grad_checkpoint
 from mlx_lm.utils import maybe_set_recommended_wired_limit
 
@@ -95,8 +96,8 @@ class TrainingLoop:
                        "resume from a step listed by `zyquo-tui runs show ID`") from None
         # Iteration `step` was the (step % accumulation)-th of the pending update.
         self.engine.pending = step % self.settings.grad_accumulation_steps
-        if self.engine.pending == 0:
-            self.engine.grad_sum = None
+        if self.engine.pending == 0 or not self.world.primary:
+            self.engine.grad_sum = None  # (a distributed checkpoint's are rank 0's: see save)
         saved_world = int(meta.get("world_size", 1))
         if saved_world != self.world.size:
             raise fail("config", f"Step {step} was saved by {saved_world} process"
@@ -225,11 +226,21 @@ class TrainingLoop:
                 "trained_tokens": self.trained_tokens,
             },
         }
+        pending = self.engine.grad_sum
         if self.world.distributed:
             meta["world_size"] = self.world.size
+            if pending is not None:
+                # Each rank's gradients since the last update, summed: rank 0 carries them
+                # all on resume (the update all_sums them anyway), the others none.
+                pending = tree_map(self.world.sum, pending)
+                mx.eval(pending)
         if not self.world.primary:
             return {"iteration": it}  # rank 0 saves: every rank holds the same state
-        written = self.engine.save_state(self.adapters, it, meta, loss_sum=loss_sum)
+        own, self.engine.grad_sum = self.engine.grad_sum, pending
+        try:
+            written = self.engine.save_state(self.adapters, it, meta, loss_sum=loss_sum)
+        finally:
+            self.engine.grad_sum = own
         info = {"iteration": it, **written}
         if val_loss is not None:
             info["val_loss"] = val_loss

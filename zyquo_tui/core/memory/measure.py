@@ -25,6 +25,7 @@ class Measurement:
     seconds: float
     device: str
     longest_row_tokens: int | None = None
+    tokens_per_second: float | None = None  # the median step's, after the first (compiling)
 
 
 def _subprocess_json(command: list[str], spec: dict[str, Any], timeout: float,
@@ -72,5 +73,6 @@ def measure_peak(model_path: str, config: TrainingConfig, *, data: str | None = 
     return Measurement(peak_bytes=int(result["peak_memory_bytes"]),
                        batch_width=int(result["batch_width"]),
                        seconds=float(result.get("seconds", 0.0)), device=device,
-                       longest_row_tokens=result.get("longest_row_tokens"))
+                       longest_row_tokens=result.get("longest_row_tokens"),
+                       tokens_per_second=result.get("tokens_per_second"))
 
