@@ -24,6 +24,7 @@ from typing import Any
 
 from zyquo_tui.core.events import protocol as ev
 from zyquo_tui.core.memory.facts import ModelFacts
+from zyquo_tui.core.runs.hosts import world_size_of
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
 from zyquo_tui.core.store.store import RunStore
@@ -108,7 +109,7 @@ def _speed_of(store: RunStore, run: Run) -> _Speed | None:
                   val_total / len(val_times) if val_times else None, startup, other / steps)
 
 
-def _distance(run: Run, model: str, size: float, method: Method, max_seq: int,
+def _distance(run: Run, model: str, size: float, method: Method, max_seq: int, world: int,
               cache: dict[str, ModelFacts | None]) -> float | None:
     """How far a finished run is from the planned one (smaller is nearer)."""
     same_model = os.path.realpath(run.model) == os.path.realpath(model)
@@ -121,6 +122,8 @@ def _distance(run: Run, model: str, size: float, method: Method, max_seq: int,
         distance = 1.0 + abs(math.log(model_size(facts) / size))
     if run.method is not method:
         distance += 0.5
+    if world_size_of(run.hyperparameters.zyquo_tui) != world:
+        distance += 0.5  # several processes share the work differently
     hist_seq = run.hyperparameters.max_seq_length
     if isinstance(hist_seq, int) and hist_seq > 0 and max_seq > 0:
         distance += 0.25 * abs(math.log(hist_seq / max_seq))
@@ -144,11 +147,15 @@ def estimate_duration(store: RunStore, model: str, facts: ModelFacts, method: Me
     for run in store.iter_runs():
         if not isinstance(run, Run) or run.state is not RunState.COMPLETED:
             continue
-        distance = _distance(run, model, size, method, hp.max_seq_length, cache)
+        distance = _distance(run, model, size, method, hp.max_seq_length,
+                             world_size_of(hp.zyquo_tui), cache)
         if distance is not None:
             candidates.append((distance, run.id, run))
     speed = None
-    for _distance_, _id, run in sorted(candidates, key=lambda c: (c[0], c[1]), reverse=False):
+    # The nearest first, and of runs as near, the latest (ids sort by creation time).
+    candidates.sort(key=lambda c: c[1], reverse=True)
+    candidates.sort(key=lambda c: c[0])
+    for _distance_, _id, run in candidates:
         speed = _speed_of(store, run)
         if speed is not None:
             break
