@@ -14,16 +14,16 @@ import textwrap
 import time
 
 import pytest
+from conftest import SAMPLE_DATA, our_processes, run_trainer, wait_for_event, zyquo_cli
+from helpers import losses_by_iteration, make_run
 
+from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.processes.supervisor import Supervisor
 from zyquo_tui.core.runs.mlx_config import run_to_mlx_config
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.system.cluster import free_port, mlx_launch_path
-
-from conftest import SAMPLE_DATA, our_processes, wait_for_event, zyquo_cli
-from helpers import losses_by_iteration, make_run
 
 # mlx-lm's own training under mlx.launch: rank 0 writes what its callback was told.
 MLX_LM_REFERENCE = textwrap.dedent("""
@@ -53,8 +53,8 @@ MLX_LM_REFERENCE = textwrap.dedent("""
         open(sys.argv[2], "w").write(json.dumps(reports))
 """)
 
-SETTINGS = dict(iters=24, steps_per_report=4, steps_per_eval=8, val_batches=3, save_every=1000,
-                grad_accumulation_steps=2)
+SETTINGS = {"iters": 24, "steps_per_report": 4, "steps_per_eval": 8, "val_batches": 3,
+            "save_every": 1000, "grad_accumulation_steps": 2}
 
 
 def two_ranks(store: RunStore, model, **settings):
@@ -189,7 +189,11 @@ def test_a_checkpoint_of_another_world_size_is_not_resumed(uninterrupted, tmp_pa
         r.state = RunState.CANCELLED
     mine.update(run_id, one_process)
     supervisor = Supervisor(mine)
-    supervisor.resume(run_id)
-    ended = finished(supervisor, run_id)
-    assert ended.state is RunState.FAILED
-    assert "saved by 2 processes and this run has 1" in ended.failure["message"]
+    with pytest.raises(UserError, match="saved by 2 processes and the run has 1 now"):
+        supervisor.resume(run_id)
+    assert mine.get(run_id).state is RunState.CANCELLED  # nothing changed
+    # The trainer refuses it too (a resume asked for by hand, past the supervisor).
+    mine.update(run_id, lambda r: setattr(r, "resume_from_step", SETTINGS["iters"]))
+    done = run_trainer(mine.run_dir(run_id))
+    assert done.returncode == 1
+    assert "saved by 2 processes and this run has 1" in mine.get(run_id).failure["message"]

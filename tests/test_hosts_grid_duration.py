@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 
+from conftest import SAMPLE_DATA, our_processes, zyquo_cli
+from helpers import FAST, make_run
+
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.processes.supervisor import Supervisor
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.store.store import RunStore
-
-from conftest import SAMPLE_DATA, our_processes, zyquo_cli
-from helpers import FAST, make_run
 
 # -- hosts check ----------------------------------------------------------------------------
 

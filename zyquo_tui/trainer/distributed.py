@@ -46,7 +46,7 @@ class World:
         self.size = group.size() if group is not None else 1
 
     @classmethod
-    def join(cls) -> "World":
+    def join(cls) -> World:
         """The launcher's group; blocks until every rank has joined."""
         group = mx.distributed.init()
         return cls(group if group.size() > 1 else None)

@@ -85,6 +85,25 @@ def _ssh(host: str, command: str) -> None:
                           "run `zyquo-tui hosts check` for what to fix.")
 
 
+def world_size_refusal(store: RunStore, run: Run, step: int) -> str | None:
+    """Why `run` cannot resume exactly from `step` with its number of processes (the batch
+    order and the pending gradients of a checkpoint belong to the world size that saved it)."""
+    import json
+
+    from zyquo_tui.core.runs.hosts import world_size_of
+
+    try:
+        meta = json.loads(state_files(store.adapters_dir(run.id), step)[1].read_text("utf-8"))
+    except (OSError, ValueError):
+        return None  # the trainer says what is wrong with the checkpoint
+    saved, now = int(meta.get("world_size", 1)), world_size_of(run.hyperparameters.zyquo_tui)
+    if saved == now:
+        return None
+    return (f"Run {run.id}'s step {step} was saved by {saved} process"
+            f"{'es' if saved > 1 else ''} and the run has {now} now, so it cannot resume "
+            "exactly; give it the hosts it had, or fork a new run from that step.")
+
+
 def rank_zero_gone(process: dict | None) -> bool:
     """Rank 0, as the trainer recorded it in run.json, has ended."""
     ranks = (process or {}).get("ranks") or []

@@ -125,8 +125,9 @@ class HostNames:
     def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
         if (not isinstance(value, list) or len(value) < 2
                 or not all(isinstance(name, str) and name.strip() for name in value)):
-            return [(ERROR, f"{called} must be two or more host names or addresses, "
-                            f"comma-separated, this machine first; not {value!r}.")]
+            sentence = (f"{called} must be two or more host names or addresses, "
+                        f"comma-separated, this machine first; not {value!r}.")
+            return [(ERROR, sentence)]
         return []
 
 

@@ -34,10 +34,10 @@ try:
 except Exception:
     free = None
 print(json.dumps({"python": platform.python_version(), "executable": sys.executable,
-                  "packages": {n: version(n) for n in %r},
+                  "packages": {n: version(n) for n in PACKAGES},
                   "paths": {p: os.path.exists(p) for p in sys.argv[1:]},
                   "free_memory_bytes": free}))
-""" % (PACKAGES,)
+""".replace("PACKAGES", repr(PACKAGES))
 
 
 @dataclass
