@@ -121,3 +121,49 @@ def test_after_one_run_the_plan_says_how_long_the_next_takes_within_a_quarter(ti
     end = read_events(store.events_path(second.id))[-1]["time"]
     took = end - done.process["requested_at"]
     assert abs(planned["duration_seconds"] - took) <= 0.25 * took, (planned, took)
+
+
+# -- what mlx.launch is given ---------------------------------------------------------------
+
+
+def test_this_machine_is_rank_zero_without_ssh_and_others_keep_their_names(tmp_path):
+    import pytest
+
+    from zyquo_tui.core.runs.hosts import distribution_of
+    from zyquo_tui.core.system.cluster import LaunchError, launch_command, own_names
+
+    mine = next((name for name in own_names() if name.count(".") == 3
+                 and not name.startswith("127.")), None)
+    if mine is None:
+        pytest.skip("this machine has no IPv4 address besides loopback")
+    found = distribution_of({"hosts": [mine, "10.255.0.2"]})
+    argv = launch_command(found, tmp_path, ["python", "-m", "zyquo_tui.trainer", "RUN"])
+    assert argv[argv.index("--") + 1:] == ["python", "-m", "zyquo_tui.trainer", "RUN"]
+    written = json.loads((tmp_path / "hostfile.json").read_text())
+    assert written["backend"] == "ring"
+    assert written["hosts"] == [{"ssh": "127.0.0.1", "ips": [mine]},
+                                {"ssh": "10.255.0.2", "ips": ["10.255.0.2"]}]
+
+    with pytest.raises(LaunchError, match="is not this machine"):
+        launch_command(distribution_of({"hosts": ["10.255.0.2", mine]}), tmp_path, ["x"])
+    with pytest.raises(LaunchError, match="the other hosts cannot reach"):
+        launch_command(distribution_of({"hosts": ["localhost", "10.255.0.2"]}), tmp_path,
+                       ["x"])
+
+
+def test_a_hostfile_in_mlx_format_names_the_ranks(tmp_path):
+    from zyquo_tui.core.runs.hosts import distribution_of, world_size_of
+
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text(json.dumps({"backend": "jaccl", "envs": ["MLX_METAL_FAST_SYNCH=1"],
+                                    "hosts": [{"ssh": "a", "ips": ["10.0.0.1"]},
+                                              {"ssh": "b", "ips": ["10.0.0.2"]},
+                                              {"ssh": "c", "ips": ["10.0.0.3"]}]}))
+    found = distribution_of({"hostfile": str(hostfile)})
+    assert found.world_size == 3 and found.backend == "jaccl"
+    assert found.envs == ["MLX_METAL_FAST_SYNCH=1"]
+    assert world_size_of({"hostfile": str(hostfile)}) == 3
+    hostfile.write_text("[{\"ips\": []}]")
+    done = zyquo_cli("hosts", "check", "--hostfile", str(hostfile))
+    assert done.returncode == 2
+    assert 'host 1 has no "ssh" name' in done.stderr
