@@ -30,6 +30,10 @@ from zyquo_tui.core.runs.mlx_config import load_mlx_yaml, run_from_mlx_config
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 
 
+# Settings that change how long a run takes and not its memory (core/memory/duration.py).
+DURATION_SETTINGS = frozenset({"iters", "steps_per_eval", "val_batches"})
+
+
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "plan", help="estimate a training config's peak memory, judge it, suggest what fits")
@@ -41,7 +45,8 @@ def register(subparsers) -> None:
     # The settings that decide memory, with runs new's flags; the optimizer is picked from
     # its list (argparse refuses another name).
     # iters and save_every decide how many checkpoints the disk verdict counts.
-    add_setting_flags(parser, (MEMORY_SETTINGS - {"optimizer"}) | DISK_SETTINGS)
+    add_setting_flags(parser, (MEMORY_SETTINGS - {"optimizer"}) | DISK_SETTINGS
+                      | DURATION_SETTINGS)
     optimizer = SETTINGS["optimizer"]
     parser.add_argument(optimizer.flag, choices=optimizer.choices, help=optimizer.help)
     parser.add_argument("--config", type=Path, help="an mlx-lm YAML config to start from "
@@ -163,11 +168,17 @@ def run(args) -> int:
             advisor.record_measurement(facts, plan.estimate, measurement)
 
     disk = _disk(facts, plan, hp)
+    duration = _duration(model_path, facts, method, hp, data, lengths, measurement)
     if args.json:
-        print_json({**_json(plan, measurement, skipped, lengths), **disk.to_json()})
+        data_json = {**_json(plan, measurement, skipped, lengths), **disk.to_json()}
+        data_json["duration_seconds"] = (None if duration.seconds is None
+                                         else round(duration.seconds, 1))
+        data_json["duration_basis"] = duration.basis
+        print_json(data_json)
     else:
         _print(plan, facts, measurement, skipped, lengths)
         print(f"disk      {disk.verdict.value if disk.verdict else 'unknown'}: {disk.reason}")
+        print(f"duration  {_duration_text(duration)}")
     wont_fit = Verdict.WONT_FIT in (plan.assessment.verdict, disk.verdict)
     return EXIT_PROBLEMS if wont_fit else EXIT_OK
 
@@ -247,3 +258,24 @@ def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipp
     elif plan.assessment.verdict is not Verdict.FITS:
         print()
         print("No change the search tries makes it fit; use a smaller model or a bigger machine.")
+
+
+def _duration(model_path: str, facts: ModelFacts, method: Method, hp: Hyperparameters,
+              data: str | None, lengths: list[int] | None, measurement: Measurement | None):
+    """How long the run would take on this machine (core/memory/duration.py)."""
+    from zyquo_tui.core.memory.duration import DurationEstimate, estimate_duration
+    from zyquo_tui.core.store.store import RunStore
+
+    try:
+        return estimate_duration(RunStore(), model_path, facts, method, hp, data, lengths,
+                                 measurement.tokens_per_second if measurement else None)
+    except (OSError, UserError) as error:  # a store that cannot be read costs the duration
+        return DurationEstimate(None, {"source": None, "sentence": f"unknown: {error}"})
+
+
+def _duration_text(duration) -> str:
+    from zyquo_tui.core.formatting import fmt_duration
+
+    if duration.seconds is None:
+        return duration.sentence()
+    return f"about {fmt_duration(duration.seconds)} ({duration.sentence()})"

@@ -136,6 +136,10 @@ def register(subparsers) -> None:
     try_cmd.register(sub)
     export_cmd.register(sub)
 
+    from zyquo_tui.cli import grid_cmd  # `runs grid`: many runs from comma-separated values
+
+    grid_cmd.register(sub)
+
 
 # -- helpers ------------------------------------------------------------------------------------
 

@@ -116,9 +116,15 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     settings = dataclasses.replace(hp, iters=steps, val_batches=0, steps_per_report=1,
                                    steps_per_eval=steps + 1, save_every=steps + 1)
     peaks: list[int] = []
+    speeds: list[float] = []  # tokens per second of each step (the first compiles)
+
+    def on_train(info: dict[str, Any]) -> None:
+        peaks.append(info["peak_memory_bytes"])
+        speeds.append(info["tokens_per_second"])
+
     with tempfile.TemporaryDirectory(prefix="zyquo-measure-") as adapters:
         hooks = LoopHooks(
-            on_train=lambda info: peaks.append(info["peak_memory_bytes"]),
+            on_train=on_train,
             on_val=lambda info: None, on_checkpoint=lambda info: None,
         )
         loop = TrainingLoop(model, optimizer, _Rows(rows), [], settings, Path(adapters), hooks)
@@ -137,6 +143,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "device": str(mx.default_device()),
         "longest_row_tokens": max(lengths) if lengths else None,
         "seconds": round(time.perf_counter() - started, 2),
+        "tokens_per_second": sorted(speeds[1:] or speeds)[len(speeds[1:] or speeds) // 2]
+        if speeds else None,
     }
 
 

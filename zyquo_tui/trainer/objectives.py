@@ -26,8 +26,9 @@ class SftObjective:
     def __init__(self, settings: Hyperparameters) -> None:
         self.settings = settings
 
-    def batches(self, train_set) -> BatchStream:
-        return BatchStream(train_set, self.settings.batch_size, self.settings.max_seq_length)
+    def batches(self, train_set, world) -> BatchStream:
+        return BatchStream(train_set, self.settings.batch_size, self.settings.max_seq_length,
+                           world.rank, world.size)
 
     def forward_backward(self, engine: StepEngine, batch):
         return engine.forward_backward(losses.sft_objective, *batch)
@@ -96,11 +97,11 @@ class PreferenceObjective:
             self.loss = partial(losses.orpo_objective, beta=self.beta)
         self.key = (self.kind, self.beta, self.variant)
 
-    def batches(self, train_set):
+    def batches(self, train_set, world):
         from zyquo_tui.trainer.preference_data import PreferenceBatchStream
 
         return PreferenceBatchStream(train_set, self.settings.batch_size,
-                                     self.settings.max_seq_length)
+                                     self.settings.max_seq_length, world.rank, world.size)
 
     def _arrays(self, tokens: mx.array, lengths: mx.array) -> tuple[mx.array, ...]:
         if self.reference is None:

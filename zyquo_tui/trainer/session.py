@@ -19,7 +19,12 @@ from zyquo_tui import __version__
 from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.events import protocol as ev
 from zyquo_tui.core.formatting import fmt_bytes
-from zyquo_tui.core.runs.failures import Failure, failure, looks_like_oom
+from zyquo_tui.core.runs.failures import (
+    Failure,
+    failure,
+    looks_like_lost_rank,
+    looks_like_oom,
+)
 from zyquo_tui.core.runs.mlx_config import dump_mlx_yaml, run_to_mlx_config
 from zyquo_tui.core.runs.problems import errors_in
 from zyquo_tui.core.runs.run import ALLOWED_TRANSITIONS, Run, RunState
@@ -40,10 +45,13 @@ from zyquo_tui.trainer.loading import TrainerFailure, fail
 
 EXIT_DONE = 0
 EXIT_FAILED = 1
+EXIT_RANK_LOST = 3  # another rank of a distributed run is gone
 
 
 class TrainingSession:
     """Trains the run in `run_dir` from its record, from scratch or from a saved step."""
+
+    primary = True  # rank 0 of a distributed run, or the only process: it writes the files
 
     def __init__(self, run_dir: Path, stop) -> None:
         self.run_dir = run_dir
@@ -242,6 +250,8 @@ class TrainingSession:
                 failure("dependency", f"A package the trainer needs is missing: {error}."), error)
         except Exception as error:  # anything else is a bug or an unforeseen input: say so
             text = str(error)
+            if looks_like_lost_rank(text):
+                return self._rank_lost(text)
             if looks_like_oom(text):
                 return self._failed(failure("oom", f"The trainer ran out of memory ({text})."),
                                     error)
@@ -266,6 +276,13 @@ class TrainingSession:
         print(f"failed ({cause.cause}): {cause.message}", file=sys.stderr, flush=True)
         return EXIT_FAILED
 
+    def _rank_lost(self, text: str) -> int:
+        """Another rank of a distributed run is gone: no terminal event, so the runner records
+        the run as interrupted (with the rank mlx.launch names) and a resume continues it."""
+        self._warn("rank_lost", f"Another process of this distributed run stopped ({text}); "
+                   "this one stops too.")
+        return EXIT_RANK_LOST
+
     def _cancelled(self, checkpoint: dict[str, Any] | None) -> int:
         self._update(RunState.CANCELLED)
         self.events.write(ev.CANCELLED, iteration=self.step,
@@ -284,7 +301,8 @@ class TrainingSession:
         adapters = self.store.adapters_dir(run.id)
         adapters.mkdir(exist_ok=True)
         config = run_to_mlx_config(run, adapter_path=str(adapters))
-        (self.run_dir / CONFIG_FILE).write_text(dump_mlx_yaml(config), encoding="utf-8")
+        if self.primary:
+            (self.run_dir / CONFIG_FILE).write_text(dump_mlx_yaml(config), encoding="utf-8")
 
         from zyquo_tui.trainer import loading
 
@@ -314,6 +332,11 @@ class TrainingSession:
         if sizes["valid"] and sizes["valid"] < hp.batch_size:
             val_set = []  # mlx-lm would stop at its first validation; skip it instead
 
+        from zyquo_tui.trainer.distributed import World, record_ranks
+
+        world = World.join()  # the other ranks of a distributed run (mlx.launch), if any
+        if world.distributed:
+            record_ranks(self.store, self.run_id, world)
         mx.random.seed(hp.seed)
         np.random.seed(hp.seed)
         optimizer = self._prepare_model(model, run, config, adapters)
@@ -328,7 +351,8 @@ class TrainingSession:
         from zyquo_tui.trainer.objectives import objective_for
 
         loop = self.loop = TrainingLoop(model, optimizer, train_set, val_set, hp, adapters,
-                                        hooks, objective_for(hp, model, run.model))
+                                        hooks, objective_for(hp, model, run.model),
+                                        world=world)
         resumed_from = run.resume_from_step
         if resumed_from is not None:
             loop.restore(resumed_from)
@@ -350,6 +374,7 @@ class TrainingSession:
             parameters={"total": int(get_total_parameters(model)), "trainable": int(trainable)},
             dataset={"train": sizes["train"], "valid": sizes["valid"]},
             iters=hp.iters, resumed_from_step=resumed_from, config=config,
+            world_size=world.size,
         )
         self.summary["iters"] = hp.iters
         self.summary.setdefault("started_at", time.time())

@@ -33,7 +33,8 @@ TERMINAL_TYPES = frozenset({COMPLETED, FAILED, CANCELLED})
 KNOWN_TYPES = frozenset({STARTED, TRAIN, VAL, CHECKPOINT, WARNING, SAMPLE}) | TERMINAL_TYPES
 
 # Failure causes carried by `failed` events and run.json.
-FAILURE_CAUSES = ("oom", "nan", "data", "config", "dependency", "internal", "killed", "disk")
+FAILURE_CAUSES = ("oom", "nan", "data", "config", "dependency", "internal", "killed", "disk",
+                  "rank_lost")
 
 # What the writer puts between items and between a key and its value (json.dumps' defaults,
 # named because a fast reader matches the written text).
@@ -67,6 +68,8 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
         Field("pid", _INT), Field("host", _STR), Field("versions", (dict,)),
         Field("device", _STR), Field("parameters", (dict,)), Field("dataset", (dict,)),
         Field("iters", _INT), Field("resumed_from_step", (int, _NONE)), Field("config", (dict,)),
+        # the processes training the run together (mlx.launch); left out by older writers
+        Field("world_size", _INT, optional=True),
     ),
     TRAIN: (
         Field("iteration", _INT), Field("train_loss", _FLOAT), Field("learning_rate", _FLOAT),

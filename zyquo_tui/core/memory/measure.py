@@ -27,6 +27,7 @@ class Measurement:
     seconds: float
     device: str
     longest_row_tokens: int | None = None
+    tokens_per_second: float | None = None  # the median step's, after the first (compiling)
     peak_rss_bytes: int | None = None
     start_rss_bytes: int | None = None
 
@@ -83,5 +84,6 @@ def measure_peak(model_path: str, config: TrainingConfig, *, data: str | None = 
                        seconds=float(result.get("seconds", 0.0)), device=device,
                        longest_row_tokens=result.get("longest_row_tokens"),
                        peak_rss_bytes=result.get("peak_rss_bytes"),
-                       start_rss_bytes=result.get("start_rss_bytes"))
+                       start_rss_bytes=result.get("start_rss_bytes"),
+                       tokens_per_second=result.get("tokens_per_second"))
 

@@ -17,6 +17,7 @@ from typing import AsyncIterator
 
 from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.events import protocol as ev
+from zyquo_tui.core.processes.distributed_launch import world_size_refusal
 from zyquo_tui.core.processes.runner import record_end
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.store.checkpoints import adapter_file, list_checkpoints
@@ -279,6 +280,9 @@ class Supervisor:
             raise UserError(f"Run {run_id} has no resumable checkpoint at step {step}; "
                             f"it has {', '.join(map(str, steps))}.")
         self._check_settings(run)
+        refusal = world_size_refusal(self.store, run, step)
+        if refusal:
+            raise UserError(refusal)
 
         def from_step(r: Run) -> None:
             r.resume_from_step = step

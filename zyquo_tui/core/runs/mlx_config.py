@@ -19,6 +19,7 @@ from zyquo_tui.core.runs.config_keys import normalize_config
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import (
     COUNT_OR_FILE,
+    FILE,
     OWN_KEY,
     SETTINGS,
     Hyperparameters,
@@ -226,7 +227,7 @@ def _resolve_own_files(hp: Hyperparameters, base_dir: Path) -> None:
     """A file named by one of our settings (sample_prompts) beside the config file."""
     for setting in SETTINGS.values():
         value = setting.get(hp)
-        if setting.kind == COUNT_OR_FILE and isinstance(value, str) and value:
+        if setting.kind in (COUNT_OR_FILE, FILE) and isinstance(value, str) and value:
             setting.set(hp, _resolve(value, base_dir))
 
 

@@ -122,6 +122,8 @@ class Run:
     disk: dict[str, Any] | None = None
     # When the run entered the queue (queue order is kept in the store's queue file).
     queued_at: str | None = None
+    # The grid it was made in (`runs grid`): its runs share this id.
+    group: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     @classmethod

@@ -23,6 +23,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from zyquo_tui.core.runs.hosts import (
+    BACKENDS,
+    HostfileCheck,
+    HostNames,
+    distribution_problems,
+)
 from zyquo_tui.core.runs.problems import WARNING, Problem
 from zyquo_tui.core.runs.value_checks import (
     INT_TEXT,
@@ -81,6 +87,7 @@ BASE_OR_PATH = "base_or_path"  # the word base, or the path of a model folder
 OBJECTIVES = ("sft", "dpo", "orpo")
 PREFERENCE_OBJECTIVES = ("dpo", "orpo")
 DPO_LOSSES = ("sigmoid", "ipo", "hinge")
+FILE = "file"  # the path of a file
 
 # zyquo-tui's own settings (mlx-lm has no such keys) live under this key of the config, so an
 # exported YAML still trains with `mlx_lm lora -c` (mlx-lm ignores a key it does not know)
@@ -207,6 +214,8 @@ class Setting:
             if INT_TEXT.match(plain):
                 return int(plain)
             return os.path.abspath(os.path.expanduser(stripped))  # from where it was typed
+        if self.kind == FILE:
+            return os.path.abspath(os.path.expanduser(stripped))
         if self.kind == CHOICE and self.optional and stripped == NONE_TEXT:
             return None
         return stripped
@@ -317,6 +326,23 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
     Setting("sample_max_tokens", f"{OWN_KEY}.sample_max_tokens", INT, 64, "Sample length",
             "at most this many tokens in each sample answer", ADVANCED, "--sample-max-tokens",
             WholeNumber(), in_form=False, called="sample_max_tokens"),
+    # One run across several processes with mlx.launch (core/runs/hosts.py, docs/distributed.md).
+    Setting("ranks", f"{OWN_KEY}.ranks", INT, None, "Ranks",
+            "N processes on this machine train one run (mlx.launch -n N): a way to test "
+            "distributed training here, useful nowhere else", ADVANCED, "--ranks",
+            WholeNumber(), optional=True, in_form=False, called="ranks"),
+    Setting("hosts", f"{OWN_KEY}.hosts", NAMES, None, "Hosts",
+            "Macs that train one run together, one process each, this one first (reachable "
+            "by SSH without a password; `zyquo-tui hosts check`)", ADVANCED, "--hosts",
+            HostNames(), optional=True, in_form=False, called="hosts"),
+    Setting("hostfile", f"{OWN_KEY}.hostfile", FILE, None, "Hostfile",
+            "mlx.launch's hostfile (as mlx.distributed_config writes it), this machine first",
+            ADVANCED, "--hostfile", HostfileCheck(), optional=True, in_form=False,
+            called="hostfile"),
+    Setting("backend", f"{OWN_KEY}.backend", CHOICE, None, "Backend",
+            "MLX's distributed backend: ring (Ethernet or Thunderbolt), jaccl (RDMA over "
+            "Thunderbolt) or mpi; unset, ring", ADVANCED, "--backend", OneOf(BACKENDS),
+            choices=BACKENDS, optional=True, in_form=False, called="backend"),
 )}
 
 
@@ -482,7 +508,12 @@ def _interval_past_the_end(key: str, what: str) -> Callable[[Hyperparameters], l
     return check
 
 
+def _batch_splits_across_ranks(hp: Hyperparameters) -> list[Problem]:
+    return distribution_problems(hp.batch_size, hp.zyquo_tui)
+
+
 CROSS_CHECKS: tuple[CrossCheck, ...] = (
+    CrossCheck(("batch_size", "ranks", "hosts", "hostfile"), _batch_splits_across_ranks),
     CrossCheck(("schedule",), _schedule_shape),
     CrossCheck(("optimizer",), _optimizer_config_shape),
     CrossCheck(("rank",), _lora_parameters_shape),
