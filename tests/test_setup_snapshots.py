@@ -135,7 +135,7 @@ class TestNewRunScreen:
         · train 225 · valid 40 · test 40 rows · ✓ valid"; under the method an Objective line
         with dpo chosen (green), orpo offered and sft struck through, and the note "sft is not
         offered: preference rows train dpo or orpo.". The name
-        is "zyquo-tiny lora dpo". The hyperparameters start with Beta (default 0.1), DPO loss
+        is "zyquo-tiny lora" (the runs list tags the objective). The hyperparameters start with Beta (default 0.1), DPO loss
         sigmoid and Reference base, then the basic ones. The memory panel fits."""
         async def run_before(pilot):
             await new_run(pilot, model=str(MODELS / "zyquo-tiny"),

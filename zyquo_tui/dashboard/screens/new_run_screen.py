@@ -524,7 +524,6 @@ class NewRunScreen(ZyquoScreen):
         self.objective = objective
         self.query_one("#objective", ChoicePicker).choose(objective)
         self.form.set_objective(objective)
-        self._update_name()
 
     def set_method(self, method: Method) -> None:
         self.method = method
@@ -534,8 +533,7 @@ class NewRunScreen(ZyquoScreen):
 
     def _auto_name(self) -> str:
         model = basename(self.model_path) if self.model_path else "new run"
-        objective = f" {self.objective}" if self.objective != "sft" else ""
-        return f"{model} {self.method.value}{objective}"
+        return f"{model} {self.method.value}"
 
     def _update_name(self) -> None:
         if self.name_touched:
