@@ -205,18 +205,18 @@ class TestPreferenceRuns:
         Qwen2.5-0.5B-Instruct-4bit · helpful-pairs", step 260/400. Seven sparklines: the five
         of every run, then "margin" (rising, about 2.4) and "reward acc" (rising, about 91%).
         The chart is the loss (border title "Loss"), falling from about 0.72. The footer
-        offers m Margin beside s Smoothing."""
+        offers v Margin beside s Smoothing."""
         store = write_preference_store(fixed_world)
         assert snap_compare(dashboard(store), terminal_size=size,
                             run_before=lambda pilot: open_run(pilot, PREFERENCE_RUNNING))
 
-    def test_m_charts_the_reward_margin(self, snap_compare, fixed_world):
-        """After m: the chart's border title is "Reward margin", its y axis from about -0.1 to
+    def test_v_charts_the_reward_margin(self, snap_compare, fixed_world):
+        """After v: the chart's border title is "Reward margin", its y axis from about -0.1 to
         2.6; the train margin rises from 0 (smoothed, raw faintly behind) and the validation
         margin (orange squares) follows below it."""
         store = write_preference_store(fixed_world)
         assert snap_compare(dashboard(store), terminal_size=(80, 24),
-                            run_before=lambda pilot: open_run(pilot, PREFERENCE_RUNNING, "m"))
+                            run_before=lambda pilot: open_run(pilot, PREFERENCE_RUNNING, "v"))
 
     def test_the_runs_list_tags_preference_runs(self, snap_compare, fixed_world):
         """Three runs: "dpo helpful pairs" (running) and "dpo"/"orpo" in magenta before the

@@ -106,7 +106,7 @@ async def test_a_run_set_up_in_the_form_starts_and_trains(models):
 async def test_a_dpo_run_set_up_in_the_form_trains_and_shows_its_rewards(models):
     """Setup, start, metrics for a preference run, with the real trainer: pick the sample
     model and the preference data from the lists (dpo is the objective), press s; the live
-    metrics fill the reward margin and accuracy sparklines as the run trains, and m charts
+    metrics fill the reward margin and accuracy sparklines as the run trains, and v charts
     the train and validation margins."""
     app = dashboard()
     run_id = None
@@ -144,7 +144,7 @@ async def test_a_dpo_run_set_up_in_the_form_trains_and_shows_its_rewards(models)
             for key in ("reward_margin", "reward_accuracy"):
                 sparkline = metrics_screen.query_one(f"#spark-{key}", MetricSparkline)
                 assert sparkline.display and sparkline.values and sparkline.current != "–"
-            await pilot.press("m")
+            await pilot.press("v")
             chart = metrics_screen.query_one(LossChart)
             assert chart.border_title == "Reward margin"
             assert len(chart.train) >= 8 and len(chart.val) >= 3

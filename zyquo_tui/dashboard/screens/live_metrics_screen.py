@@ -1,7 +1,7 @@
 """LiveMetricsScreen: one run's metrics as they arrive.
 
 A preference run (dpo, orpo) shows its reward margin and reward accuracy as two more
-sparklines, and `m` switches the chart between the loss and the reward margin (train and
+sparklines, and `v` switches the chart between the loss and the reward margin (train and
 validation, as the loss).
 """
 
@@ -69,7 +69,7 @@ class LiveMetricsScreen(RunViewScreen):
                 tooltip="Smooth train loss and tokens/s (raw stays faintly behind; the "
                         "learning rate is never smoothed)"),
         # Only a preference run has it (check_action).
-        Binding("m", "toggle_chart", "Margin", id="run.chart",
+        Binding("v", "toggle_chart", "Margin", id="run.chart",
                 tooltip="Chart the reward margin instead of the loss, or the loss again "
                         "(preference runs)"),
         VERB_BINDINGS["cancel"], VERB_BINDINGS["resume"], VERB_BINDINGS["checkpoints"],
@@ -94,7 +94,7 @@ class LiveMetricsScreen(RunViewScreen):
         self._drawn_loaded = False
         self._redraw_timer: Timer | None = None
         self.sample_step: int | None = None  # None: follow the latest samples
-        self.chart_view = "loss"  # or "margin" (a preference run's, with m)
+        self.chart_view = "loss"  # or "margin" (a preference run's, with v)
         self.preference: bool | None = None  # the run's objective, once read
 
     def action_try_latest(self) -> None:
