@@ -14,7 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
-from test_dashboard_fixtures import NOW, write_empty_store, write_showcase_store
+from test_dashboard_fixtures import (
+    NOW,
+    PREFERENCE_RUNNING,
+    write_empty_store,
+    write_preference_store,
+    write_showcase_store,
+)
 
 from zyquo_tui.dashboard.app import ZyquoApp
 from zyquo_tui.dashboard.notify import NotificationSettings
@@ -187,6 +193,36 @@ class TestLiveMetricsScreen:
         monkeypatch.setenv("NO_COLOR", "1")
         assert snap_compare(dashboard(showcase), terminal_size=(80, 24),
                             run_before=lambda pilot: open_run(pilot, RUNNING))
+
+
+class TestPreferenceRuns:
+    """A running DPO run, a completed ORPO run and an SFT run (test_dashboard_fixtures.py
+    write_preference_store)."""
+
+    @BOTH
+    def test_live_metrics_of_a_dpo_run(self, snap_compare, fixed_world, size):
+        """The running DPO run "helpful pairs": the status line reads "lora dpo ·
+        Qwen2.5-0.5B-Instruct-4bit · helpful-pairs", step 260/400. Seven sparklines: the five
+        of every run, then "margin" (rising, about 2.4) and "reward acc" (rising, about 91%).
+        The chart is the loss (border title "Loss"), falling from about 0.72. The footer
+        offers v Margin beside s Smoothing."""
+        store = write_preference_store(fixed_world)
+        assert snap_compare(dashboard(store), terminal_size=size,
+                            run_before=lambda pilot: open_run(pilot, PREFERENCE_RUNNING))
+
+    def test_v_charts_the_reward_margin(self, snap_compare, fixed_world):
+        """After v: the chart's border title is "Reward margin", its y axis from about -0.1 to
+        2.6; the train margin rises from 0 (smoothed, raw faintly behind) and the validation
+        margin (orange squares) follows below it."""
+        store = write_preference_store(fixed_world)
+        assert snap_compare(dashboard(store), terminal_size=(80, 24),
+                            run_before=lambda pilot: open_run(pilot, PREFERENCE_RUNNING, "v"))
+
+    def test_the_runs_list_tags_preference_runs(self, snap_compare, fixed_world):
+        """Three runs: "dpo helpful pairs" (running) and "dpo"/"orpo" in magenta before the
+        preference runs' names; the SFT run "support-chat lora r16" has no tag."""
+        store = write_preference_store(fixed_world)
+        assert snap_compare(dashboard(store), terminal_size=(80, 24), run_before=runs_listed)
 
 
 class TestCheckpointsScreen:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+import os
 import re
 import subprocess
 import sys
@@ -207,7 +209,9 @@ async def test_a_bad_dataset_folder_lists_every_problem_with_file_and_line(model
         assert "wait until the errors above are fixed" in text_of(screen, "#tokens")
 
 
-async def test_the_datasets_screen_says_preference_rows_cannot_be_trained_here(models):
+async def test_the_datasets_screen_previews_a_preference_pair_side_by_side(models):
+    """The shipped preference dataset: valid, no refusal, and its first pair with the prompt
+    across and chosen and rejected in two columns; ] shows the next pair."""
     app = dashboard(FixedSources)
     async with app.run_test(size=(120, 40)) as pilot:
         app.push_screen(DatasetsScreen())
@@ -218,9 +222,20 @@ async def test_the_datasets_screen_says_preference_rows_cannot_be_trained_here(m
         await until(pilot, lambda: screen.report is not None
                     and screen.report.format == "preference", "the report")
         validation = text_of(screen, "#validation")
-        assert "✓ valid" in validation
-        assert "preference rows (prompt, chosen, rejected) are for preference training" \
-            in validation
+        assert "✓ valid" in validation and "✗" not in validation
+        rows = (SAMPLE_DATA / "preference" / "train.jsonl").read_text().splitlines()
+        first, second = json.loads(rows[0]), json.loads(rows[1])
+        pair = text_of(screen, "#pair")
+        assert "train.jsonl line 1" in pair and first["prompt"] in pair
+        # Side by side: chosen and rejected start on the same line, chosen on the left.
+        line = next(row for row in pair.splitlines() if first["chosen"] in row)
+        assert first["rejected"] in line
+        assert line.index(first["chosen"]) < line.index(first["rejected"])
+        screen.query_one("DataTable").blur()
+        await pilot.press("right_square_bracket")
+        await pilot.pause()
+        pair = text_of(screen, "#pair")
+        assert "train.jsonl line 2" in pair and second["prompt"] in pair
 
 
 # -- the machine --------------------------------------------------------------------------------

@@ -129,6 +129,21 @@ class TestNewRunScreen:
         assert snap_compare(dashboard(), terminal_size=size, run_before=run_before)
 
     @BOTH
+    def test_a_preference_dataset_offers_dpo_and_orpo_with_their_settings(
+            self, snap_compare, world, size):
+        """The sample model and the shipped preference dataset: the summary reads "preference
+        · train 225 · valid 40 · test 40 rows · ✓ valid"; under the method an Objective line
+        with dpo chosen (green), orpo offered and sft struck through, and the note "sft is not
+        offered: preference rows train dpo or orpo.". The name
+        is "zyquo-tiny lora" (the runs list tags the objective). The hyperparameters start with Beta (default 0.1), DPO loss
+        sigmoid and Reference base, then the basic ones. The memory panel fits."""
+        async def run_before(pilot):
+            await new_run(pilot, model=str(MODELS / "zyquo-tiny"),
+                          data=str(SAMPLE_DATA / "preference"))
+            steady(pilot.app)
+        assert snap_compare(dashboard(), terminal_size=size, run_before=run_before)
+
+    @BOTH
     def test_a_huge_batch_and_sequence_wont_fit_and_suggestions_say_what_would(
             self, snap_compare, world, size):
         """Batch 64 and max_seq_length 8192, no dataset: "Memory · ✗ won't fit" in red, 246.6

@@ -72,6 +72,7 @@ WEIGHT_DECAY_DEFAULTS = {"adamw": 0.01, "muon": 0.01, "sgd": 0.0, "adafactor": 0
 BASIC = "basic"
 ADVANCED = "advanced"
 SCHEDULE = "schedule"
+PREFERENCE = "preference"  # shown for preference objectives only (dpo, orpo)
 
 # Kinds of value.
 INT = "int"
@@ -108,6 +109,8 @@ class Setting:
     optimizer_config. `called` is how problem sentences name it (default: its key). An
     `optional` setting is left out unless given (None: mlx-lm's or MLX's own behaviour);
     `in_form` is False for the few the form has no field for (the YAML and the CLI set them).
+    `objectives` are the objectives that use it (empty: every one), as `lora_only` says for
+    methods: the form shows beta for dpo and orpo, the DPO loss and reference for dpo.
     """
 
     key: str
@@ -124,6 +127,7 @@ class Setting:
     optional: bool = False
     in_form: bool = True
     called: str = ""
+    objectives: tuple[str, ...] = ()
 
     @property
     def spoken(self) -> str:
@@ -140,6 +144,10 @@ class Setting:
     def applies_to(self, method: Method | None) -> bool:
         """Whether a run of this method uses the setting (LoRA's own ones not for full)."""
         return not (self.lora_only and method is Method.FULL)
+
+    def used_by(self, objective: str | None) -> bool:
+        """Whether a run of this objective uses the setting (beta not for sft)."""
+        return not self.objectives or objective in self.objectives
 
     def path(self, hp: "Hyperparameters") -> tuple[str, ...]:
         return tuple(str(hp.optimizer) if part == "{optimizer}" else part
@@ -315,14 +323,15 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
             in_form=False),
     Setting("beta", f"{OWN_KEY}.beta", FLOAT, 0.1, "Beta",
             "dpo: how far the policy may move from the reference; orpo: the weight of the "
-            "odds-ratio term", BASIC, "--beta", LearningRate(high=math.inf), in_form=False),
+            "odds-ratio term", PREFERENCE, "--beta", LearningRate(high=math.inf),
+            objectives=PREFERENCE_OBJECTIVES),
     Setting("dpo_loss", f"{OWN_KEY}.dpo_loss", CHOICE, "sigmoid", "DPO loss",
-            "sigmoid (DPO), ipo or hinge", ADVANCED, "--dpo-loss", OneOf(DPO_LOSSES),
-            choices=DPO_LOSSES, in_form=False),
+            "sigmoid (DPO), ipo or hinge", PREFERENCE, "--dpo-loss", OneOf(DPO_LOSSES),
+            choices=DPO_LOSSES, objectives=("dpo",)),
     Setting("reference", f"{OWN_KEY}.reference", BASE_OR_PATH, "base", "Reference",
             "dpo's reference: base (the model before training; for full fine-tuning a frozen "
-            "copy in memory) or a model folder", ADVANCED, "--reference", BaseOrModelFolder(),
-            in_form=False),
+            "copy in memory) or a model folder", PREFERENCE, "--reference",
+            BaseOrModelFolder(), objectives=("dpo",)),
     Setting("sample_max_tokens", f"{OWN_KEY}.sample_max_tokens", INT, 64, "Sample length",
             "at most this many tokens in each sample answer", ADVANCED, "--sample-max-tokens",
             WholeNumber(), in_form=False, called="sample_max_tokens"),

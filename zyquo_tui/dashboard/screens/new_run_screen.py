@@ -37,7 +37,7 @@ from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.formatting import basename
 from zyquo_tui.core.library.datasets import DatasetInfo, DatasetReport, describe_dataset
 from zyquo_tui.core.library.models import ModelInfo, inspect_model
-from zyquo_tui.core.library.rows import training_refusal
+from zyquo_tui.core.library.rows import objectives_for, training_refusal
 from zyquo_tui.core.library.run_checks import DataTraits, check_run, fit_default_layers
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict
 from zyquo_tui.core.memory.disk_verdict import DiskAssessment, assess_disk
@@ -50,7 +50,7 @@ from zyquo_tui.core.runs.mlx_config import (
     run_to_mlx_config,
 )
 from zyquo_tui.core.runs.run import Run, RunState
-from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
+from zyquo_tui.core.runs.settings import OBJECTIVES, SETTINGS, Hyperparameters, Method
 from zyquo_tui.core.runs.value_checks import value_text
 from zyquo_tui.core.store.paths import presets_dir
 from zyquo_tui.core.store.presets import Preset, list_presets, load_preset, save_preset
@@ -69,6 +69,7 @@ from zyquo_tui.dashboard.library_text import (
 from zyquo_tui.dashboard.messages import SampleChanged
 from zyquo_tui.dashboard.screens.zyquo_screen import ZyquoScreen
 from zyquo_tui.dashboard.setup_sources import setup_sources
+from zyquo_tui.dashboard.widgets.choice_picker import ChoicePicker
 from zyquo_tui.dashboard.widgets.hyperparameter_form import (
     FIELD_KEYS,
     FieldInput,
@@ -91,7 +92,12 @@ CONTROL_HELP = {
     "dataset": "Folders with train.jsonl: $ZYQUO_HOME/datasets and the samples (D lists them)",
     "method": "← → choose: lora and dora adapt a full-precision base, qlora a quantized one; "
               "full trains every weight",
+    "objective": "← → choose: dpo learns to prefer chosen over rejected against a reference; "
+                 "orpo does so with no reference, beside the chosen answers' loss",
 }
+# Why an objective is not offered for a dataset of preference rows (the others train sft only,
+# and the objective line is hidden for them).
+SFT_NOT_OFFERED = "sft is not offered: preference rows train dpo or orpo."
 
 
 def slug(name: str) -> str:
@@ -150,6 +156,7 @@ class NewRunScreen(ZyquoScreen):
         self.report: DatasetReport | None = None
         self.report_error: str | None = None
         self.method = Method.LORA
+        self.objective = "sft"
         self.advisor: MemoryAdvisor | None = None
         self.advisor_error: str | None = None
         self.lengths: list[int] | None = None
@@ -192,6 +199,10 @@ class NewRunScreen(ZyquoScreen):
                 with LabeledLine("Method", classes="setup-line"):
                     yield MethodPicker(id="method")
                 yield PanelText("", id="method-note", classes="setup-detail", markup=False)
+                # Shown for a preference dataset only: other data trains sft alone.
+                with LabeledLine("Objective", classes="setup-line", id="objective-line"):
+                    yield ChoicePicker(OBJECTIVES, id="objective")
+                yield PanelText("", id="objective-note", classes="setup-detail", markup=False)
                 yield HyperparameterForm(id="hp", on_edit=self.hyperparameters_edited)
             yield MemoryPanel(id="memory")
         yield Static("", id="focus-help", markup=False)
@@ -231,6 +242,8 @@ class NewRunScreen(ZyquoScreen):
     def on_mount(self) -> None:
         for detail in self.query(".setup-detail"):
             detail.display = False  # shown when they have something to say
+        self.query_one("#objective-line").display = False
+        self.form.set_objective(self.objective)
         self.panel.show_message("reading this machine",
                                 "The memory budget comes from a short MLX probe the first "
                                 "time (seconds); it is remembered afterwards.")
@@ -432,6 +445,7 @@ class NewRunScreen(ZyquoScreen):
         self._detail("dataset-problems", "")
         if path is None:
             self._detail("dataset-summary", "")
+            self._update_objectives()
             return
         cached = self.sources.cached_validation(path)
         if cached is not None:
@@ -460,6 +474,7 @@ class NewRunScreen(ZyquoScreen):
             self._detail("dataset-problems", dataset_problems(
                 report, more_hint=" (the Datasets screen lists them all)")
                 if report.problems else "")
+        self._update_objectives()
         self._start_lengths()
         self.recompute()
 
@@ -491,6 +506,24 @@ class NewRunScreen(ZyquoScreen):
             if self.method is Method.QLORA:
                 self.set_method(Method.LORA)
         self._show_method_problem(self.field_errors.get("method"))
+
+    def _update_objectives(self) -> None:
+        """Offer the objectives the dataset trains: dpo (the default) and orpo for preference
+        rows, with why sft is not; sft alone, and no objective line, for other rows."""
+        data_format = self.report.format if self.report is not None else None
+        offered = objectives_for(data_format) or ("sft",)
+        preference = "sft" not in offered
+        picker = self.query_one("#objective", ChoicePicker)
+        picker.allowed = frozenset(offered)
+        self.query_one("#objective-line").display = preference
+        self._detail("objective-note", SFT_NOT_OFFERED if preference else "")
+        if self.objective not in offered:
+            self.set_objective(offered[0])
+
+    def set_objective(self, objective: str) -> None:
+        self.objective = objective
+        self.query_one("#objective", ChoicePicker).choose(objective)
+        self.form.set_objective(objective)
 
     def set_method(self, method: Method) -> None:
         self.method = method
@@ -660,6 +693,11 @@ class NewRunScreen(ZyquoScreen):
         self.set_method(event.method)
         self.recompute()
 
+    @on(ChoicePicker.Changed, "#objective")
+    def objective_chosen(self, event: ChoicePicker.Changed) -> None:
+        self.set_objective(event.value)
+        self.recompute()
+
     @on(Input.Changed, "#run-name")
     def name_changed(self, event: Input.Changed) -> None:
         self.name_touched = bool(event.value.strip()) and event.value != self._auto_name()
@@ -766,6 +804,8 @@ class NewRunScreen(ZyquoScreen):
             self.query_one(f"#{key}").focus()
         elif key == "method":
             self.query_one(MethodPicker).focus()
+        elif key == "objective":
+            self.query_one("#objective", ChoicePicker).focus()
         elif key in FIELD_KEYS:
             async def reveal_and_focus() -> None:
                 (await self.form.reveal(key)).control.focus()
@@ -959,6 +999,8 @@ class NewRunScreen(ZyquoScreen):
         self.base_hp = Hyperparameters.from_dict(hp.to_dict())
         self.extra_config = dict(extra or {})
         self.form.load(hp, touched=FIELD_KEYS)
+        # The dataset's report, when it arrives, keeps this objective if it trains it.
+        self.set_objective(SETTINGS["objective"].get(hp))
         if model:
             self.choose_model(model)
         if data:

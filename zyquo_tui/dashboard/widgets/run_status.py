@@ -39,7 +39,9 @@ class RunStatus(LiveText):
             first.append(f" #{queue_position}", style=style)
         first.append("  ")
         first.append(run.name, style="bold")
-        first.append(f"  {run.method.value} · {basename(run.model)} · {basename(run.data)}"
+        objective = f" {run.objective}" if run.is_preference else ""
+        first.append(f"  {run.method.value}{objective} · {basename(run.model)} · "
+                     f"{basename(run.data)}"
                      f" · {run.id}", style="dim")
 
         iters = run.hyperparameters.iters

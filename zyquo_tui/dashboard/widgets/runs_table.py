@@ -85,7 +85,15 @@ def progress_cell(row: RunRow) -> Text:
 
 
 def name_cell(row: RunRow, marked: bool) -> str | Text:
-    return Text(MARK + row.name, style="bold") if marked else row.name
+    """The name; a preference run's objective before it (`dpo helpful`), so it reads apart
+    from SFT runs at a glance (SFT runs show their name alone)."""
+    if row.objective == "sft":
+        return Text(MARK + row.name, style="bold") if marked else row.name
+    text = Text(MARK, style="bold") if marked else Text()
+    text.append(row.objective, style="magenta")
+    text.append(" ")
+    text.append(row.name, style="bold" if marked else "")
+    return text
 
 
 def row_cells(row: RunRow, marked: bool = False) -> tuple:
@@ -111,8 +119,8 @@ def row_cells(row: RunRow, marked: bool = False) -> tuple:
 
 
 def matches(row: RunRow, words: list[str]) -> bool:
-    haystack = " ".join((row.id, row.name, row.state, row.method, basename(row.model),
-                         basename(row.data))).lower()
+    haystack = " ".join((row.id, row.name, row.state, row.method, row.objective,
+                         basename(row.model), basename(row.data))).lower()
     return all(word in haystack for word in words)
 
 
