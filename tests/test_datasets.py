@@ -340,7 +340,7 @@ def test_check_of_preference_rows_says_which_objectives_train_them(capsys):
     assert main(["data", "check", str(folder)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-2] == "valid: 0 errors, 0 warnings"
-    assert out[-1] == "trains the objectives: dpo, orpo"
+    assert out[-1] == "trains the objectives dpo and orpo (`runs new --objective`), not sft"
     assert main(["data", "check", str(folder), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["valid"] is True and data["objectives"] == ["dpo", "orpo"]

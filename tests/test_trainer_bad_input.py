@@ -95,7 +95,7 @@ def case_preference_rows(tmp, models):
     (case_malformed_row, "data", "train.jsonl:6: invalid JSON"),
     (case_chat_without_template, "data", "needs a chat template"),
     (case_preference_rows, "data", "train.jsonl: preference rows (prompt, chosen, rejected) "
-                                   "are for preference training"),
+                                   "train the dpo or orpo objective, not sft"),
 ], ids=lambda v: v.__name__ if callable(v) else None)
 def test_bad_input_fails_with_its_cause_and_keeps_the_run(case, cause, phrase, tmp_path,
                                                           sample_models):

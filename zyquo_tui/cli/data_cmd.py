@@ -141,8 +141,9 @@ def _print_check(report: DatasetReport, stats: TokenStats | None, skipped: str) 
     print(f"{verdict}: {errors} error{'s' * (errors != 1)}, "
           f"{warnings} warning{'s' * (warnings != 1)}")
     objectives = objectives_for(report.format)
-    if objectives:
-        print(f"trains the objective{'s' * (len(objectives) > 1)}: {', '.join(objectives)}")
+    if objectives and "sft" not in objectives:  # say so where a run needs --objective
+        print(f"trains the objectives {' and '.join(objectives)} (`runs new --objective`), "
+              "not sft")
 
 
 def _print_token_stats(stats: TokenStats) -> None:
