@@ -94,6 +94,8 @@ def spec_of(config: dict, model_path: Path) -> dict:
         "lora_parameters": {"rank": config.get("rank", 8), "dropout": 0.0, "scale": 20.0},
         "learning_rate": 1e-5,
     }
+    if config.get("objective"):  # a preference run: pairs, each side `seq` long
+        hp["zyquo_tui"] = {"objective": config["objective"]}
     return {"model": str(model_path), "method": config.get("method", "lora"),
             "hyperparameters": hp, "synthetic_tokens": config["seq"],
             "steps": config.get("steps", 3)}
@@ -162,6 +164,8 @@ def describe(config: dict) -> str:
         parts.append(f"acc{config['grad_accumulation_steps']}")
     if config.get("optimizer", "adam") != "adam":
         parts.append(config["optimizer"])
+    if config.get("objective"):
+        parts.append(config["objective"])
     return " ".join(parts)
 
 
@@ -245,7 +249,9 @@ def fit_rows(matrix: dict, stored: dict, models: dict) -> list[Row]:
     rows = []
     for config in matrix["configs"]:
         measured = stored["measurements"].get(config["id"])
-        if measured is not None:
+        # Preference configs are not fitted: they check the SFT terms applied to two
+        # sequences per row (and a reference copy), on configs the fit never saw.
+        if measured is not None and not config.get("objective"):
             facts = ModelFacts_from(models, config)
             rows.append(Row(config["id"], config["model"],
                             features(facts, training_config(config)),

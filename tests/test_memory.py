@@ -29,7 +29,7 @@ from zyquo_tui.core.memory.facts import LORA_BYTES, ModelFacts
 from zyquo_tui.core.memory.history import HISTORY_FILE, MemoryHistory, training_peak
 from zyquo_tui.core.memory.measure import Measurement
 from zyquo_tui.core.runs.run import Run, RunState
-from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION = REPO / "bench" / "memory_calibration"
@@ -822,3 +822,50 @@ def test_measuring_again_reproduces_the_stored_peak_and_the_estimate_holds(confi
     model = ModelFacts.from_folder(folder)
     estimate = MemoryAdvisor.for_calibration("cpu").estimate(model, _calibration_config(entry))
     assert estimate.total_bytes == pytest.approx(result["peak_memory_bytes"], rel=0.15)
+
+
+def _preference_errors() -> dict[str, tuple[dict, float]]:
+    """Each measured preference config (bench/memory_calibration, `pref-*`) and the estimate's
+    relative error on it. These are never fitted: the SFT terms applied to two sequences per
+    row, plus a frozen reference copy for DPO's full fine-tuning."""
+    calibrate = _calibration_script()
+    matrix, measured, models = _calibration()
+    advisor = MemoryAdvisor.for_calibration("cpu")
+    errors = {}
+    for entry in matrix["configs"]:
+        if entry.get("objective") and entry["id"] in measured:
+            facts = calibrate.ModelFacts_from(models, entry)
+            estimate = advisor.estimate(facts, calibrate.training_config(entry))
+            if entry["objective"] == "dpo" and entry.get("method") == "full":
+                assert estimate.breakdown["reference"] == facts.weights_bytes
+            peak = measured[entry["id"]]["peak_memory_bytes"]
+            errors[entry["id"]] = (entry, (estimate.total_bytes - peak) / peak)
+    return errors
+
+
+def test_preference_runs_are_estimated_within_15_percent_for_adapter_methods():
+    errors = _preference_errors()
+    adapters = {k: e for k, (entry, e) in errors.items() if entry.get("method") != "full"}
+    assert len(adapters) >= 8 and {"dpo", "orpo"} <= {
+        entry["objective"] for entry, _ in errors.values()}
+    assert max(abs(e) for e in adapters.values()) <= 0.15, adapters
+    # Full fine-tuning is over-stated (the safe side), by more than the target: see below.
+    full = {k: e for k, (entry, e) in errors.items() if entry.get("method") == "full"}
+    assert full and all(-0.05 <= e <= 0.25 for e in full.values()), full
+
+
+@pytest.mark.xfail(strict=True, reason="full fine-tuning's preference configs are over-stated "
+                                       "by 18-22% (docs/memory.md)")
+def test_preference_runs_of_full_fine_tuning_are_within_15_percent():
+    full = [e for entry, e in _preference_errors().values() if entry.get("method") == "full"]
+    assert max(abs(e) for e in full) <= 0.15
+
+
+def test_a_preference_run_counts_two_sequences_per_row():
+    hp = Hyperparameters(batch_size=4, max_seq_length=256, num_layers=-1)
+    sft = TrainingConfig.from_hyperparameters(Method.LORA, hp, longest_row_tokens=200)
+    SETTINGS["objective"].set(hp, "dpo")
+    dpo = TrainingConfig.from_hyperparameters(Method.LORA, hp, longest_row_tokens=200)
+    assert dpo.sequences_per_row == 2 and sft.sequences_per_row == 1
+    assert not dpo.reference_copy
+    assert TrainingConfig.from_hyperparameters(Method.FULL, hp).reference_copy

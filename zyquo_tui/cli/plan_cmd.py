@@ -232,6 +232,8 @@ def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipp
     print()
     rows = [[name.replace("_", " "), fmt_bytes(estimate.breakdown.get(name, 0))]
             for name in TERMS]
+    if "reference" in estimate.breakdown:
+        rows.append(["reference (a frozen copy)", fmt_bytes(estimate.breakdown["reference"])])
     if "history_correction" in estimate.breakdown:
         rows.append(["history correction", fmt_bytes(estimate.breakdown["history_correction"])])
     rows.append(["estimated peak", fmt_bytes(estimate.total_bytes)])

@@ -16,6 +16,8 @@ SPEC is a JSON object (or `-` for stdin):
   model, method (lora|dora|qlora|full), hyperparameters (mlx-lm names, as in run.json),
   data (a dataset folder) or synthetic_tokens (tokens per row), steps (default 3),
   extra_config (the run's pass-through mlx-lm keys, for *_feature).
+A preference run (hyperparameters' zyquo_tui.objective dpo or orpo) trains pairs: its longest
+pairs, or synthetic ones (each side `synthetic_tokens` long, a quarter of it prompt).
 (Every row's token count comes from `python -m zyquo_tui.trainer.token_stats --lengths`.)
 Exit status: 0 with the JSON result, 1 with {"error": sentence} when training could not run.
 """
@@ -46,6 +48,8 @@ class _Rows:
 
     def itemlen(self, index: int) -> int:
         row = self.rows[index]
+        if isinstance(row, tuple) and isinstance(row[0], tuple):  # a preference pair
+            return max(len(row[0][0]), len(row[1][0]))
         return len(row[0] if isinstance(row, tuple) else row)
 
     def __getitem__(self, index: int) -> Any:
@@ -65,17 +69,31 @@ def _run_of(spec: dict[str, Any]) -> Run:
 
 def _worst_batch(run: Run, tokenizer, spec: dict[str, Any]) -> tuple[list[Any], list[int] | None]:
     """The rows of the batch with the longest sequences, and every row's token count."""
+    from zyquo_tui.core.runs.settings import SETTINGS
+    from zyquo_tui.trainer import loading
+
     batch_size = run.hyperparameters.batch_size
+    preference = SETTINGS["objective"].get(run.hyperparameters) != "sft"
     if spec.get("synthetic_tokens"):
         import numpy as np
 
         length = int(spec["synthetic_tokens"])
         vocab = max(int(getattr(tokenizer, "vocab_size", 0) or 0), 16)
         rng = np.random.default_rng(0)
-        return [rng.integers(5, vocab, size=length).tolist() for _ in range(batch_size)], None
-    from mlx_lm.tuner.datasets import CacheDataset
 
-    from zyquo_tui.trainer import loading
+        def row():
+            return rng.integers(5, vocab, size=length).tolist()
+
+        if preference:  # chosen and rejected, the prompt (a quarter) masked on both
+            return [((row(), length // 4), (row(), length // 4))
+                    for _ in range(batch_size)], None
+        return [row() for _ in range(batch_size)], None
+    if preference:
+        dataset, _, _, lengths, _ = loading.load_preference_data(run, tokenizer)
+        longest = sorted(range(len(lengths)), key=lambda i: lengths[i],
+                         reverse=True)[:batch_size]
+        return [dataset[i] for i in longest], lengths
+    from mlx_lm.tuner.datasets import CacheDataset
 
     train_rows, _, _ = loading.load_datasets(run, tokenizer)
     dataset = CacheDataset(train_rows)
@@ -127,7 +145,10 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             on_train=on_train,
             on_val=lambda info: None, on_checkpoint=lambda info: None,
         )
-        loop = TrainingLoop(model, optimizer, _Rows(rows), [], settings, Path(adapters), hooks)
+        from zyquo_tui.trainer.objectives import objective_for
+
+        loop = TrainingLoop(model, optimizer, _Rows(rows), [], settings, Path(adapters), hooks,
+                            objective_for(settings, model, run.model))
         width = int(loop.batches._make_batch(list(range(hp.batch_size)))[0].shape[1])
         loop.run()
     trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))

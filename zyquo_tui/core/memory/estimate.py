@@ -47,7 +47,13 @@ from zyquo_tui.core.memory.budget import CPU, GPU
 from zyquo_tui.core.memory.facts import LORA_BYTES, PAD_TO, ModelFacts
 from zyquo_tui.core.runs.problems import Problem, errors_in
 from zyquo_tui.core.runs.run import Run
-from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method, default_of
+from zyquo_tui.core.runs.settings import (
+    PREFERENCE_OBJECTIVES,
+    SETTINGS,
+    Hyperparameters,
+    Method,
+    default_of,
+)
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,15 @@ class TrainingConfig:
     sgd_momentum: bool = False  # optimizer_config.sgd.momentum is above 0
     # Estimate as if the base were quantized first (a QLoRA suggestion): (bits, group size).
     quantize_base: tuple[int, int] | None = None
+    # A preference run (dpo, orpo) runs two sequences per row, chosen and rejected; DPO's
+    # reference is a frozen copy of the base beside it for full fine-tuning or when it is
+    # another model folder (counted at the base's size), else the base with its adapters off.
+    objective: str = "sft"
+    reference_copy: bool = False
+
+    @property
+    def sequences_per_row(self) -> int:
+        return 2 if self.objective in PREFERENCE_OBJECTIVES else 1
 
     @property
     def batch_width(self) -> int:
@@ -211,12 +226,16 @@ class TrainingConfig:
             hp = Hyperparameters.from_dict(hp)
         adafactor = (hp.optimizer_config or {}).get("adafactor") or {}
         sgd = (hp.optimizer_config or {}).get("sgd") or {}
+        objective = SETTINGS["objective"].get(hp)
         return cls(
             method=Method(method),
             **{key: SETTINGS[key].get(hp) for key in MEMORY_SETTINGS},
             longest_row_tokens=longest_row_tokens,
             adafactor_first_moment=adafactor.get("beta_1") is not None,
             sgd_momentum=bool(sgd.get("momentum")),
+            objective=objective,
+            reference_copy=objective == "dpo" and (Method(method) is Method.FULL
+                                                   or SETTINGS["reference"].get(hp) != "base"),
         )
 
     @classmethod
@@ -297,7 +316,7 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
     """
     n = trained_layers(model, config)
     layers = model.layers[len(model.layers) - n:] if n else ()
-    b = config.batch_size
+    b = config.batch_size * config.sequences_per_row  # sequences per forward pass
     seq = config.model_tokens
     tokens = b * seq
     s = model.compute_bytes
@@ -356,6 +375,7 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
         "update_lora": _rewritten_copies(config) * elements * trained_bytes if lora else 0,
         "update_full": _rewritten_copies(config) * elements * trained_bytes if not lora else 0,
         "fixed_bytes": 1.0,
+        "reference": model.weights_bytes if config.reference_copy else 0,
         "_elements": elements,
         "_trained_layers": n,
     }
@@ -408,6 +428,8 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
     step = (coefficients.update_lora * quantities["update_lora"]
             + coefficients.update_full * quantities["update_full"])
     breakdown["overhead"] = coefficients.fixed_bytes + max(step - backward, 0.0)
+    if quantities.get("reference"):  # a DPO reference's frozen copy (only then a line)
+        breakdown["reference"] = quantities["reference"]
     return breakdown
 
 
