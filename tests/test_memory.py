@@ -381,7 +381,8 @@ def test_every_fitted_quantity_has_a_multiplier_on_every_device():
     fields = {f.name for f in dataclasses.fields(CPU_COEFFICIENTS)} - {
         "calibrated", "held_out_error", "loss_overlap"}  # not multipliers of a quantity
     fitted = {k for k in quantities if not k.startswith("_")} - {
-        "base_weights", "trainable_parameters", "gradients", "optimizer_state"}
+        "base_weights", "trainable_parameters", "gradients", "optimizer_state",
+        "reference"}  # exact: a DPO reference's frozen copy of the weights
     assert fitted == fields
     for name in fields:
         assert getattr(GPU_COEFFICIENTS, name) >= 0 and getattr(CPU_COEFFICIENTS, name) >= 0
