@@ -15,7 +15,7 @@ import time
 
 import pytest
 from conftest import SAMPLE_DATA, our_processes, run_trainer, wait_for_event, zyquo_cli
-from helpers import losses_by_iteration, make_run
+from helpers import losses_by_iteration, make_run, stop_runs
 
 from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.events.protocol import read_events
@@ -113,6 +113,34 @@ def test_two_ranks_lose_what_mlx_lm_loses_under_mlx_launch(uninterrupted, tmp_pa
     assert sorted(our_val) == sorted(their_val)
     for step, loss in their_val.items():
         assert our_val[step] == pytest.approx(loss, abs=1e-5), step
+
+
+def test_two_ranks_of_a_dpo_run_report_what_one_process_reports(tiny_model):
+    """Each rank holds half of every batch: the reward metrics of a report are the mean over
+    both halves (not rank 0's alone), so they equal one process's over the whole batch."""
+    from zyquo_tui.core.events.protocol import PREFERENCE_METRICS
+    from zyquo_tui.core.runs.settings import SETTINGS as RUN_SETTINGS
+
+    settings = dict(iters=8, steps_per_report=4, steps_per_eval=8, val_batches=2,
+                    save_every=1000, batch_size=4, learning_rate=1e-3)
+    events = {}
+    for ranks in (1, 2):
+        store, run = make_run(tiny_model, SAMPLE_DATA / "preference", store=RunStore(),
+                              **settings, zyquo_tui={"ranks": ranks} if ranks > 1 else {})
+        store.update(run.id, lambda r: RUN_SETTINGS["objective"].set(r.hyperparameters, "dpo"))
+        supervisor = Supervisor(store)
+        supervisor.start(run.id)
+        try:
+            done = finished(supervisor, run.id)
+        finally:
+            stop_runs(store, run.id)
+        assert done.state is RunState.COMPLETED, store.log_path(run.id).read_text()[-3000:]
+        events[ranks] = [e for e in read_events(store.events_path(run.id))
+                         if e["type"] == "train"]
+    assert [e["iteration"] for e in events[2]] == [e["iteration"] for e in events[1]] == [4, 8]
+    for one, two in zip(events[1], events[2]):
+        for name in ("train_loss", *PREFERENCE_METRICS):
+            assert two[name] == pytest.approx(one[name], abs=1e-4), (two["iteration"], name)
 
 
 def test_cancel_stops_every_rank_and_an_exact_resume_continues(uninterrupted, tiny_model):
