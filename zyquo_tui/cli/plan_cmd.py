@@ -32,6 +32,8 @@ from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 
 # Settings that change how long a run takes and not its memory (core/memory/duration.py).
 DURATION_SETTINGS = frozenset({"iters", "steps_per_eval", "val_batches"})
+# A preference objective trains two sequences a row and may hold a reference copy.
+OBJECTIVE_SETTINGS = frozenset({"objective", "reference"})
 
 
 def register(subparsers) -> None:
@@ -46,7 +48,7 @@ def register(subparsers) -> None:
     # its list (argparse refuses another name).
     # iters and save_every decide how many checkpoints the disk verdict counts.
     add_setting_flags(parser, (MEMORY_SETTINGS - {"optimizer"}) | DISK_SETTINGS
-                      | DURATION_SETTINGS)
+                      | DURATION_SETTINGS | OBJECTIVE_SETTINGS)
     optimizer = SETTINGS["optimizer"]
     parser.add_argument(optimizer.flag, choices=optimizer.choices, help=optimizer.help)
     parser.add_argument("--config", type=Path, help="an mlx-lm YAML config to start from "
@@ -122,6 +124,22 @@ def _check_data(data: str) -> str:
     return str(folder.resolve())
 
 
+def _choose_objective(hp: Hyperparameters, data: str, chosen: bool) -> None:
+    """The objective the data trains when none was chosen (dpo for preference pairs, as the
+    form offers first); one that cannot train the data is refused as `runs new` refuses it."""
+    from zyquo_tui.core.library.rows import objectives_for, training_refusal
+    from zyquo_tui.core.library.run_checks import DataTraits
+
+    data_format = DataTraits.read(data).format
+    objective = SETTINGS["objective"]
+    trains = objectives_for(data_format)
+    if not chosen and trains and objective.get(hp) not in trains:
+        objective.set(hp, trains[0])
+    refusal = training_refusal(data_format, objective.get(hp))
+    if refusal is not None:
+        raise UserError(f"{data}: {refusal}")
+
+
 def run(args) -> int:
     model_path, data, method, hp, extra = _settings(args)
     facts = ModelFacts.from_folder(model_path)
@@ -137,6 +155,8 @@ def run(args) -> int:
     lengths: list[int] | None = None
     if data is not None:
         data = _check_data(data)
+        _choose_objective(hp, data, "objective" in settings_given(args))
+        config = TrainingConfig.from_hyperparameters(method, hp)
         try:
             lengths = row_token_lengths(model_path, data, extra)
         except UserError as error:
@@ -193,6 +213,7 @@ def _disk(facts: ModelFacts, plan: Plan, hp: Hyperparameters) -> DiskAssessment:
 def _json(plan: Plan, measurement: Measurement | None, skipped: str | None,
           lengths: list[int] | None) -> dict[str, Any]:
     data = plan.to_json()
+    data["objective"] = plan.estimate.config.objective
     data["longest_row_tokens"] = max(lengths) if lengths else None
     data["rows"] = len(lengths) if lengths else None
     if measurement is not None or skipped is not None:
@@ -217,12 +238,17 @@ def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipp
     print(f"model     {facts.path} ({facts.model_type or 'unknown'}, {facts.num_layers} layers, "
           f"{facts.compute_dtype}{quantized})")
     parts = [config.method.value, f"batch {config.batch_size}"]
+    if config.objective != "sft":
+        parts[0] += f" {config.objective}"
     if config.grad_accumulation_steps > 1:
         parts[-1] += f" x {config.grad_accumulation_steps} accumulated"
     sequence = f"{estimate.batch_width} tokens per row"
     if lengths:
         sequence += f" (longest of {len(lengths)} rows: {max(lengths)} tokens)"
-    parts += [sequence, f"{estimate.trained_layers} layers trained"]
+    parts.append(sequence)
+    if config.sequences_per_row > 1:
+        parts.append("2 sequences a row (chosen, rejected)")
+    parts.append(f"{estimate.trained_layers} layers trained")
     if config.method is not Method.FULL:
         parts.append(f"rank {config.rank}")
     if config.grad_checkpoint:
