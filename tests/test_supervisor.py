@@ -227,6 +227,37 @@ def test_a_reused_pid_is_not_mistaken_for_the_trainer(tiny_model):
         stranger.wait(timeout=30)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's /proc boot time")
+def test_a_clock_adjustment_does_not_make_a_live_trainer_look_gone(tiny_model, monkeypatch):
+    """On Linux a start time reads as the boot time plus ticks since boot, and /proc/stat's
+    boot time moves whole seconds when NTP adjusts the clock: the run stays running."""
+    import psutil._pslinux as linux
+
+    store, run = make_run(tiny_model, COMPLETIONS)
+    trainer = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                               stdin=subprocess.PIPE)
+    try:
+        them = identity(trainer.pid)
+
+        def pretend_running(r):
+            r.set_state(RunState.STARTING)
+            r.set_state(RunState.RUNNING)
+            r.process = {"pid": them["pid"], "start_time": them["start_time"],
+                         "runner_pid": them["pid"], "runner_start_time": them["start_time"],
+                         "host": them["host"], "boot_time": them["boot_time"]}
+        store.update(run.id, pretend_running)
+        booted = linux.boot_time()
+        monkeypatch.setattr(linux, "boot_time", lambda: booted + 1.0)
+        assert psutil.Process(trainer.pid).create_time() == pytest.approx(
+            them["start_time"] + 1.0)  # the clock moved: the start time reads a second later
+        assert Supervisor(store).get(run.id).state is RunState.RUNNING
+        # The same pid with another start is still another process.
+        assert not is_alive(them["pid"], them["start_time"] - 5, None, them["boot_time"])
+    finally:
+        trainer.stdin.close()
+        trainer.wait(timeout=30)
+
+
 def test_run_control_refuses_bad_requests_with_one_sentence_and_changes_nothing(tiny_model):
     store, active = make_run(tiny_model, COMPLETIONS, **ENDLESS)
     _, other = make_run(tiny_model, COMPLETIONS, store=store)

@@ -48,6 +48,7 @@ from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.core.system import machine
 from zyquo_tui.core.system.disk_space import free_bytes
+from zyquo_tui.core.system.liveness import is_alive
 
 _UNREAD = object()
 
@@ -91,11 +92,11 @@ def trainer_use(run: Run, events: Path | None = None) -> TrainerUse | None:
     pid = process_record.get("pid")
     if not pid:
         return None
+    if not is_alive(int(pid), process_record.get("start_time"), None,
+                    process_record.get("boot_time")):
+        return None  # ended, or the pid was reused by another process
     try:
         process = psutil.Process(int(pid))
-        start = process_record.get("start_time")
-        if start is not None and abs(process.create_time() - float(start)) > 0.05:
-            return None  # the pid was reused by another process
         rss = process.memory_info().rss
         for child in process.children(recursive=True):
             try:

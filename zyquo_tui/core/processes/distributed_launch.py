@@ -110,7 +110,9 @@ def rank_zero_gone(process: dict | None) -> bool:
     if not ranks:
         return False
     first = ranks[0]
-    return not is_alive(first.get("pid"), first.get("start_time"), first.get("host"))
+    # The runner recorded its host's boot time; rank 0 runs there too, or is not checked.
+    return not is_alive(first.get("pid"), first.get("start_time"), first.get("host"),
+                        process.get("boot_time"))
 
 
 def trainer_log_note(path: Path, line: str) -> None:

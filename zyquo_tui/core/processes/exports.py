@@ -125,7 +125,8 @@ def refresh(home: Path, job: ExportJob) -> ExportJob:
         return job
     process = job.process
     if process.get("pid"):
-        if is_alive(process["pid"], process.get("start_time"), process.get("host")):
+        if is_alive(process["pid"], process.get("start_time"), process.get("host"),
+                    process.get("boot_time")):
             return job
     elif time.time() - job.created < STARTING_GRACE_SECONDS:
         return job

@@ -93,7 +93,8 @@ class Runner:
             if run.state is not RunState.STARTING:
                 run.set_state(RunState.STARTING)
             run.process = {"runner_pid": me["pid"], "runner_start_time": me["start_time"],
-                           "host": me["host"], "requested_at": time.time()}
+                           "host": me["host"], "boot_time": me["boot_time"],
+                           "requested_at": time.time()}
         try:
             self.store.update(run_id, starting)
         except Exception as error:

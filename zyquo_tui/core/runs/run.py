@@ -112,7 +112,8 @@ class Run:
     lineage: dict[str, Any] | None = None
     # The step to resume from on the next start (exact resume), or None to start fresh.
     resume_from_step: int | None = None
-    # The trainer process: {"pid", "start_time", "host"} while one exists or last existed.
+    # The trainer process: {"pid", "start_time", "host", "boot_time"} (and the runner's pid and
+    # start time) while one exists or last existed.
     process: dict[str, Any] | None = None
     # Figures rebuilt from events: last step, last losses, best validation, measured peak.
     summary: dict[str, Any] = field(default_factory=dict)
