@@ -192,11 +192,14 @@ def print_table(rows: list[dict], markdown: bool) -> None:
 # The multipliers fitted by --fit, and those held at what the computation gives them:
 # kept_lora (x @ A is kept once), kept_lora_inputs (the float32 copy of each adapter's input),
 # checkpoint_hidden (one input per checkpointed layer), loss (four logit-sized arrays in the
-# loss's backward, estimate.py says which).
-FITTED = ("kept_hidden", "kept_mlp", "kept_attention", "kept_full_inputs", "dora_outputs",
-          "checkpoint_mlp", "working_hidden", "working_mlp", "working_attention",
+# loss's backward), kept_attention (each layer's softmax output, one attention matrix) and
+# working_attention (the rest of one layer's attention backward: 2.6 more; estimate.py says
+# how they were measured).
+FITTED = ("kept_hidden", "kept_mlp", "kept_full_inputs", "dora_outputs",
+          "checkpoint_mlp", "working_hidden", "working_mlp",
           "working_outputs", "dora_weights", "fixed_bytes")
-PHYSICAL = {"kept_lora": 1.0, "kept_lora_inputs": 1.0, "checkpoint_hidden": 1.0, "loss": 4.0}
+PHYSICAL = {"kept_lora": 1.0, "kept_lora_inputs": 1.0, "checkpoint_hidden": 1.0, "loss": 4.0,
+            "kept_attention": 1.0, "working_attention": 2.6}
 # Held, not fitted: chosen by leave-one-family-out validation of 0, 0.25 and 0.5 (estimate.py
 # says what it is).
 HELD = {"loss_overlap": 0.5}

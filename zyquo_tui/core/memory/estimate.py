@@ -25,7 +25,7 @@ reports after a few steps) without importing mlx, as a sum of terms:
                       pass (it writes new moments while the old ones are alive, after the
                       activations are freed: the peak is the larger of the two phases)
 
-The multipliers of the activation, attention, loss and overhead terms were fitted to real
+The multipliers of the activation and overhead terms were fitted to real
 mlx-lm training (bench/calibrate_memory.py; the table is in docs/memory.md), one table per
 device. When this machine has measured runs (memory_history.jsonl in
 $ZYQUO_HOME, from `zyquo-tui plan --measure` and from finished runs), the estimate is scaled by
@@ -69,13 +69,18 @@ class Coefficients:
     # Kept by each trained layer until the backward pass reaches it:
     kept_hidden: float  # x hidden size
     kept_mlp: float  # x intermediate size
-    kept_attention: float  # x heads x tokens: the attention matrix (0: none kept)
+    # x heads x tokens: the attention matrix each layer keeps, its softmax output (the softmax's
+    # and the value matmul's backward read it), in the compute dtype: 1 (0: none kept).
+    kept_attention: float
     kept_lora: float  # x rank per adapted matrix, float32: x @ A
     # A 16-bit model's inputs to the adapted matrices are promoted to float32 (A is float32)
     # and kept for A's gradient: (3 x hidden + intermediate) float32 values, the attention's
     # input and output, the MLP's input and the down projection's.
     kept_lora_inputs: float
-    kept_full_inputs: float  # the same inputs in the model's dtype, for full fine-tuning
+    # Full fine-tuning of a 16-bit model keeps more than those inputs in its dtype (fitted).
+    # A float32 model's full fine-tuning reads the very inputs the forward pass keeps anyway
+    # (measured: each trained layer keeps what LoRA's does, plus its gradient), so none there.
+    kept_full_inputs: float
     dora_outputs: float  # x output widths of the adapted matrices (DoRA rescales them)
     # With grad checkpointing each layer keeps only its input, and the layer being
     # recomputed holds its forward and its backward at once:
@@ -84,7 +89,12 @@ class Coefficients:
     # Once:
     working_hidden: float  # x hidden size
     working_mlp: float  # x intermediate size
-    working_attention: float  # x heads x tokens
+    # x heads x tokens, the rest of one layer's attention backward beside its kept matrix
+    # (the scores, their masked copy, the softmax's gradient and its product with the softmax).
+    # Measured on MLX's attention alone (differentiated at 1,024 tokens, bfloat16 and float32,
+    # 4:4 and 8:1 heads): 3.4-3.5 matrices at its peak with the kept one; held at 2.6 more,
+    # rounded up for the scale and mask the model adds.
+    working_attention: float
     working_outputs: float  # x output widths of the adapted matrices, float32: (x @ A) @ B
     dora_weights: float  # x one layer's matrices, float32: DoRA's adapted weights
     # x vocabulary, in the compute dtype: the loss's backward holds four logit-sized arrays at
@@ -114,15 +124,16 @@ class Coefficients:
 
 # Fitted on CPU with bench/calibrate_memory.py --fit (mlx 0.32.4, mlx-lm 0.32.2; 80 configs of
 # 22 model families), on the safe side (an underestimate weighs three times an overestimate);
-# loss, kept_lora, kept_lora_inputs and checkpoint_hidden held at what the computation gives,
-# loss_overlap at the value validation chose. held_out_error: the largest underestimate with
-# the family left out of the fit (deep-full-adafactor-ckpt-s2048, -24.6%). docs/memory.md has the table.
+# loss, kept_lora, kept_lora_inputs, checkpoint_hidden, kept_attention and working_attention
+# held at what the computation gives, loss_overlap at the value validation chose.
+# held_out_error: the largest underestimate with the family left out of the fit
+# (f32-full-adamw, -12.5%). docs/memory.md has the table.
 CPU_COEFFICIENTS = Coefficients(
-    kept_hidden=12.126, kept_mlp=3.159, kept_attention=0.792, kept_lora=1.0,
-    kept_lora_inputs=1.0, kept_full_inputs=1.941, dora_outputs=0.691, checkpoint_hidden=1.0,
-    checkpoint_mlp=7.281, working_hidden=2.127, working_mlp=7.098, working_attention=3.149,
-    working_outputs=0.986, dora_weights=1.194, loss=4.0, loss_overlap=0.5, update_lora=0.996,
-    update_full=1.628, fixed_bytes=458278.0, held_out_error=0.25,
+    kept_hidden=4.369, kept_mlp=6.235, kept_attention=1.0, kept_lora=1.0,
+    kept_lora_inputs=1.0, kept_full_inputs=1.94, dora_outputs=0.721, checkpoint_hidden=1.0,
+    checkpoint_mlp=9.074, working_hidden=16.245, working_mlp=1.881, working_attention=2.6,
+    working_outputs=0.839, dora_weights=1.178, loss=4.0, loss_overlap=0.5, update_lora=0.979,
+    update_full=1.61, fixed_bytes=863295.0, held_out_error=0.13,
 )
 
 # Metal: not measured here (no Mac in CI). Since mlx PR 2054 (April 2025) MLX computes attention
@@ -361,7 +372,8 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
         "kept_attention": kept * attention,
         "kept_lora": kept * tokens * config.rank * matrices * LORA_BYTES if lora else 0,
         "kept_lora_inputs": kept * tokens * inputs * LORA_BYTES if lora and s < 4 else 0,
-        "kept_full_inputs": kept * tokens * inputs * s if not lora else 0,
+        # float32: the inputs are arrays the forward pass keeps anyway (kept_hidden, kept_mlp)
+        "kept_full_inputs": kept * tokens * inputs * s if not lora and s < 4 else 0,
         "dora_outputs": kept * tokens * outputs * s if dora else 0,
         "checkpoint_hidden": n * tokens * h * s if checkpointed else 0,
         "checkpoint_mlp": tokens * mlp * s if checkpointed else 0,
