@@ -73,29 +73,43 @@ class Coefficients:
     # and the value matmul's backward read it), in the compute dtype: 1 (0: none kept).
     kept_attention: float
     kept_lora: float  # x rank per adapted matrix, float32: x @ A
-    # A 16-bit model's inputs to the adapted matrices are promoted to float32 (A is float32)
-    # and kept for A's gradient: (3 x hidden + intermediate) float32 values, the attention's
-    # input and output, the MLP's input and the down projection's.
-    kept_lora_inputs: float
-    # Full fine-tuning of a 16-bit model keeps more than those inputs in its dtype (fitted).
-    # A float32 model's full fine-tuning reads the very inputs the forward pass keeps anyway
-    # (measured: each trained layer keeps what LoRA's does, plus its gradient), so none there.
+    # The inputs of the trained matrices, kept once for their gradients: (3 x hidden +
+    # intermediate) values, the attention's input and output, the MLP's input and the down
+    # projection's. Float32 for adapters (A is float32: a 16-bit model's inputs are promoted, a
+    # float32 model's are its own arrays), the model's dtype for full fine-tuning. Held at 1:
+    # kept_hidden and kept_mlp count the rest, so both dtypes share them (measured: a float32
+    # model's layer keeps as much under full fine-tuning as under LoRA, plus its gradient).
+    kept_inputs: float
+    # What full fine-tuning of a 16-bit model keeps beyond those inputs, x the inputs in its
+    # dtype (fitted; a float32 model's keeps nothing more).
     kept_full_inputs: float
     dora_outputs: float  # x output widths of the adapted matrices (DoRA rescales them)
     # With grad checkpointing each layer keeps only its input, and the layer being
     # recomputed holds its forward and its backward at once:
     checkpoint_hidden: float  # x hidden size, per checkpointed layer
-    checkpoint_mlp: float  # x intermediate size, once
+    checkpoint_mlp: float  # x intermediate size, once (float32 for adapters, as working_mlp)
+    # x heads x tokens, once, with two or more checkpointed layers: the layer below starts its
+    # recomputation (it needs only its saved input) while the layer above is differentiated.
+    # Measured 0.6 of a matrix on the 16-layer model at 2,048 tokens (one checkpointed layer
+    # to two); held at 0.3, the value leave-one-family-out validation chose of 0, 0.3 and 0.6
+    # (0.6 over-states the 512-token configs).
+    checkpoint_attention: float
     # Once:
     working_hidden: float  # x hidden size
-    working_mlp: float  # x intermediate size
+    # x intermediate size, float32 for adapters: the gradients of the adapters' float32 inputs
+    # and their products with A and B (a 16-bit model casts them back only when it adds them to
+    # the base path), the model's dtype for full fine-tuning.
+    working_mlp: float
     # x heads x tokens, the rest of one layer's attention backward beside its kept matrix
     # (the scores, their masked copy, the softmax's gradient and its product with the softmax).
-    # Measured on MLX's attention alone (differentiated at 1,024 tokens, bfloat16 and float32,
-    # 4:4 and 8:1 heads): 3.4-3.5 matrices at its peak with the kept one; held at 2.6 more,
-    # rounded up for the scale and mask the model adds.
+    # Measured on MLX's attention alone (`bench/calibrate_memory.py --attention`: 1,024 tokens,
+    # bfloat16 and float32, 4:4 and 8:1 heads; GQA's keys and values are broadcast, not
+    # repeated): 3.3-3.5 matrices at its peak with the kept one; held at 2.6 more, rounded up
+    # for the scale and mask the model adds.
     working_attention: float
-    working_outputs: float  # x output widths of the adapted matrices, float32: (x @ A) @ B
+    # x output widths of the adapted matrices, float32: (x @ A) @ B (fitted to 0 on the CPU:
+    # working_mlp's float32 gradients hold the layer's peak)
+    working_outputs: float
     dora_weights: float  # x one layer's matrices, float32: DoRA's adapted weights
     # x vocabulary, in the compute dtype: the loss's backward holds four logit-sized arrays at
     # once (the shifted logits logsumexp keeps, its exp, that times the incoming gradient, and
@@ -124,16 +138,17 @@ class Coefficients:
 
 # Fitted on CPU with bench/calibrate_memory.py --fit (mlx 0.32.4, mlx-lm 0.32.2; 80 configs of
 # 22 model families), on the safe side (an underestimate weighs three times an overestimate);
-# loss, kept_lora, kept_lora_inputs, checkpoint_hidden, kept_attention and working_attention
-# held at what the computation gives, loss_overlap at the value validation chose.
-# held_out_error: the largest underestimate with the family left out of the fit
-# (f32-full-adamw, -12.5%). docs/memory.md has the table.
+# loss, kept_lora, kept_inputs, checkpoint_hidden, kept_attention and working_attention held at
+# what the computation gives, loss_overlap and checkpoint_attention at the values validation
+# chose. held_out_error: the largest underestimate with the family left out of the fit
+# (base-adafactor-full-l2, -7.0%), rounded up. docs/memory.md has the table.
 CPU_COEFFICIENTS = Coefficients(
-    kept_hidden=4.369, kept_mlp=6.235, kept_attention=1.0, kept_lora=1.0,
-    kept_lora_inputs=1.0, kept_full_inputs=1.94, dora_outputs=0.721, checkpoint_hidden=1.0,
-    checkpoint_mlp=9.074, working_hidden=16.245, working_mlp=1.881, working_attention=2.6,
-    working_outputs=0.839, dora_weights=1.178, loss=4.0, loss_overlap=0.5, update_lora=0.979,
-    update_full=1.61, fixed_bytes=863295.0, held_out_error=0.13,
+    kept_hidden=10.743, kept_mlp=2.659, kept_attention=1.0, kept_lora=1.0,
+    kept_inputs=1.0, kept_full_inputs=0.963, dora_outputs=0.687, checkpoint_hidden=1.0,
+    checkpoint_mlp=3.366, working_hidden=10.359, working_mlp=6.258, working_attention=2.6,
+    checkpoint_attention=0.3, working_outputs=0.0, dora_weights=1.141, loss=4.0,
+    loss_overlap=0.5, update_lora=0.984, update_full=1.616, fixed_bytes=735441.0,
+    held_out_error=0.08,
 )
 
 # Metal: not measured here (no Mac in CI). Since mlx PR 2054 (April 2025) MLX computes attention
@@ -371,15 +386,16 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
         "kept_mlp": kept * tokens * mlp * s,
         "kept_attention": kept * attention,
         "kept_lora": kept * tokens * config.rank * matrices * LORA_BYTES if lora else 0,
-        "kept_lora_inputs": kept * tokens * inputs * LORA_BYTES if lora and s < 4 else 0,
+        "kept_inputs": kept * tokens * inputs * (LORA_BYTES if lora else s),
         # float32: the inputs are arrays the forward pass keeps anyway (kept_hidden, kept_mlp)
         "kept_full_inputs": kept * tokens * inputs * s if not lora and s < 4 else 0,
         "dora_outputs": kept * tokens * outputs * s if dora else 0,
         "checkpoint_hidden": n * tokens * h * s if checkpointed else 0,
-        "checkpoint_mlp": tokens * mlp * s if checkpointed else 0,
+        "checkpoint_mlp": tokens * mlp * (LORA_BYTES if lora else s) if checkpointed else 0,
         "working_hidden": once * tokens * h * s,
-        "working_mlp": once * tokens * mlp * s,
+        "working_mlp": once * tokens * mlp * (LORA_BYTES if lora else s),
         "working_attention": once * attention,
+        "checkpoint_attention": attention if checkpointed and n > 1 else 0,
         "working_outputs": once * tokens * outputs * LORA_BYTES if lora else 0,
         "dora_weights": (max(layer.matrix_elements for layer in layers) * LORA_BYTES
                          if dora and n else 0),
@@ -397,7 +413,7 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
 # breakdown term it adds to.
 _KEPT = {
     "kept_hidden": "activations", "kept_mlp": "activations", "kept_lora": "activations",
-    "kept_lora_inputs": "activations", "kept_full_inputs": "activations",
+    "kept_inputs": "activations", "kept_full_inputs": "activations",
     "dora_outputs": "activations", "checkpoint_hidden": "activations",
     "kept_attention": "attention",
 }
@@ -407,6 +423,7 @@ _WORKING = {
     "working_hidden": "activations", "working_mlp": "activations",
     "working_outputs": "activations", "dora_weights": "activations",
     "checkpoint_mlp": "activations", "working_attention": "attention",
+    "checkpoint_attention": "attention",
 }
 
 _EXACT = ("base_weights", "trainable_parameters", "gradients", "optimizer_state")
