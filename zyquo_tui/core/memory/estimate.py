@@ -77,8 +77,9 @@ class Coefficients:
     # intermediate) values, the attention's input and output, the MLP's input and the down
     # projection's. Float32 for adapters (A is float32: a 16-bit model's inputs are promoted, a
     # float32 model's are its own arrays), the model's dtype for full fine-tuning. Held at 1:
-    # kept_hidden and kept_mlp count the rest, so both dtypes share them (measured: a float32
-    # model's layer keeps as much under full fine-tuning as under LoRA, plus its gradient).
+    # kept_hidden and kept_mlp count the rest, so both dtypes share them (measured on two
+    # float32 models: a layer keeps no more under full fine-tuning than under LoRA, beyond its
+    # gradient).
     kept_inputs: float
     # What full fine-tuning of a 16-bit model keeps beyond those inputs, x the inputs in its
     # dtype (fitted; a float32 model's keeps nothing more).
@@ -387,7 +388,7 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
         "kept_attention": kept * attention,
         "kept_lora": kept * tokens * config.rank * matrices * LORA_BYTES if lora else 0,
         "kept_inputs": kept * tokens * inputs * (LORA_BYTES if lora else s),
-        # float32: the inputs are arrays the forward pass keeps anyway (kept_hidden, kept_mlp)
+        # 16-bit only: a float32 model's full fine-tuning keeps its inputs once (kept_inputs)
         "kept_full_inputs": kept * tokens * inputs * s if not lora and s < 4 else 0,
         "dora_outputs": kept * tokens * outputs * s if dora else 0,
         "checkpoint_hidden": n * tokens * h * s if checkpointed else 0,
