@@ -206,7 +206,7 @@ PHYSICAL = {"kept_lora": 1.0, "kept_inputs": 1.0, "checkpoint_hidden": 1.0, "los
 HELD = {"loss_overlap": 0.5, "checkpoint_attention": 0.3}
 # The safe side: an underestimate weighs this many times an overestimate of the same size in
 # the fit, so the multipliers over-state where the data leave them uncertain.
-UNDERESTIMATE_WEIGHT = 3.0
+UNDERESTIMATE_WEIGHT = 4.0
 
 
 def nnls(a, b, iterations: int = 500):

@@ -34,7 +34,7 @@ from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION = REPO / "bench" / "memory_calibration"
 # The worst held-out error (either side) of the table in docs/memory.md.
-HELD_OUT_WORST = 0.26
+HELD_OUT_WORST = 0.27
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 
