@@ -25,7 +25,7 @@ reports after a few steps) without importing mlx, as a sum of terms:
                       pass (it writes new moments while the old ones are alive, after the
                       activations are freed: the peak is the larger of the two phases)
 
-The multipliers of the activation, attention, loss and overhead terms were fitted to real
+The multipliers of the activation and overhead terms were fitted to real
 mlx-lm training (bench/calibrate_memory.py; the table is in docs/memory.md), one table per
 device. When this machine has measured runs (memory_history.jsonl in
 $ZYQUO_HOME, from `zyquo-tui plan --measure` and from finished runs), the estimate is scaled by
@@ -69,23 +69,48 @@ class Coefficients:
     # Kept by each trained layer until the backward pass reaches it:
     kept_hidden: float  # x hidden size
     kept_mlp: float  # x intermediate size
-    kept_attention: float  # x heads x tokens: the attention matrix (0: none kept)
+    # x heads x tokens: the attention matrix each layer keeps, its softmax output (the softmax's
+    # and the value matmul's backward read it), in the compute dtype: 1 (0: none kept).
+    kept_attention: float
     kept_lora: float  # x rank per adapted matrix, float32: x @ A
-    # A 16-bit model's inputs to the adapted matrices are promoted to float32 (A is float32)
-    # and kept for A's gradient: (3 x hidden + intermediate) float32 values, the attention's
-    # input and output, the MLP's input and the down projection's.
-    kept_lora_inputs: float
-    kept_full_inputs: float  # the same inputs in the model's dtype, for full fine-tuning
+    # The inputs of the trained matrices, kept once for their gradients: (3 x hidden +
+    # intermediate) values, the attention's input and output, the MLP's input and the down
+    # projection's. Float32 for adapters (A is float32: a 16-bit model's inputs are promoted, a
+    # float32 model's are its own arrays), the model's dtype for full fine-tuning. Held at 1:
+    # kept_hidden and kept_mlp count the rest, so both dtypes share them (measured on two
+    # float32 models: a layer keeps no more under full fine-tuning than under LoRA, beyond its
+    # gradient).
+    kept_inputs: float
+    # What full fine-tuning of a 16-bit model keeps beyond those inputs, x the inputs in its
+    # dtype (fitted; a float32 model's keeps nothing more).
+    kept_full_inputs: float
     dora_outputs: float  # x output widths of the adapted matrices (DoRA rescales them)
     # With grad checkpointing each layer keeps only its input, and the layer being
     # recomputed holds its forward and its backward at once:
     checkpoint_hidden: float  # x hidden size, per checkpointed layer
-    checkpoint_mlp: float  # x intermediate size, once
+    checkpoint_mlp: float  # x intermediate size, once (float32 for adapters, as working_mlp)
+    # x heads x tokens, once, with two or more checkpointed layers: the layer below starts its
+    # recomputation (it needs only its saved input) while the layer above is differentiated.
+    # Measured 0.6 of a matrix on the 16-layer model at 2,048 tokens (one checkpointed layer
+    # to two); held at 0.3, the value leave-one-family-out validation chose of 0, 0.3 and 0.6
+    # (0.6 over-states the 512-token configs).
+    checkpoint_attention: float
     # Once:
     working_hidden: float  # x hidden size
-    working_mlp: float  # x intermediate size
-    working_attention: float  # x heads x tokens
-    working_outputs: float  # x output widths of the adapted matrices, float32: (x @ A) @ B
+    # x intermediate size, float32 for adapters: the gradients of the adapters' float32 inputs
+    # and their products with A and B (a 16-bit model casts them back only when it adds them to
+    # the base path), the model's dtype for full fine-tuning.
+    working_mlp: float
+    # x heads x tokens, the rest of one layer's attention backward beside its kept matrix
+    # (the scores, their masked copy, the softmax's gradient and its product with the softmax).
+    # Measured on MLX's attention alone (`bench/calibrate_memory.py --attention`: 1,024 tokens,
+    # bfloat16 and float32, 4:4 and 8:1 heads; GQA's keys and values are broadcast, not
+    # repeated): 3.3-3.5 matrices at its peak with the kept one; held at 2.6 more, rounded up
+    # for the scale and mask the model adds.
+    working_attention: float
+    # x output widths of the adapted matrices, float32: (x @ A) @ B (fitted to 0 on the CPU:
+    # working_mlp's float32 gradients hold the layer's peak)
+    working_outputs: float
     dora_weights: float  # x one layer's matrices, float32: DoRA's adapted weights
     # x vocabulary, in the compute dtype: the loss's backward holds four logit-sized arrays at
     # once (the shifted logits logsumexp keeps, its exp, that times the incoming gradient, and
@@ -113,16 +138,18 @@ class Coefficients:
 
 
 # Fitted on CPU with bench/calibrate_memory.py --fit (mlx 0.32.4, mlx-lm 0.32.2; 80 configs of
-# 22 model families), on the safe side (an underestimate weighs three times an overestimate);
-# loss, kept_lora, kept_lora_inputs and checkpoint_hidden held at what the computation gives,
-# loss_overlap at the value validation chose. held_out_error: the largest underestimate with
-# the family left out of the fit (deep-full-adafactor-ckpt-s2048, -24.6%). docs/memory.md has the table.
+# 22 model families), on the safe side (an underestimate weighs four times an overestimate);
+# loss, kept_lora, kept_inputs, checkpoint_hidden, kept_attention and working_attention held at
+# what the computation gives, loss_overlap and checkpoint_attention at the values validation
+# chose. held_out_error: the largest underestimate with the family left out of the fit
+# (w256-dora-l1, -6.1%), rounded up. docs/memory.md has the table.
 CPU_COEFFICIENTS = Coefficients(
-    kept_hidden=12.126, kept_mlp=3.159, kept_attention=0.792, kept_lora=1.0,
-    kept_lora_inputs=1.0, kept_full_inputs=1.941, dora_outputs=0.691, checkpoint_hidden=1.0,
-    checkpoint_mlp=7.281, working_hidden=2.127, working_mlp=7.098, working_attention=3.149,
-    working_outputs=0.986, dora_weights=1.194, loss=4.0, loss_overlap=0.5, update_lora=0.996,
-    update_full=1.628, fixed_bytes=458278.0, held_out_error=0.25,
+    kept_hidden=11.227, kept_mlp=2.63, kept_attention=1.0, kept_lora=1.0,
+    kept_inputs=1.0, kept_full_inputs=1.008, dora_outputs=0.65, checkpoint_hidden=1.0,
+    checkpoint_mlp=3.384, working_hidden=10.524, working_mlp=6.27, working_attention=2.6,
+    checkpoint_attention=0.3, working_outputs=0.0, dora_weights=1.205, loss=4.0,
+    loss_overlap=0.5, update_lora=0.983, update_full=1.614, fixed_bytes=761541.0,
+    held_out_error=0.07,
 )
 
 # Metal: not measured here (no Mac in CI). Since mlx PR 2054 (April 2025) MLX computes attention
@@ -360,14 +387,16 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
         "kept_mlp": kept * tokens * mlp * s,
         "kept_attention": kept * attention,
         "kept_lora": kept * tokens * config.rank * matrices * LORA_BYTES if lora else 0,
-        "kept_lora_inputs": kept * tokens * inputs * LORA_BYTES if lora and s < 4 else 0,
-        "kept_full_inputs": kept * tokens * inputs * s if not lora else 0,
+        "kept_inputs": kept * tokens * inputs * (LORA_BYTES if lora else s),
+        # 16-bit only: a float32 model's full fine-tuning keeps its inputs once (kept_inputs)
+        "kept_full_inputs": kept * tokens * inputs * s if not lora and s < 4 else 0,
         "dora_outputs": kept * tokens * outputs * s if dora else 0,
         "checkpoint_hidden": n * tokens * h * s if checkpointed else 0,
-        "checkpoint_mlp": tokens * mlp * s if checkpointed else 0,
+        "checkpoint_mlp": tokens * mlp * (LORA_BYTES if lora else s) if checkpointed else 0,
         "working_hidden": once * tokens * h * s,
-        "working_mlp": once * tokens * mlp * s,
+        "working_mlp": once * tokens * mlp * (LORA_BYTES if lora else s),
         "working_attention": once * attention,
+        "checkpoint_attention": attention if checkpointed and n > 1 else 0,
         "working_outputs": once * tokens * outputs * LORA_BYTES if lora else 0,
         "dora_weights": (max(layer.matrix_elements for layer in layers) * LORA_BYTES
                          if dora and n else 0),
@@ -385,7 +414,7 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
 # breakdown term it adds to.
 _KEPT = {
     "kept_hidden": "activations", "kept_mlp": "activations", "kept_lora": "activations",
-    "kept_lora_inputs": "activations", "kept_full_inputs": "activations",
+    "kept_inputs": "activations", "kept_full_inputs": "activations",
     "dora_outputs": "activations", "checkpoint_hidden": "activations",
     "kept_attention": "attention",
 }
@@ -395,6 +424,7 @@ _WORKING = {
     "working_hidden": "activations", "working_mlp": "activations",
     "working_outputs": "activations", "dora_weights": "activations",
     "checkpoint_mlp": "activations", "working_attention": "attention",
+    "checkpoint_attention": "attention",
 }
 
 _EXACT = ("base_weights", "trainable_parameters", "gradients", "optimizer_state")
