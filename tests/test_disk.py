@@ -206,3 +206,14 @@ def test_a_save_that_fails_midway_leaves_no_checkpoint_that_resume_would_pick(
     have = losses_by_iteration(read_events(store.events_path(run.id)), "train", "train_loss")
     for step in want:
         assert have[step] == pytest.approx(want[step], abs=1e-5), step
+
+
+@pytest.mark.parametrize("need, verdict", [(84, "fits"), (86, "tight"), (100, "tight"),
+                                           (101, "won't fit")])
+def test_the_disk_verdict_is_tight_above_85_percent_of_the_room(need, verdict):
+    """The room is the free space less the floor (docs/unattended.md)."""
+    from zyquo_tui.core.memory.disk_verdict import judge_disk
+
+    mib = 1 << 20
+    judged = judge_disk(need * mib, mib, need, free=(100 + 20) * mib, floor=20 * mib)
+    assert judged.verdict.value == verdict

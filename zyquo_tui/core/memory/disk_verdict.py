@@ -10,7 +10,7 @@ copy of the weights.
 That need is set against the free space of the store's disk above the floor
 (config.toml `[disk] floor_bytes`), which the trainer never eats into: it stops, with a last
 checkpoint, while the disk still holds the floor and that checkpoint (cause `disk`).
-Thresholds as for memory: above the room is "won't fit", above TIGHT_FRACTION of it "tight".
+Above the room is "won't fit", above DISK_TIGHT_FRACTION of it "tight".
 Nothing here imports mlx; the figures come from the model's safetensors headers.
 """
 
@@ -23,11 +23,15 @@ from typing import Any
 
 from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
 from zyquo_tui.core.formatting import fmt_bytes
-from zyquo_tui.core.memory.advisor import TIGHT_FRACTION, Verdict
+from zyquo_tui.core.memory.advisor import Verdict
 from zyquo_tui.core.memory.estimate import TrainingConfig, features
 from zyquo_tui.core.memory.facts import LORA_BYTES, ModelFacts
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
+
+# The checkpoint bytes are exact, but the disk is shared: logs, exports and other runs'
+# checkpoints take free space while the run trains, so above 85% of the room is tight.
+DISK_TIGHT_FRACTION = 0.85
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.core.system.disk_space import free_bytes
@@ -87,7 +91,7 @@ def judge_disk(need: int, one: int, count: int, free: int | None, floor: int) ->
     if need > room:
         verdict = Verdict.WONT_FIT
         reason = f"needs about {fmt_bytes(need)} ({what}), more than the {above}."
-    elif need > TIGHT_FRACTION * room:
+    elif need > DISK_TIGHT_FRACTION * room:
         verdict = Verdict.TIGHT
         reason = (f"needs about {fmt_bytes(need)} ({what}), {need / max(room, 1):.0%} of the "
                   f"{above}.")
