@@ -40,6 +40,7 @@ from zyquo_tui.core.library.models import ModelInfo, inspect_model
 from zyquo_tui.core.library.rows import objectives_for, training_refusal
 from zyquo_tui.core.library.run_checks import DataTraits, check_run, fit_default_layers
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict
+from zyquo_tui.core.memory.host_verdicts import placed_advisor, placement_of
 from zyquo_tui.core.memory.disk_verdict import DiskAssessment, assess_disk
 from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
@@ -615,7 +616,7 @@ class NewRunScreen(ZyquoScreen):
         if hp_ok and self.facts is not None and self.advisor is not None:
             longest = max(self.lengths) if self.lengths else None
             config = TrainingConfig.from_hyperparameters(self.method, hp, longest)
-            plan = self.advisor.plan(self.facts, config, self.lengths)
+            plan = self._placed_advisor(hp).plan(self.facts, config, self.lengths)
         self.plan = plan
         self.disk = None
         if plan is not None and self.disk_settings is not None:
@@ -630,6 +631,20 @@ class NewRunScreen(ZyquoScreen):
         # No refresh_bindings here: the suggestion keys are not in the footer, and
         # check_action is asked again at each key press.
         self._show_memory(hp_ok)
+
+    def _placed_advisor(self, hp) -> MemoryAdvisor:
+        """The advisor for where the run trains: a distributed run's settings (from a preset,
+        a config or a fork) are judged on one rank's share of the batch, and --ranks N puts N
+        of them in this machine's memory (core/memory/host_verdicts.py). Worked out once per
+        placement: a hostfile is read and this machine's names looked up."""
+        assert self.advisor is not None
+        own = hp.zyquo_tui or {}
+        key = (own.get("ranks"), tuple(own.get("hosts") or ()), own.get("hostfile"))
+        if key == (None, (), None):
+            return self.advisor
+        if getattr(self, "_placement", (None, None))[0] != key:
+            self._placement = (key, placed_advisor(self.advisor, placement_of(own)))
+        return self._placement[1]
 
     def _show_method_problem(self, sentence: str | None) -> None:
         self.query_one("#method-note", Static).set_class(bool(sentence), "-error")
