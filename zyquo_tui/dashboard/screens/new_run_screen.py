@@ -40,6 +40,7 @@ from zyquo_tui.core.library.models import ModelInfo, inspect_model
 from zyquo_tui.core.library.rows import objectives_for, training_refusal
 from zyquo_tui.core.library.run_checks import DataTraits, check_run, fit_default_layers
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict
+from zyquo_tui.core.memory.duration import DurationEstimate
 from zyquo_tui.core.memory.host_verdicts import placed_advisor, placement_of
 from zyquo_tui.core.memory.disk_verdict import DiskAssessment, assess_disk
 from zyquo_tui.core.memory.estimate import TrainingConfig
@@ -77,7 +78,7 @@ from zyquo_tui.dashboard.widgets.hyperparameter_form import (
     HyperparameterForm,
 )
 from zyquo_tui.dashboard.widgets.labeled_line import LabeledLine
-from zyquo_tui.dashboard.widgets.memory_panel import MeasureState, MemoryPanel
+from zyquo_tui.dashboard.widgets.memory_panel import MeasureState, MemoryPanel, duration_line
 from zyquo_tui.dashboard.widgets.method_picker import MethodPicker
 from zyquo_tui.dashboard.widgets.static_update import PanelText, update_static
 from zyquo_tui.dashboard.widgets.title_bar import TitleBar
@@ -174,6 +175,10 @@ class NewRunScreen(ZyquoScreen):
         self.field_errors: dict[str, str] = {}
         self.field_warnings: dict[str, str] = {}
         self.measure_state = MeasureState()
+        # The duration beside the verdict: estimated in a worker (it reads the store's
+        # finished runs) whenever what it depends on changes; the last one stays shown.
+        self.duration: DurationEstimate | None = None
+        self.duration_key: tuple | None = None
         self.submitting = False
         self.method_note = ""
         self.ready = False  # models and datasets discovered
@@ -628,6 +633,8 @@ class NewRunScreen(ZyquoScreen):
         self.form.show_problems({k: v for k, v in errors.items() if k in FIELD_KEYS},
                                 {k: v for k, v in warnings.items() if k in FIELD_KEYS})
         self._show_method_problem(errors.get("method"))
+        if plan is not None:
+            self._estimate_duration(hp)
         # No refresh_bindings here: the suggestion keys are not in the footer, and
         # check_action is asked again at each key press.
         self._show_memory(hp_ok)
@@ -642,6 +649,7 @@ class NewRunScreen(ZyquoScreen):
         key = (own.get("ranks"), tuple(own.get("hosts") or ()), own.get("hostfile"))
         if key == (None, (), None):
             return self.advisor
+        key = (*key, id(self.advisor))
         if getattr(self, "_placement", (None, None))[0] != key:
             self._placement = (key, placed_advisor(self.advisor, placement_of(own)))
         return self._placement[1]
@@ -674,7 +682,38 @@ class NewRunScreen(ZyquoScreen):
         applicable = [not s.config.quantize_base for s in plan.suggestions]
         panel.show_plan(plan, rows_line=self._rows_line(plan),
                         suggestion_keys=list(SUGGESTION_KEYS), applicable=applicable,
-                        measure=self.measure_state, disk=self.disk)
+                        measure=self.measure_state, disk=self.disk,
+                        duration=duration_line(self.duration))
+
+    def _estimate_duration(self, hp: Hyperparameters) -> None:
+        """Start the duration's estimate in a worker when what it depends on changed."""
+        measured = self.measure_state.measurement
+        speed = measured.tokens_per_second if measured and not self.measure_state.stale \
+            else None
+        data = self.data_path if self.data_trainable else None
+        key = (self.model_path, self.method, data, id(self.lengths), speed,
+               repr(hp.to_dict()))
+        if key == self.duration_key or self.facts is None or self.model_path is None:
+            return
+        self.duration_key = key
+        model, facts, method, lengths = self.model_path, self.facts, self.method, self.lengths
+        hp = Hyperparameters.from_dict(hp.to_dict())  # the worker's own copy
+
+        def estimate() -> None:
+            try:
+                found = self.sources.duration(model, facts, method, hp, data, lengths, speed)
+            except Exception as error:  # a store that cannot be read costs the duration
+                found = DurationEstimate(None, {"source": None,
+                                                "sentence": f"unknown: {error}"})
+            self.app.call_from_thread(self._duration_estimated, key, found)
+        self.run_worker(estimate, thread=True, group="duration", exclusive=True,
+                        exit_on_error=False, name="estimate the duration")
+
+    def _duration_estimated(self, key: tuple, found: DurationEstimate) -> None:
+        if not self.is_attached or key != self.duration_key:
+            return
+        self.duration = found
+        self._show_memory(self.plan is not None)
 
     def _rows_line(self, plan: Plan) -> str:
         width = plan.estimate.batch_width

@@ -1,7 +1,8 @@
 """MemoryPanel: the memory verdict of the run being set up, beside the form.
 
 It shows the verdict (✓ fits, ! tight, ✗ won't fit) with its reason, the estimate against the
-budget, the disk verdict (the run's checkpoints against the store's free space), the breakdown as a bar with a legend, how wide batches are assumed to be, the
+budget, the disk verdict (the run's checkpoints against the store's free space) and the
+estimated duration, the breakdown as a bar with a legend, how wide batches are assumed to be, the
 suggestions that fit (each with the key that applies it), and a measured peak beside the
 estimate once one was measured. It draws what it is given; the screen does the planning.
 """
@@ -16,9 +17,10 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from zyquo_tui.core.formatting import fmt_bytes
+from zyquo_tui.core.formatting import basename, fmt_bytes, fmt_duration
 from zyquo_tui.core.memory.advisor import Plan, Verdict
 from zyquo_tui.core.memory.disk_verdict import DiskAssessment
+from zyquo_tui.core.memory.duration import DurationEstimate
 from zyquo_tui.core.memory.measure import Measurement
 from zyquo_tui.dashboard.widgets.breakdown_bar import BreakdownBar, BudgetBar, legend
 from zyquo_tui.dashboard.widgets.static_update import PanelText, update_static
@@ -95,7 +97,7 @@ class MemoryPanel(VerticalScroll):
 
     def show_plan(self, plan: Plan, *, rows_line: str, suggestion_keys: list[str],
                   applicable: list[bool], measure: MeasureState,
-                  disk: DiskAssessment | None = None) -> None:
+                  disk: DiskAssessment | None = None, duration: Text | None = None) -> None:
         assessment = plan.assessment
         estimate = plan.estimate
         budget = assessment.budget
@@ -109,6 +111,9 @@ class MemoryPanel(VerticalScroll):
         figures.append(fmt_bytes(estimate.total_bytes), style="bold")
         figures.append(f" of {fmt_bytes(budget.budget_bytes)} budget ({share:.0%})\n")
         figures.append(f"{budget.budget_source} ({budget.device})", style="dim")
+        if duration is not None and duration.plain:  # how long, beside how much
+            figures.append("\n")
+            figures.append_text(duration)
         self._set("figures", figures)
         gauge = self.query_one(BudgetBar)
         gauge.display = True
@@ -175,6 +180,32 @@ def disk_line(disk: DiskAssessment | None) -> Text:
     if disk.free_bytes is not None:
         text.append(f"; {fmt_bytes(disk.free_bytes)} free, "
                     f"{fmt_bytes(disk.floor_bytes)} kept", style="dim")
+    return text
+
+
+def duration_line(duration: DurationEstimate | None) -> Text:
+    """How long the run would take, beside the verdicts (core/memory/duration.py), in short:
+    the figure and what it rests on, or why it is unknown and what would tell."""
+    text = Text()
+    if duration is None:
+        return text  # not estimated yet
+    basis = duration.basis
+    if duration.seconds is None:
+        text.append("Time · unknown", style="bold")
+        if basis.get("source") is None:
+            text.append(": no run finished here yet; t measures")
+        else:
+            text.append(": no dataset to count a step's tokens")
+        return text
+    text.append(f"Time · about {fmt_duration(duration.seconds)}", style="bold")
+    if basis.get("source") == "measured":
+        text.append(", at the measured speed")
+    elif basis.get("same_model"):
+        text.append(f", from run {basis.get('run_name') or basis.get('run_id')} "
+                    "of this model")
+    else:
+        text.append(f", from run {basis.get('run_name') or basis.get('run_id')} of "
+                    f"{basename(str(basis.get('run_model') or ''))}, scaled by size")
     return text
 
 
