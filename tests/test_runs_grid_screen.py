@@ -4,7 +4,14 @@ their states), G compares them; Pilot tests of the flow and snapshots at 80x24 a
 from __future__ import annotations
 
 import pytest
-from test_dashboard_fixtures import T0, event, make, summary_of, training_events, write_events
+from test_dashboard_fixtures import (
+    T0,
+    event,
+    make,
+    summary_of,
+    training_events,
+    write_events,
+)
 from test_dashboard_snapshots import BOTH, dashboard, fixed_world, runs_listed, until
 
 from zyquo_tui.core.runs.run import RunState

@@ -40,11 +40,11 @@ from zyquo_tui.core.library.models import ModelInfo, inspect_model
 from zyquo_tui.core.library.rows import objectives_for, training_refusal
 from zyquo_tui.core.library.run_checks import DataTraits, check_run, fit_default_layers
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict
-from zyquo_tui.core.memory.duration import DurationEstimate
-from zyquo_tui.core.memory.host_verdicts import placed_advisor, placement_of
 from zyquo_tui.core.memory.disk_verdict import DiskAssessment, assess_disk
+from zyquo_tui.core.memory.duration import DurationEstimate
 from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
+from zyquo_tui.core.memory.host_verdicts import placed_advisor, placement_of
 from zyquo_tui.core.runs.mlx_config import (
     dump_mlx_yaml,
     load_mlx_yaml,
@@ -78,7 +78,11 @@ from zyquo_tui.dashboard.widgets.hyperparameter_form import (
     HyperparameterForm,
 )
 from zyquo_tui.dashboard.widgets.labeled_line import LabeledLine
-from zyquo_tui.dashboard.widgets.memory_panel import MeasureState, MemoryPanel, duration_line
+from zyquo_tui.dashboard.widgets.memory_panel import (
+    MeasureState,
+    MemoryPanel,
+    duration_line,
+)
 from zyquo_tui.dashboard.widgets.method_picker import MethodPicker
 from zyquo_tui.dashboard.widgets.static_update import PanelText, update_static
 from zyquo_tui.dashboard.widgets.title_bar import TitleBar
