@@ -35,6 +35,8 @@ def test_ranks_here_share_this_machines_memory_from_their_share_of_the_batch(
     assert here["local"] is True and here["ranks"] == [0, 1]
     assert here["estimate_bytes"] == 2 * per_rank and here["verdict"] == "fits"
     assert "2 ranks here" in data["reason"]
+    status, out, _ = plan(capsys, "--model", model, *BATCH, "--ranks", "2")
+    assert "host      this machine (ranks 0, 1): fits: needs about" in out
 
 
 def test_two_ranks_that_each_fit_alone_can_together_not_fit(capsys, model, isolated_home):

@@ -206,8 +206,9 @@ def run(args) -> int:
         for host in hosts:
             ranks = ", ".join(map(str, host.ranks))
             verdict = host.verdict.value if host.verdict else "unknown"
-            print(f"host      {host.host} (rank{'s' if len(host.ranks) > 1 else ''} {ranks}"
-                  f"{', this machine' if host.local else ''}): {verdict}: "
+            name = "this machine" if host.local else host.host
+            print(f"host      {name} (rank{'s' if len(host.ranks) > 1 else ''} {ranks}): "
+                  f"{verdict}: "
                   f"{host.reason.removeprefix('unknown: ')}")
         print(f"disk      {disk.verdict.value if disk.verdict else 'unknown'}: {disk.reason}")
         print(f"duration  {_duration_text(duration)}")
