@@ -200,7 +200,7 @@ def _ask(host: str, pairs: list[list[Any]]) -> list[bool] | None:
             host, shlex.join(here)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                              timeout=SSH_TIMEOUT_SECONDS * 2)
+                              timeout=SSH_TIMEOUT_SECONDS * 2, check=False)
         answer = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 \
             else None
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):

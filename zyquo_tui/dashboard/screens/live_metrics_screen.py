@@ -28,7 +28,12 @@ from zyquo_tui.dashboard.screens.run_view_screen import RunViewScreen
 from zyquo_tui.dashboard.widgets.failure_panel import FailurePanel
 from zyquo_tui.dashboard.widgets.loss_chart import LossChart
 from zyquo_tui.dashboard.widgets.metric_sparkline import MetricSparkline
-from zyquo_tui.dashboard.widgets.rank_hosts import Machine, RankHosts, machines_of, world_size
+from zyquo_tui.dashboard.widgets.rank_hosts import (
+    Machine,
+    RankHosts,
+    machines_of,
+    world_size,
+)
 from zyquo_tui.dashboard.widgets.recent_events import RecentEvents
 from zyquo_tui.dashboard.widgets.run_status import RunStatus
 from zyquo_tui.dashboard.widgets.samples_panel import SamplesPanel

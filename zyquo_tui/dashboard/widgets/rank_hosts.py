@@ -4,6 +4,7 @@ live, rank 0's peak memory and the memory verdict each host was given at the sta
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from rich.text import Text
 
 from zyquo_tui.core.formatting import fmt_bytes
