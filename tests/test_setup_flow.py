@@ -618,3 +618,32 @@ async def test_the_form_says_how_long_the_run_takes_estimated_off_the_event_loop
             screen, "#memory-figures")
     assert calls and not any(on_loop for on_loop, _ in calls)
     assert calls[-1][1] == 500
+
+
+async def test_a_distributed_run_is_judged_with_its_ranks_here_and_its_other_hosts(models):
+    """A copy of a run on two processes (`N`): the panel counts both ranks in this machine's
+    memory, one rank's share of the batch each; a run on two hosts names the other one, whose
+    free memory no `hosts check` has found yet."""
+    def like(**own) -> Run:
+        return Run.new(model=str(models["zyquo-tiny"]), data=COMPLETIONS,
+                       hyperparameters=Hyperparameters.from_dict(
+                           {"num_layers": -1, "batch_size": 4, "zyquo_tui": own}))
+
+    app = dashboard(lambda home: FixedSources(home, budget=8 * GIB, lengths=[40, 60]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, like=like(ranks=2))
+        await settle(pilot, screen)
+        assessment = screen.plan.assessment
+        assert assessment.ranks_here == 2
+        one_rank = screen.advisor.estimate(screen.facts, screen.plan.estimate.config.replace(
+            batch_size=2)).total_bytes
+        assert screen.plan.estimate.total_bytes == one_rank
+        assert "2 ranks here ×" in shown(screen, "#memory-figures")
+        await pilot.press("escape")
+        await pilot.pause()
+
+        screen = await open_new_run(pilot, like=like(hosts=["localhost", "mini-two.invalid"]))
+        await settle(pilot, screen)
+        assert screen.plan.assessment.ranks_here == 1
+        assert "mini-two.invalid · unknown: no `zyquo-tui hosts check` has reached" in shown(
+            screen, "#memory-details")

@@ -47,6 +47,7 @@ from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.memory.measure import Measurement, measure_peak
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.store.known_hosts import load_known_hosts
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.core.system import machine
@@ -198,6 +199,11 @@ class SetupSources:
         except Exception:  # a store that cannot be read costs the correction, nothing more
             pass
         return advisor
+
+    def known_hosts(self) -> dict[str, dict[str, Any]]:
+        """Other hosts' free memory as `hosts check` last found it (a distributed run's
+        verdict per host)."""
+        return load_known_hosts(self.home)
 
     def disk(self) -> tuple[int | None, Settings]:
         """Free bytes on the store's disk and the settings that hold its floor (the disk

@@ -57,6 +57,12 @@ class Assessment:
     reason: str
     estimate: Estimate
     budget: MemoryBudget
+    ranks_here: int = 1  # a distributed run's ranks that share this machine's memory
+
+    @property
+    def need_bytes(self) -> int:
+        """What this machine needs: the estimate, times the ranks training here."""
+        return self.estimate.total_bytes * self.ranks_here
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict.value, "reason": self.reason,
@@ -260,7 +266,7 @@ class MemoryAdvisor:
             reason = (f"{needs} of the {fmt_bytes(limit)} training may "
                       f"use here ({need / limit:.0%}); {fmt_bytes(budget.available_bytes)} "
                       "is free now.")
-        return Assessment(verdict, reason, estimate, budget)
+        return Assessment(verdict, reason, estimate, budget, self.ranks_here)
 
     def assess(self, model: ModelFacts, config: TrainingConfig) -> Assessment:
         return self.judge(self.estimate(model, config))

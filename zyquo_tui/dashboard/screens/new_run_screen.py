@@ -44,7 +44,12 @@ from zyquo_tui.core.memory.disk_verdict import DiskAssessment, assess_disk
 from zyquo_tui.core.memory.duration import DurationEstimate
 from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
-from zyquo_tui.core.memory.host_verdicts import placed_advisor, placement_of
+from zyquo_tui.core.memory.host_verdicts import (
+    HostVerdict,
+    host_verdicts,
+    placed_advisor,
+    placement_of,
+)
 from zyquo_tui.core.runs.mlx_config import (
     dump_mlx_yaml,
     load_mlx_yaml,
@@ -82,6 +87,7 @@ from zyquo_tui.dashboard.widgets.memory_panel import (
     MeasureState,
     MemoryPanel,
     duration_line,
+    hosts_lines,
 )
 from zyquo_tui.dashboard.widgets.method_picker import MethodPicker
 from zyquo_tui.dashboard.widgets.static_update import PanelText, update_static
@@ -183,6 +189,9 @@ class NewRunScreen(ZyquoScreen):
         # finished runs) whenever what it depends on changes; the last one stays shown.
         self.duration: DurationEstimate | None = None
         self.duration_key: tuple | None = None
+        # A distributed run's other hosts: their free memory as `hosts check` found it.
+        self.known_hosts: dict[str, dict[str, Any]] = {}
+        self.host_verdicts: list[HostVerdict] = []
         self.submitting = False
         self.method_note = ""
         self.ready = False  # models and datasets discovered
@@ -368,6 +377,7 @@ class NewRunScreen(ZyquoScreen):
     def _make_advisor(self) -> None:
         try:
             self.disk_free, self.disk_settings = self.sources.disk()
+            self.known_hosts = self.sources.known_hosts()
             advisor = self.sources.advisor()
         except Exception as error:
             self.app.call_from_thread(self._advisor_made, None, str(error))
@@ -627,6 +637,7 @@ class NewRunScreen(ZyquoScreen):
             config = TrainingConfig.from_hyperparameters(self.method, hp, longest)
             plan = self._placed_advisor(hp).plan(self.facts, config, self.lengths)
         self.plan = plan
+        self.host_verdicts = self._other_hosts(plan, hp)
         self.disk = None
         if plan is not None and self.disk_settings is not None:
             self.disk = assess_disk(self.facts, plan.estimate.config, hp,
@@ -654,9 +665,19 @@ class NewRunScreen(ZyquoScreen):
         if key == (None, (), None):
             return self.advisor
         key = (*key, id(self.advisor))
-        if getattr(self, "_placement", (None, None))[0] != key:
-            self._placement = (key, placed_advisor(self.advisor, placement_of(own)))
+        if getattr(self, "_placement", (None,))[0] != key:
+            placement = placement_of(own)
+            self._placement = (key, placed_advisor(self.advisor, placement), placement)
         return self._placement[1]
+
+    def _other_hosts(self, plan: Plan | None, hp) -> list[HostVerdict]:
+        """The verdicts of a distributed run's other hosts (this machine's is the panel's)."""
+        own = hp.zyquo_tui or {}
+        if plan is None or not (own.get("hosts") or own.get("hostfile")):
+            return []
+        _, advisor, placement = self._placement
+        return [verdict for verdict in host_verdicts(plan.assessment, advisor, placement,
+                                                     self.known_hosts) if not verdict.local]
 
     def _show_method_problem(self, sentence: str | None) -> None:
         self.query_one("#method-note", Static).set_class(bool(sentence), "-error")
@@ -687,7 +708,8 @@ class NewRunScreen(ZyquoScreen):
         panel.show_plan(plan, rows_line=self._rows_line(plan),
                         suggestion_keys=list(SUGGESTION_KEYS), applicable=applicable,
                         measure=self.measure_state, disk=self.disk,
-                        duration=duration_line(self.duration))
+                        duration=duration_line(self.duration),
+                        hosts=hosts_lines(self.host_verdicts))
 
     def _estimate_duration(self, hp: Hyperparameters) -> None:
         """Start the duration's estimate in a worker when what it depends on changed."""
