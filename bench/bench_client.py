@@ -14,7 +14,6 @@ Target: client/trainer ratio 0.95 or more.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -27,11 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_trainer import build_model, ours  # noqa: E402
-
-from zyquo_tui.core.runs.run import Run  # noqa: E402
-from zyquo_tui.core.runs.settings import Hyperparameters  # noqa: E402
-from zyquo_tui.core.store.store import RunStore  # noqa: E402
+from bench_trainer import bench_arguments, bench_heading, bench_run, ours  # noqa: E402
 
 CLIENT_LOOP = textwrap.dedent("""
     import json, sys, time
@@ -72,21 +67,10 @@ def client_run(model: Path, iters: int) -> tuple[list[float], float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--iters", type=int, default=80)
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--layers", type=int, default=2)
-    args = parser.parse_args()
+    args = bench_arguments()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        model = build_model(tmp / "model", args.hidden, args.layers)
-        store = RunStore(tmp / "home").ensure()
-        hp = Hyperparameters(iters=args.iters, batch_size=4, learning_rate=1e-4, num_layers=-1,
-                             steps_per_report=10, steps_per_eval=10_000, save_every=10_000,
-                             val_batches=2)
-        run = Run.new(model=str(model), data=str(REPO / "sample_data" / "completions"),
-                      hyperparameters=hp)
+        model, store, run = bench_run(tmp, args)
         trainer, client, tokenize = [], [], []
         for i in range(args.repeat):
             trainer.append(statistics.median(ours(store, run)))
@@ -97,8 +81,7 @@ def main() -> None:
                   f"{client[-1]:.0f} tok/s", flush=True)
     ratios = [c / t for c, t in zip(client, trainer, strict=True)]
     print()
-    print(f"model: llama hidden {args.hidden}, {args.layers} layers; LoRA all layers, batch 4, "
-          f"{args.iters} steps, {args.repeat} repetitions")
+    print(bench_heading(args))
     print(f"{'':<28} {'median tok/s':>13}")
     print(f"{'run trainer':<28} {statistics.median(trainer):>13.0f}")
     print(f"{'client loop':<28} {statistics.median(client):>13.0f}")

@@ -67,22 +67,39 @@ def theirs(config_path: Path, workdir: Path) -> list[float]:
     return rates[1:]
 
 
-def main() -> None:
+def bench_arguments() -> argparse.Namespace:
+    """The settings every tokens/s bench of the trainer shares."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--iters", type=int, default=80)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def bench_run(tmp: Path, args: argparse.Namespace) -> tuple[Path, RunStore, Run]:
+    """A generated llama of the asked size and a LoRA run of it on the sample completions:
+    batch 4, every layer, no validation and no checkpoint during the measured steps."""
+    model = build_model(tmp / "model", args.hidden, args.layers)
+    store = RunStore(tmp / "home").ensure()
+    hp = Hyperparameters(iters=args.iters, batch_size=4, learning_rate=1e-4, num_layers=-1,
+                         steps_per_report=10, steps_per_eval=10_000, save_every=10_000,
+                         val_batches=2)
+    run = Run.new(model=str(model), data=str(REPO / "sample_data" / "completions"),
+                  hyperparameters=hp)
+    return model, store, run
+
+
+def bench_heading(args: argparse.Namespace) -> str:
+    return (f"model: llama hidden {args.hidden}, {args.layers} layers; LoRA all layers, "
+            f"batch 4, {args.iters} steps, {args.repeat} repetitions")
+
+
+def main() -> None:
+    args = bench_arguments()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        model = build_model(tmp / "model", args.hidden, args.layers)
-        store = RunStore(tmp / "home").ensure()
-        hp = Hyperparameters(iters=args.iters, batch_size=4, learning_rate=1e-4, num_layers=-1,
-                             steps_per_report=10, steps_per_eval=10_000, save_every=10_000,
-                             val_batches=2)
-        run = Run.new(model=str(model), data=str(REPO / "sample_data" / "completions"),
-                      hyperparameters=hp)
+        _, store, run = bench_run(tmp, args)
         config_path = tmp / "config.yaml"
         config_path.write_text(dump_mlx_yaml(run_to_mlx_config(run, str(tmp / "adapters"))))
         our_medians, their_medians = [], []
@@ -93,8 +110,7 @@ def main() -> None:
                   f"mlx_lm lora {their_medians[-1]:.0f} tok/s", flush=True)
     ratios = [o / t for o, t in zip(our_medians, their_medians)]
     print()
-    print(f"model: llama hidden {args.hidden}, {args.layers} layers; LoRA all layers, batch 4, "
-          f"{args.iters} steps, {args.repeat} repetitions")
+    print(bench_heading(args))
     print(f"{'':<24} {'median tok/s':>13}")
     print(f"{'zyquo-tui trainer':<24} {statistics.median(our_medians):>13.0f}")
     print(f"{'mlx_lm lora (bare)':<24} {statistics.median(their_medians):>13.0f}")

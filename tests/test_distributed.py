@@ -5,53 +5,26 @@ the run as interrupted with no rank left behind."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
 from conftest import SAMPLE_DATA, our_processes, run_trainer, wait_for_event, zyquo_cli
-from helpers import losses_by_iteration, make_run
+from helpers import (
+    assert_losses_equal_mlx_lm,
+    losses_by_iteration,
+    make_run,
+    mlx_lm_reports,
+    stop_runs,
+)
 
 from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.processes.supervisor import Supervisor
-from zyquo_tui.core.runs.mlx_config import run_to_mlx_config
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.system.cluster import free_port, mlx_launch_path
-
-# mlx-lm's own training under mlx.launch: rank 0 writes what its callback was told.
-MLX_LM_REFERENCE = textwrap.dedent("""
-    import json, sys, types
-    import mlx.core as mx
-    import numpy as np
-    from mlx_lm import load
-    from mlx_lm.lora import CONFIG_DEFAULTS, train_model
-    from mlx_lm.tuner.callbacks import TrainingCallback
-    from mlx_lm.tuner.datasets import load_dataset
-
-    config = {**CONFIG_DEFAULTS, **json.loads(open(sys.argv[1]).read())}
-    args = types.SimpleNamespace(**config)
-    reports = {"train": [], "val": []}
-
-    class Record(TrainingCallback):
-        def on_train_loss_report(self, info):
-            reports["train"].append(info)
-        def on_val_loss_report(self, info):
-            reports["val"].append(info)
-
-    np.random.seed(args.seed)
-    model, tokenizer = load(args.model)
-    train_set, valid_set, _ = load_dataset(args, tokenizer)
-    train_model(args, model, train_set, valid_set, Record())
-    if mx.distributed.init().rank() == 0:
-        open(sys.argv[2], "w").write(json.dumps(reports))
-""")
 
 SETTINGS = {"iters": 24, "steps_per_report": 4, "steps_per_eval": 8, "val_batches": 3,
             "save_every": 1000, "grad_accumulation_steps": 2}
@@ -92,27 +65,39 @@ def test_two_ranks_lose_what_mlx_lm_loses_under_mlx_launch(uninterrupted, tmp_pa
     assert ours[0]["type"] == "started" and ours[0]["world_size"] == 2
     assert [r["rank"] for r in run.process["ranks"]] == [0, 1]
 
-    config = run_to_mlx_config(run, adapter_path=str(tmp_path / "mlx-lm-adapters"))
-    config["train"] = True
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "reference.py").write_text(MLX_LM_REFERENCE)
-    subprocess.run([mlx_launch_path(), "-n", "2", "--backend", "ring", "--starting-port",
-                    str(free_port(2)), "--", sys.executable, str(tmp_path / "reference.py"),
-                    str(tmp_path / "config.json"), str(tmp_path / "reports.json")],
-                   capture_output=True, text=True, timeout=600, check=True,
-                   stdin=subprocess.DEVNULL)
-    theirs = json.loads((tmp_path / "reports.json").read_text())
+    theirs = mlx_lm_reports(run, tmp_path, (
+        mlx_launch_path(), "-n", "2", "--backend", "ring", "--starting-port",
+        str(free_port(2)), "--"))
+    our_train = assert_losses_equal_mlx_lm(store, run, theirs)
+    assert sorted(our_train) == [4, 8, 12, 16, 20, 24]
 
-    our_train = losses_by_iteration(ours, "train", "train_loss")
-    their_train = {r["iteration"]: r["train_loss"] for r in theirs["train"]}
-    assert sorted(our_train) == sorted(their_train) == [4, 8, 12, 16, 20, 24]
-    for step, loss in their_train.items():
-        assert our_train[step] == pytest.approx(loss, abs=1e-5), step
-    our_val = losses_by_iteration(ours, "val", "val_loss")
-    their_val = {r["iteration"] + 1: r["val_loss"] for r in theirs["val"]}
-    assert sorted(our_val) == sorted(their_val)
-    for step, loss in their_val.items():
-        assert our_val[step] == pytest.approx(loss, abs=1e-5), step
+
+def test_two_ranks_of_a_dpo_run_report_what_one_process_reports(tiny_model):
+    """Each rank holds half of every batch: the reward metrics of a report are the mean over
+    both halves (not rank 0's alone), so they equal one process's over the whole batch."""
+    from zyquo_tui.core.events.protocol import PREFERENCE_METRICS
+    from zyquo_tui.core.runs.settings import SETTINGS as RUN_SETTINGS
+
+    settings = dict(iters=8, steps_per_report=4, steps_per_eval=8, val_batches=2,
+                    save_every=1000, batch_size=4, learning_rate=1e-3)
+    events = {}
+    for ranks in (1, 2):
+        store, run = make_run(tiny_model, SAMPLE_DATA / "preference", store=RunStore(),
+                              **settings, zyquo_tui={"ranks": ranks} if ranks > 1 else {})
+        store.update(run.id, lambda r: RUN_SETTINGS["objective"].set(r.hyperparameters, "dpo"))
+        supervisor = Supervisor(store)
+        supervisor.start(run.id)
+        try:
+            done = finished(supervisor, run.id)
+        finally:
+            stop_runs(store, run.id)
+        assert done.state is RunState.COMPLETED, store.log_path(run.id).read_text()[-3000:]
+        events[ranks] = [e for e in read_events(store.events_path(run.id))
+                         if e["type"] == "train"]
+    assert [e["iteration"] for e in events[2]] == [e["iteration"] for e in events[1]] == [4, 8]
+    for one, two in zip(events[1], events[2]):
+        for name in ("train_loss", *PREFERENCE_METRICS):
+            assert two[name] == pytest.approx(one[name], abs=1e-4), (two["iteration"], name)
 
 
 def test_cancel_stops_every_rank_and_an_exact_resume_continues(uninterrupted, tiny_model):

@@ -212,6 +212,28 @@ def test_data_sets_the_width_from_the_longest_tokenized_row(capsys, tiny_model, 
     assert not any("row lengths unknown" in note for note in out["notes"])
 
 
+def test_preference_data_is_planned_as_the_preference_run_it_trains(capsys, tiny_model,
+                                                                    isolated_home):
+    """The objective follows the data unless given: dpo counts two sequences a row; an
+    objective the data cannot train is refused with runs new's sentence."""
+    fake_machine(isolated_home, 64 * GIB)
+    preference = REPO / "sample_data" / "preference"
+    common = ("--model", tiny_model, "--num-layers", "-1", "--json")
+    status, sft, _ = plan(capsys, *common, "--data", REPO / "sample_data" / "completions")
+    assert status == 0 and sft["objective"] == "sft"
+    status, dpo, _ = plan(capsys, *common, "--data", preference)
+    assert status == 0 and dpo["objective"] == "dpo"
+    assert dpo["breakdown"]["loss"] == 2 * dpo["batch_width"] * sft["breakdown"]["loss"] \
+        / sft["batch_width"]  # two sequences a row, each as wide as the widest
+    status, orpo, _ = plan(capsys, *common, "--data", preference, "--objective", "orpo")
+    assert status == 0 and orpo["objective"] == "orpo"
+    status, _, err = plan(capsys, *common, "--data", preference, "--objective", "sft")
+    assert status == 2 and "choose --objective dpo or orpo" in err
+    status, full, _ = plan(capsys, "--model", tiny_model, "--method", "full", "--objective",
+                           "dpo", "--json")
+    assert status == 0 and full["breakdown"]["reference"] > 0
+
+
 def test_measure_reports_the_real_peak_beside_the_estimate_and_remembers_it(
         capsys, tiny_model, isolated_home):
     fake_machine(isolated_home, 64 * GIB)

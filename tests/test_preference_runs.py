@@ -96,6 +96,38 @@ def test_cancel_and_resume_of_a_dpo_run_equals_the_straight_run(tiny_model):
             assert got[step] == pytest.approx(expected[step], abs=1e-5), (kind, key, step)
 
 
+def test_chat_pairs_train_as_the_same_rows_written_as_prompt_chosen_rejected(tiny_model,
+                                                                           tmp_path):
+    """{"chosen": [messages], "rejected": [messages]} with the prompt as their shared first
+    message is the same pair: `data check` accepts it and DPO trains it to the same losses."""
+    pairs = tmp_path / "chat-pairs"
+    pairs.mkdir()
+    for split in ("train", "valid"):
+        rows = [json.loads(line) for line in (PREFERENCE / f"{split}.jsonl").open()]
+        with open(pairs / f"{split}.jsonl", "w") as out:
+            for row in rows:
+                ask = {"role": "user", "content": row["prompt"]}
+                out.write(json.dumps({
+                    side: [ask, {"role": "assistant", "content": row[side]}]
+                    for side in ("chosen", "rejected")}) + "\n")
+    checked = zyquo_cli("data", "check", str(pairs), "--json")
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["objectives"] == ["dpo", "orpo"]
+    settings = dict(iters=10, steps_per_report=5, steps_per_eval=10, save_every=100)
+    events = []
+    for data in (PREFERENCE, pairs):
+        store, run = make_run(tiny_model, data, **settings)
+        store.update(run.id, lambda r: SETTINGS["objective"].set(r.hyperparameters, "dpo"))
+        done = run_trainer(store.run_dir(run.id))
+        assert done.returncode == 0, done.stdout[-2000:]
+        events.append(events_of(store, run))
+    for kind, key in [("train", "train_loss"), ("val", "val_loss"), ("val", "reward_margin")]:
+        rows, chat = (losses_by_iteration(e, kind, key) for e in events)
+        assert sorted(chat) == sorted(rows) and rows, (kind, key)
+        for step in rows:
+            assert chat[step] == pytest.approx(rows[step], abs=1e-6), (kind, key, step)
+
+
 def test_a_preference_config_round_trips_through_mlx_lm_lora_keys(models, tmp_path):
     made = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data", str(PREFERENCE),
                      "--objective", "dpo", "--beta", "0.3", "--dpo-loss", "ipo",

@@ -96,8 +96,9 @@ async def until(pilot, predicate, what, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
+            stack = " > ".join(type(screen).__name__ for screen in pilot.app.screen_stack)
             raise AssertionError(f"timed out after {timeout} s waiting for "
-                                 f"{what() if callable(what) else what}")
+                                 f"{what() if callable(what) else what} (screens: {stack})")
         await pilot.pause(0.05)
 
 

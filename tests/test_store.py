@@ -91,6 +91,31 @@ def test_two_processes_updating_one_run_lose_no_update(isolated_home):
     assert store.get(run.id).summary["count"] == 200
 
 
+def _create_runs(home: str, count: int) -> None:
+    store = RunStore(Path(home))
+    for _ in range(count):
+        new_run(store)
+
+
+def test_a_run_being_created_is_never_listed_half_made(isolated_home):
+    """Another process listing the store (the dashboard's poll, a CLI) while runs are created
+    sees each run whole or not at all, never a folder without its run.json."""
+    store = RunStore().ensure()
+    writer = multiprocessing.get_context("spawn").Process(
+        target=_create_runs, args=(str(isolated_home), 150))
+    writer.start()
+    half_made = []
+    try:
+        while writer.is_alive():
+            half_made += [record.reason for record in store.list()
+                          if isinstance(record, DamagedRun)]
+    finally:
+        writer.join(60)
+    assert writer.exitcode == 0
+    assert len(store.list()) == 150
+    assert half_made == []
+
+
 @pytest.mark.parametrize("content, reason", [
     ('{"schema_version": 1, "id": "x"', "not valid JSON"),
     ("", "empty"),

@@ -38,9 +38,11 @@ from zyquo_tui.core.runs.mlx_config import load_mlx_yaml, run_from_mlx_config
 from zyquo_tui.core.runs.problems import errors_in
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 
+
 # Settings that change how long a run takes and not its memory (core/memory/duration.py).
 DURATION_SETTINGS = frozenset({"iters", "steps_per_eval", "val_batches"})
-
+# A preference objective trains two sequences a row and may hold a reference copy.
+OBJECTIVE_SETTINGS = frozenset({"objective", "reference"})
 # Where the ranks of a distributed run train: its verdict is per host
 # (core/memory/host_verdicts.py).
 PLACEMENT_SETTINGS = frozenset({"ranks", "hosts", "hostfile"})
@@ -58,7 +60,7 @@ def register(subparsers) -> None:
     # its list (argparse refuses another name).
     # iters and save_every decide how many checkpoints the disk verdict counts.
     add_setting_flags(parser, (MEMORY_SETTINGS - {"optimizer"}) | DISK_SETTINGS
-                      | DURATION_SETTINGS | PLACEMENT_SETTINGS)
+                      | DURATION_SETTINGS | OBJECTIVE_SETTINGS | PLACEMENT_SETTINGS)
     optimizer = SETTINGS["optimizer"]
     parser.add_argument(optimizer.flag, choices=optimizer.choices, help=optimizer.help)
     parser.add_argument("--config", type=Path, help="an mlx-lm YAML config to start from "
@@ -134,6 +136,22 @@ def _check_data(data: str) -> str:
     return str(folder.resolve())
 
 
+def _choose_objective(hp: Hyperparameters, data: str, chosen: bool) -> None:
+    """The objective the data trains when none was chosen (dpo for preference pairs, as the
+    form offers first); one that cannot train the data is refused as `runs new` refuses it."""
+    from zyquo_tui.core.library.rows import objectives_for, training_refusal
+    from zyquo_tui.core.library.run_checks import DataTraits
+
+    data_format = DataTraits.read(data).format
+    objective = SETTINGS["objective"]
+    trains = objectives_for(data_format)
+    if not chosen and trains and objective.get(hp) not in trains:
+        objective.set(hp, trains[0])
+    refusal = training_refusal(data_format, objective.get(hp))
+    if refusal is not None:
+        raise UserError(f"{data}: {refusal}")
+
+
 def run(args) -> int:
     model_path, data, method, hp, extra = _settings(args)
     facts = ModelFacts.from_folder(model_path)
@@ -151,6 +169,8 @@ def run(args) -> int:
     lengths: list[int] | None = None
     if data is not None:
         data = _check_data(data)
+        _choose_objective(hp, data, "objective" in settings_given(args))
+        config = TrainingConfig.from_hyperparameters(method, hp)
         try:
             lengths = row_token_lengths(model_path, data, extra)
         except UserError as error:
@@ -182,8 +202,7 @@ def run(args) -> int:
         else:
             # One rank's share of the batch: what one process of the run trains.
             measurement = measure_peak(model_path, advisor.rank_config(plan.estimate.config),
-                                       data=data,
-                                       hyperparameters=hp, extra_config=extra)
+                                       data=data, hyperparameters=hp, extra_config=extra)
             advisor.record_measurement(facts, plan.estimate, measurement)
 
     disk = _disk(facts, plan, hp)
@@ -208,8 +227,7 @@ def run(args) -> int:
             verdict = host.verdict.value if host.verdict else "unknown"
             name = "this machine" if host.local else host.host
             print(f"host      {name} (rank{'s' if len(host.ranks) > 1 else ''} {ranks}): "
-                  f"{verdict}: "
-                  f"{host.reason.removeprefix('unknown: ')}")
+                  f"{verdict}: {host.reason.removeprefix('unknown: ')}")
         print(f"disk      {disk.verdict.value if disk.verdict else 'unknown'}: {disk.reason}")
         print(f"duration  {_duration_text(duration)}")
     memory = decisive.verdict if decisive is not None else plan.assessment.verdict
@@ -227,6 +245,7 @@ def _disk(facts: ModelFacts, plan: Plan, hp: Hyperparameters) -> DiskAssessment:
 def _json(plan: Plan, measurement: Measurement | None, skipped: str | None,
           lengths: list[int] | None) -> dict[str, Any]:
     data = plan.to_json()
+    data["objective"] = plan.estimate.config.objective
     data["longest_row_tokens"] = max(lengths) if lengths else None
     data["rows"] = len(lengths) if lengths else None
     if measurement is not None or skipped is not None:
@@ -251,12 +270,17 @@ def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipp
     print(f"model     {facts.path} ({facts.model_type or 'unknown'}, {facts.num_layers} layers, "
           f"{facts.compute_dtype}{quantized})")
     parts = [config.method.value, f"batch {config.batch_size}"]
+    if config.objective != "sft":
+        parts[0] += f" {config.objective}"
     if config.grad_accumulation_steps > 1:
         parts[-1] += f" x {config.grad_accumulation_steps} accumulated"
     sequence = f"{estimate.batch_width} tokens per row"
     if lengths:
         sequence += f" (longest of {len(lengths)} rows: {max(lengths)} tokens)"
-    parts += [sequence, f"{estimate.trained_layers} layers trained"]
+    parts.append(sequence)
+    if config.sequences_per_row > 1:
+        parts.append("2 sequences a row (chosen, rejected)")
+    parts.append(f"{estimate.trained_layers} layers trained")
     if config.method is not Method.FULL:
         parts.append(f"rank {config.rank}")
     if config.grad_checkpoint:

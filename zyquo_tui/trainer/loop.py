@@ -119,7 +119,7 @@ class TrainingLoop:
         self.steps_since_report = sums["steps_since_report"]
         self.time_since_report = sums["time_since_report"]
         self.trained_tokens = sums["trained_tokens"]
-        self.metric_sums = dict(sums.get("metric_sums", {}))
+        self.metric_sums = dict(sums.get("metric_sums", {})) if self.world.primary else {}
         self.start_step = self.step = step
 
     # -- the loop ----------------------------------------------------------------------------
@@ -183,11 +183,13 @@ class TrainingLoop:
 
     def _report(self, it: int) -> None:
         loss_sum, tokens = self.loss_sum, self.tokens_since_report
+        metric_sums = self.metric_sums
         if self.world.distributed:  # as mlx-lm reports: the mean over every rank's steps
             loss_sum = self.world.sum(mx.array(loss_sum))
             tokens = self.world.sum(mx.array(tokens))
-        train_loss = (float(mx.array(loss_sum).item())
-                      / (self.steps_since_report * self.world.size))
+            metric_sums = self._summed_over_ranks(metric_sums)
+        rank_steps = self.steps_since_report * self.world.size
+        train_loss = float(mx.array(loss_sum).item()) / rank_steps
         n_tokens = int(mx.array(tokens).item())
         elapsed = max(self.time_since_report, 1e-9)
         self.trained_tokens += n_tokens
@@ -199,14 +201,22 @@ class TrainingLoop:
             "tokens_per_second": n_tokens / elapsed,
             "trained_tokens": self.trained_tokens,
             "peak_memory_bytes": int(mx.get_peak_memory()),
-            **{name: float(mx.array(total).item()) / self.steps_since_report
-               for name, total in self.metric_sums.items()},
+            **{name: float(mx.array(total).item()) / rank_steps
+               for name, total in metric_sums.items()},
         })
         self.metric_sums = {}
         self.loss_sum = 0
         self.tokens_since_report = 0
         self.steps_since_report = 0
         self.time_since_report = 0.0
+
+    def _summed_over_ranks(self, sums: dict[str, Any]) -> dict[str, mx.array]:
+        """Each metric's sum over every rank (each holds its own rows' sums): the same
+        collectives in the same order on every rank, evaluated at once so none is left lazy."""
+        totals = {name: self.world.sum(mx.array(sums.get(name, 0), dtype=mx.float32))
+                  for name in self.objective.metric_names}
+        mx.eval(totals)
+        return totals
 
     def save(self, it: int, val_loss: float | None) -> dict[str, Any]:
         weights = self.engine.trainable_weights()
@@ -215,11 +225,13 @@ class TrainingLoop:
             raise fail("nan", f"The weights became infinite or NaN at step {it}; the run was "
                        "stopped there and the weights of that step were not saved.")
         loss_sum, tokens = self.loss_sum, self.tokens_since_report
+        metric_sums = self.metric_sums
         if self.world.distributed:
             # Every rank's running sums, so a resume reports what an uninterrupted run would.
             loss_sum = self.world.sum(mx.array(loss_sum, dtype=mx.float32))
             tokens = self.world.sum(mx.array(tokens))
             mx.eval(loss_sum, tokens)  # on every rank: a collective left lazy blocks the others
+            metric_sums = self._summed_over_ranks(metric_sums)
         meta = {
             "data": self.batches.position(),
             "sums": {
@@ -228,7 +240,7 @@ class TrainingLoop:
                 "time_since_report": self.time_since_report,
                 "trained_tokens": self.trained_tokens,
                 "metric_sums": {name: float(mx.array(total).item())
-                                for name, total in self.metric_sums.items()},
+                                for name, total in metric_sums.items()},
             },
         }
         pending = self.engine.grad_sum

@@ -19,7 +19,7 @@ def write_atomic(path: Path, text: str) -> None:
     Temp file in the same folder, fsync, rename, fsync the folder: a crash at any point leaves
     the previous file intact (plus, at worst, a stray temp file that readers ignore).
     """
-    temp = path.with_name(f"{path.name}{TEMP_MARK}{os.getpid()}-{secrets.token_hex(3)}")
+    temp = temp_sibling(path)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -32,6 +32,11 @@ def write_atomic(path: Path, text: str) -> None:
             os.unlink(temp)
         raise
     fsync_dir(path.parent)
+
+
+def temp_sibling(path: Path) -> Path:
+    """A fresh name beside `path` that every reader of the store skips (it holds TEMP_MARK)."""
+    return path.with_name(f"{path.name}{TEMP_MARK}{os.getpid()}-{secrets.token_hex(3)}")
 
 
 def write_json_atomic(path: Path, data: Any, *, compact: bool = False) -> None:

@@ -19,7 +19,13 @@ from typing import Callable, Iterator
 
 from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.runs.run import Run
-from zyquo_tui.core.store.atomic import TEMP_MARK, file_lock, write_json_atomic
+from zyquo_tui.core.store.atomic import (
+    TEMP_MARK,
+    file_lock,
+    fsync_dir,
+    temp_sibling,
+    write_json_atomic,
+)
 from zyquo_tui.core.store.paths import ensure_dir, zyquo_home
 
 RUN_FILE = "run.json"
@@ -73,13 +79,27 @@ class RunStore:
     def create(self, run: Run) -> Run:
         self.ensure()
         folder = self.run_dir(run.id)
+        exists = UserError(f"A run with id {run.id} already exists in {self.runs_root}.")
+        if folder.exists():
+            raise exists
+        # Made whole under a temp name, then renamed into place: a process listing the store
+        # meanwhile (the dashboard's poll, a CLI) sees the run complete or not at all, never a
+        # folder without its run.json (which it would have to call damaged).
+        temp = temp_sibling(folder)
+        temp.mkdir(mode=0o700)
         try:
-            folder.mkdir(mode=0o700)
-        except FileExistsError:
-            raise UserError(f"A run with id {run.id} already exists in {self.runs_root}.") from None
-        (folder / ADAPTERS_DIR).mkdir(mode=0o700)
-        with file_lock(folder / LOCK_FILE):
-            write_json_atomic(folder / RUN_FILE, run.to_dict())
+            (temp / ADAPTERS_DIR).mkdir(mode=0o700)
+            write_json_atomic(temp / RUN_FILE, run.to_dict())
+            try:
+                os.rename(temp, folder)  # refused when a non-empty folder holds the name
+            except OSError:
+                if folder.exists():
+                    raise exists from None
+                raise
+        except BaseException:
+            shutil.rmtree(temp, ignore_errors=True)
+            raise
+        fsync_dir(self.runs_root)
         return run
 
     def get(self, run_id: str) -> Run:

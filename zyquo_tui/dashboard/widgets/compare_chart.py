@@ -5,14 +5,18 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
-from textual.widget import Widget
 
 from zyquo_tui.core.events.metrics import RunMetrics
 from zyquo_tui.core.formatting import fmt_rate
-from zyquo_tui.dashboard.widgets.loss_chart import BrailleCanvas, axis_labels
+from zyquo_tui.dashboard.widgets.braille_chart import (
+    BrailleCanvas,
+    BrailleChart,
+    ChartFrame,
+    square,
+    text_strip,
+)
 
 # One colour per run, in the order the runs are listed (the legend and the tables use the
 # same letters, so the chart reads without colour too).
@@ -57,7 +61,7 @@ def curve(metrics: RunMetrics, axis: str) -> Curve:
                  [(x(s), v) for s, v in zip(val.steps, val.values)])
 
 
-class CompareChart(Widget):
+class CompareChart(BrailleChart):
     """Each run's train loss as a line and its validation losses as squares, in its colour;
     the x axis is the step or the tokens trained (`axis`)."""
 
@@ -80,7 +84,6 @@ class CompareChart(Widget):
         self.labels: list[str] = []
         self.axis = BY_STEP
         self.message: str | None = "reading the runs' events…"
-        self._strips: list[Strip] | None = None
         self.border_title = "Loss by step"
 
     def show(self, curves: list[Curve], labels: list[str], axis: str) -> None:
@@ -89,47 +92,28 @@ class CompareChart(Widget):
         self.border_title = "Loss by step" if axis == BY_STEP else "Loss by tokens trained"
         legend = "   ".join(f"[{run_colour(i)}]━━ {label}[/]" for i, label in enumerate(labels))
         self.border_subtitle = f"{legend}   ━━ train  ■ validation "
-        self._strips = None
-        self.refresh()
-
-    def on_resize(self) -> None:
-        self._strips = None
-
-    def render_line(self, y: int) -> Strip:
-        if self._strips is None:
-            self._strips = self._draw()
-        if y < len(self._strips):
-            return self._strips[y]
-        return Strip.blank(self.content_size.width, self.rich_style)
+        self.redraw()
 
     def _draw(self) -> list[Strip]:
         width, height = self.content_size.width, self.content_size.height
         base = self.rich_style
         axis_style = base + self.get_component_rich_style("compare-chart--axis")
-
-        def text_line(text: str) -> Strip:
-            return Strip([Segment(text[:width].ljust(width), axis_style)], width)
-
         if self.message:
-            return [text_line(self.message)]
+            return [text_strip(self.message, width, axis_style)]
         values = [v for c in self.curves for _, v in c.train + c.val if v == v]
         xs = [x for c in self.curves for x, _ in c.train + c.val]
         if not values or width < 12 or height < 3:
-            return [text_line("no losses to draw yet")]
-        low, high = min(values), max(values)
-        pad = (high - low) * 0.04 if high - low > 1e-12 else abs(high) * 0.05 or 0.5
-        low, high = low - pad, high + pad
-        labels = axis_labels(low, high)
-        gutter = max(len(label) for label in labels) + 1
-        columns, rows = width - gutter - 1, height - 1
-        if columns < 4 or rows < 1:
-            return [text_line("window too small for the chart")]
+            return [text_strip("no losses to draw yet", width, axis_style)]
+        frame = ChartFrame.fit(min(values), max(values), width, height)
+        if frame is None:
+            return [text_strip("window too small for the chart", width, axis_style)]
         # Two layers a run: its line below, its validation squares above every line.
         count = len(self.curves)
-        canvas = BrailleCanvas(columns, rows, layers=2 * count)
+        canvas = BrailleCanvas(frame.columns, frame.rows, layers=2 * count)
         x_max = max([*xs, 1])
         x_scale = (canvas.pixel_width - 1) / x_max
-        y_scale = (canvas.pixel_height - 1) / (high - low)
+        y_scale = frame.y_scale(canvas)
+        high = frame.high
 
         def pixel(x: float, value: float) -> tuple[int, int]:
             return round(x * x_scale), round((high - value) * y_scale)
@@ -143,24 +127,9 @@ class CompareChart(Widget):
             if points:
                 canvas.trace(points, i)
             for x, y in (pixel(x, v) for x, v in run_curve.val if v == v):
-                x = min(x, canvas.pixel_width - 2)
-                for dx, dy in ((0, 0), (1, 0), (0, 1), (1, 1)):
-                    canvas.dot(x + dx, y + dy, count + i)
-        label_rows = {0: labels[0], rows // 2: labels[1], rows - 1: labels[2]}
-        strips = []
-        for row in range(rows):
-            gauge = "┤" if row in label_rows else "│"
-            segments = [Segment(label_rows.get(row, "").rjust(gutter - 1) + " " + gauge,
-                                axis_style)]
-            segments += canvas.row_segments(row, styles, base)
-            strips.append(Strip(segments, width))
+                square(canvas, x, y, count + i)
 
         def x_text(x: float) -> str:
             return f"{int(x):,}" if self.axis == BY_STEP else fmt_rate(x)
-        left, middle, right = "0", x_text(x_max / 2), x_text(x_max)
-        line = " " * gutter + "└" + left
-        middle_at = gutter + 1 + columns // 2 - len(middle) // 2
-        line = line.ljust(middle_at) + middle
-        line = line.ljust(gutter + 1 + columns - len(right)) + right
-        strips.append(text_line(line))
-        return strips
+        return frame.strips(canvas, styles, base, axis_style, width,
+                            ("0", x_text(x_max / 2), x_text(x_max)))
