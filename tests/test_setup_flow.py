@@ -578,3 +578,72 @@ async def test_leaving_the_form_stops_its_measurement(models, tmp_path):
         await pilot.press("escape")
         await until(pilot, lambda: not screen.is_attached, "the form to close")
         await until(pilot, lambda: not child.is_running(), "the subprocess to end", timeout=20)
+
+
+async def test_the_form_says_how_long_the_run_takes_estimated_off_the_event_loop(models):
+    """Beside the verdict, the duration: unknown with an empty store (and the key that
+    measures), then, once the store's history gives a figure, about so long and from which
+    run. The estimate runs in a worker thread, again when a setting it depends on changes."""
+    import threading
+
+    from zyquo_tui.core.memory.duration import DurationEstimate
+
+    calls = []
+
+    class HistorySources(FixedSources):
+        with_history = False
+
+        def duration(self, model, facts, method, hp, data, lengths, measured):
+            calls.append((threading.current_thread() is threading.main_thread(), hp.iters))
+            if not self.with_history:  # the real estimate, on this test's empty store
+                return super().duration(model, facts, method, hp, data, lengths, measured)
+            return DurationEstimate(hp.iters * 0.72, {"source": "history", "same_model": True,
+                                                      "run_name": "earlier run"})
+
+    sources = HistorySources
+    app = dashboard(lambda home: sources(home, budget=8 * GIB))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]))
+        await settle(pilot, screen)
+        assert "Time · unknown: no run finished here yet; t measures" in shown(
+            screen, "#memory-figures")
+        app.setup_sources.with_history = True
+        before = len(calls)
+        screen.recompute()  # nothing it depends on changed: no new estimate
+        assert len(calls) == before
+        await type_into(pilot, screen, "iters", "500")
+        await settle(pilot, screen)
+        await until(pilot, lambda: "about" in shown(screen, "#memory-figures"), "the duration")
+        assert "Time · about 6m00s, from run earlier run of this model" in shown(
+            screen, "#memory-figures")
+    assert calls and not any(on_loop for on_loop, _ in calls)
+    assert calls[-1][1] == 500
+
+
+async def test_a_distributed_run_is_judged_with_its_ranks_here_and_its_other_hosts(models):
+    """A copy of a run on two processes (`N`): the panel counts both ranks in this machine's
+    memory, one rank's share of the batch each; a run on two hosts names the other one, whose
+    free memory no `hosts check` has found yet."""
+    def like(**own) -> Run:
+        return Run.new(model=str(models["zyquo-tiny"]), data=COMPLETIONS,
+                       hyperparameters=Hyperparameters.from_dict(
+                           {"num_layers": -1, "batch_size": 4, "zyquo_tui": own}))
+
+    app = dashboard(lambda home: FixedSources(home, budget=8 * GIB, lengths=[40, 60]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, like=like(ranks=2))
+        await settle(pilot, screen)
+        assessment = screen.plan.assessment
+        assert assessment.ranks_here == 2
+        one_rank = screen.advisor.estimate(screen.facts, screen.plan.estimate.config.replace(
+            batch_size=2)).total_bytes
+        assert screen.plan.estimate.total_bytes == one_rank
+        assert "2 ranks here ×" in shown(screen, "#memory-figures")
+        await pilot.press("escape")
+        await pilot.pause()
+
+        screen = await open_new_run(pilot, like=like(hosts=["localhost", "mini-two.invalid"]))
+        await settle(pilot, screen)
+        assert screen.plan.assessment.ranks_here == 1
+        assert "mini-two.invalid · unknown: no `zyquo-tui hosts check` has reached" in shown(
+            screen, "#memory-details")

@@ -118,7 +118,8 @@ class TestNewRunScreen:
         template), the dataset's summary (chat · train 225 · valid 40 · test 40 rows · ✓ valid),
         the methods with qlora struck through and why, then the basic hyperparameters at
         mlx-lm's defaults (Layers -1: the model has only 2), with their help at 120 columns.
-        Right: "Memory · ✓ fits", 6.8 MiB of an 8.0 GiB budget (0%), a green gauge, the
+        Right: "Memory · ✓ fits", 6.8 MiB of an 8.0 GiB budget (0%), "Time · unknown: no run
+        finished here yet; t measures" (the store has no finished run), a green gauge, the
         breakdown bar (weights blue, activations gold, attention orange, loss green) with its
         legend, and "Rows ≤ 60 tokens: batches 65 wide". Footer: s Start, a Queue, d Draft,
         t Measure, p Preset."""

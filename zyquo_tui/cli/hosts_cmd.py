@@ -1,6 +1,8 @@
 """`zyquo-tui hosts check`: is every host of a distributed run ready to train it?
 
 One line per host: ready with its versions and free memory, or not ready with what to do.
+The other hosts' free memory is kept in the store (known_hosts.json) for the memory verdict
+of a distributed run.
 Exit status: 0 every host ready, 1 one is not, 2 bad input.
 """
 
@@ -63,6 +65,7 @@ def cmd_check(args) -> int:
 
     hosts, paths = _hosts_and_paths(args)
     reports = check_hosts(hosts, paths)
+    _remember(reports)
     ready = all(report.ready for report in reports)
     if args.json:
         print_json({"ready": ready, "hosts": [report.to_json() for report in reports]})
@@ -79,3 +82,16 @@ def cmd_check(args) -> int:
             else:
                 print(f"{report.host:<{width}}  not ready: {report.problem}")
     return EXIT_OK if ready else EXIT_PROBLEMS
+
+
+def _remember(reports) -> None:
+    """Keep the other hosts' free memory for the memory verdict of a distributed run (`plan`,
+    the start gate: core/memory/host_verdicts.py); a store that cannot be written costs that,
+    not the check."""
+    from zyquo_tui.core.store.known_hosts import record_known_hosts
+    from zyquo_tui.core.store.paths import zyquo_home
+
+    try:
+        record_known_hosts(zyquo_home(), [report.to_json() for report in reports])
+    except (OSError, UserError):
+        pass

@@ -25,8 +25,17 @@ from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict, fmt_byte
 from zyquo_tui.core.memory.disk_verdict import DISK_SETTINGS, DiskAssessment, assess_disk
 from zyquo_tui.core.memory.estimate import MEMORY_SETTINGS, TERMS, TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
+from zyquo_tui.core.memory.host_verdicts import (
+    host_verdicts,
+    known_hosts,
+    placed_advisor,
+    placement_of,
+    worst,
+)
 from zyquo_tui.core.memory.measure import Measurement, measure_peak
+from zyquo_tui.core.runs.hosts import distribution_problems
 from zyquo_tui.core.runs.mlx_config import load_mlx_yaml, run_from_mlx_config
+from zyquo_tui.core.runs.problems import errors_in
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 
 
@@ -34,6 +43,9 @@ from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 DURATION_SETTINGS = frozenset({"iters", "steps_per_eval", "val_batches"})
 # A preference objective trains two sequences a row and may hold a reference copy.
 OBJECTIVE_SETTINGS = frozenset({"objective", "reference"})
+# Where the ranks of a distributed run train: its verdict is per host
+# (core/memory/host_verdicts.py).
+PLACEMENT_SETTINGS = frozenset({"ranks", "hosts", "hostfile"})
 
 
 def register(subparsers) -> None:
@@ -48,7 +60,7 @@ def register(subparsers) -> None:
     # its list (argparse refuses another name).
     # iters and save_every decide how many checkpoints the disk verdict counts.
     add_setting_flags(parser, (MEMORY_SETTINGS - {"optimizer"}) | DISK_SETTINGS
-                      | DURATION_SETTINGS | OBJECTIVE_SETTINGS)
+                      | DURATION_SETTINGS | OBJECTIVE_SETTINGS | PLACEMENT_SETTINGS)
     optimizer = SETTINGS["optimizer"]
     parser.add_argument(optimizer.flag, choices=optimizer.choices, help=optimizer.help)
     parser.add_argument("--config", type=Path, help="an mlx-lm YAML config to start from "
@@ -148,9 +160,11 @@ def run(args) -> int:
     elif method is Method.LORA and facts.quantized:
         method = Method.QLORA  # LoRA on a quantized base is QLoRA: same training
     config = TrainingConfig.from_hyperparameters(method, hp)
-    bad = config.problems()
+    bad = config.problems() + errors_in(hp.problems(method, only=PLACEMENT_SETTINGS))
+    bad += distribution_problems(hp.batch_size, hp.zyquo_tui)
     if bad:
         raise UserError(bad[0].sentence)
+    placement = placement_of(hp.zyquo_tui)
 
     lengths: list[int] | None = None
     if data is not None:
@@ -165,7 +179,7 @@ def run(args) -> int:
         if not lengths:
             raise UserError(f"{data}/train.jsonl has no rows.")
 
-    advisor = MemoryAdvisor.for_machine()
+    advisor = placed_advisor(MemoryAdvisor.for_machine(), placement)
     try:
         from zyquo_tui.core.store.store import RunStore
 
@@ -175,6 +189,9 @@ def run(args) -> int:
     plan = advisor.plan(facts, config, lengths)
     if plan.estimate.problems:
         raise UserError(plan.estimate.problems[0])
+    hosts = (host_verdicts(plan.assessment, advisor, placement, known_hosts(None))
+             if placement.distribution else [])
+    decisive = worst(hosts)
 
     measurement: Measurement | None = None
     skipped = None
@@ -183,23 +200,38 @@ def run(args) -> int:
             skipped = ("not measured: the config won't fit, and training it could exhaust the "
                        "machine's memory")
         else:
-            measurement = measure_peak(model_path, plan.estimate.config, data=data,
-                                       hyperparameters=hp, extra_config=extra)
+            # One rank's share of the batch: what one process of the run trains.
+            measurement = measure_peak(model_path, advisor.rank_config(plan.estimate.config),
+                                       data=data, hyperparameters=hp, extra_config=extra)
             advisor.record_measurement(facts, plan.estimate, measurement)
 
     disk = _disk(facts, plan, hp)
     duration = _duration(model_path, facts, method, hp, data, lengths, measurement)
     if args.json:
         data_json = {**_json(plan, measurement, skipped, lengths), **disk.to_json()}
+        data_json["world_size"] = placement.world_size
+        if placement.distribution:
+            data_json["per_rank_batch_size"] = advisor.rank_config(config).batch_size
+            data_json["hosts"] = [host.to_json() for host in hosts]
+            if decisive is not None and not decisive.local:
+                data_json["verdict"] = decisive.verdict.value
+                data_json["reason"] = f"{decisive.host}: {decisive.reason}"
         data_json["duration_seconds"] = (None if duration.seconds is None
                                          else round(duration.seconds, 1))
         data_json["duration_basis"] = duration.basis
         print_json(data_json)
     else:
         _print(plan, facts, measurement, skipped, lengths)
+        for host in hosts:
+            ranks = ", ".join(map(str, host.ranks))
+            verdict = host.verdict.value if host.verdict else "unknown"
+            name = "this machine" if host.local else host.host
+            print(f"host      {name} (rank{'s' if len(host.ranks) > 1 else ''} {ranks}): "
+                  f"{verdict}: {host.reason.removeprefix('unknown: ')}")
         print(f"disk      {disk.verdict.value if disk.verdict else 'unknown'}: {disk.reason}")
         print(f"duration  {_duration_text(duration)}")
-    wont_fit = Verdict.WONT_FIT in (plan.assessment.verdict, disk.verdict)
+    memory = decisive.verdict if decisive is not None else plan.assessment.verdict
+    wont_fit = Verdict.WONT_FIT in (memory, disk.verdict)
     return EXIT_PROBLEMS if wont_fit else EXIT_OK
 
 

@@ -82,6 +82,7 @@ class RunRow:
     eta: float | None = None
     queue_position: int | None = None
     damaged: str | None = None
+    group: str | None = None  # the grid it was made in (`runs grid`)
 
     @property
     def fraction(self) -> float | None:
@@ -264,6 +265,7 @@ class RunService:
             val_loss=summary.get("last_val_loss"),
             tokens_per_second=summary.get("tokens_per_second"),
             elapsed=self.elapsed(run), queue_position=self.queue_position(run.id),
+            group=run.group,
         )
         feed = self.feeds.get(run.id)
         if feed is not None and feed.loaded and feed.metrics.started is not None:

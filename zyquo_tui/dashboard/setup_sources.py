@@ -1,7 +1,8 @@
 """SetupSources: where the setup screens get their facts, in one replaceable object.
 
 The new-run, models, datasets and machine screens read models, datasets, validation reports,
-token counts, memory budgets, the store's free disk, measured peaks and machine figures through
+token counts, memory budgets, the store's free disk, measured peaks, duration estimates and
+machine figures through
 this class and
 nothing else, so tests (and the snapshots) swap in fixed figures by subclassing it. Every
 method may block (files, subprocesses): the screens call them from worker threads.
@@ -40,10 +41,13 @@ from zyquo_tui.core.library.token_stats import (
 )
 from zyquo_tui.core.memory.advisor import MemoryAdvisor
 from zyquo_tui.core.memory.budget import MemoryBudget, budget_from, cached_probe
+from zyquo_tui.core.memory.duration import DurationEstimate, estimate_duration
 from zyquo_tui.core.memory.estimate import TrainingConfig
+from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.memory.measure import Measurement, measure_peak
 from zyquo_tui.core.runs.run import Run
-from zyquo_tui.core.runs.settings import Hyperparameters
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.store.known_hosts import load_known_hosts
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.core.system import machine
@@ -197,6 +201,11 @@ class SetupSources:
             pass
         return advisor
 
+    def known_hosts(self) -> dict[str, dict[str, Any]]:
+        """Other hosts' free memory as `hosts check` last found it (a distributed run's
+        verdict per host)."""
+        return load_known_hosts(self.home)
+
     def disk(self) -> tuple[int | None, Settings]:
         """Free bytes on the store's disk and the settings that hold its floor (the disk
         verdict beside the memory one)."""
@@ -205,6 +214,14 @@ class SetupSources:
         except UserError:
             settings = Settings()  # a broken config.toml is said where it is used
         return free_bytes(self.home), settings
+
+    def duration(self, model: str, facts: ModelFacts, method: Method, hp: Hyperparameters,
+                 data: str | None, lengths: list[int] | None,
+                 measured_tokens_per_second: float | None) -> DurationEstimate:
+        """How long the run would take here, from the store's nearest finished run (or a
+        measured speed): what `plan --json` calls duration_seconds and its basis."""
+        return estimate_duration(RunStore(self.home), model, facts, method, hp, data, lengths,
+                                 measured_tokens_per_second)
 
     def measure(self, model: str, config: TrainingConfig, *, data: str | None,
                 hyperparameters: Hyperparameters, extra_config: dict[str, Any],

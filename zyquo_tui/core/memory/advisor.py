@@ -26,6 +26,7 @@ from zyquo_tui.core.memory.estimate import (
 from zyquo_tui.core.memory.facts import GIB, MIB, ModelFacts
 from zyquo_tui.core.memory.history import MemoryHistory
 from zyquo_tui.core.memory.measure import Measurement
+from zyquo_tui.core.runs.problems import Problem
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Method
 
@@ -56,6 +57,12 @@ class Assessment:
     reason: str
     estimate: Estimate
     budget: MemoryBudget
+    ranks_here: int = 1  # a distributed run's ranks that share this machine's memory
+
+    @property
+    def need_bytes(self) -> int:
+        """What this machine needs: the estimate, times the ranks training here."""
+        return self.estimate.total_bytes * self.ranks_here
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict.value, "reason": self.reason,
@@ -124,21 +131,40 @@ class MemoryAdvisor:
 
     def __init__(self, budget: MemoryBudget | None = None, *, device: str | None = None,
                  history: MemoryHistory | None = None,
-                 coefficients: Coefficients | None = None) -> None:
+                 coefficients: Coefficients | None = None, world_size: int = 1,
+                 ranks_here: int = 1) -> None:
         self._budget = budget
         self.device = device or (budget.device if budget else None)
         self.history = history if history is not None else MemoryHistory()
         self._coefficients = coefficients
+        # A distributed run: each of its world_size ranks trains batch_size / world_size rows
+        # of every step (as mlx-lm splits a batch), and ranks_here of them share this
+        # machine's memory (all of them with --ranks N, one per host with --hosts).
+        self.world_size = max(world_size, 1)
+        self.ranks_here = max(ranks_here, 1)
+
+    def placed(self, world_size: int, ranks_here: int) -> MemoryAdvisor:
+        """This advisor for a run of `world_size` ranks, `ranks_here` of them on this machine
+        (the same budget, history and coefficients)."""
+        return MemoryAdvisor(self._budget, device=self.device, history=self.history,
+                             coefficients=self._coefficients, world_size=world_size,
+                             ranks_here=ranks_here)
+
+    def rank_config(self, config: TrainingConfig) -> TrainingConfig:
+        """The config one rank trains: its share of each batch."""
+        if self.world_size == 1:
+            return config
+        return config.replace(batch_size=max(config.batch_size // self.world_size, 1))
 
     @classmethod
     def for_machine(cls, home: Path | None = None, *, refresh_probe: bool = False
-                    ) -> "MemoryAdvisor":
+                    ) -> MemoryAdvisor:
         """This machine's budget (probed once, cached) and measured history."""
         budget = machine_budget(home, refresh=refresh_probe)
         return cls(budget, history=MemoryHistory.load(home))
 
     @classmethod
-    def for_calibration(cls, device: str = CPU) -> "MemoryAdvisor":
+    def for_calibration(cls, device: str = CPU) -> MemoryAdvisor:
         """The bare model: no history, a budget that everything fits."""
         return cls(MemoryBudget.fixed(1 << 50, device=device), history=MemoryHistory())
 
@@ -159,19 +185,28 @@ class MemoryAdvisor:
 
     def estimate(self, model: ModelFacts, config: TrainingConfig, *,
                  use_history: bool = True) -> Estimate:
+        """The peak of one process training `config` (one rank's, for a distributed run)."""
         device = self.device or self.budget.device
         own, with_model = model_problems(model, config)
+        if self.world_size > 1 and config.batch_size % self.world_size:
+            own.append(Problem("batch_size", f"batch_size ({config.batch_size}) must divide by "
+                                             f"the {self.world_size} processes of the run: "
+                                             "each trains an equal share of every batch."))
         problems = [problem.sentence for problem in own + with_model]
         if own:  # values no run has: nothing to estimate
             breakdown = dict.fromkeys(TERMS, 0)
             return Estimate(0, breakdown, 0, config, device, 0, 0, 0, list(model.notes),
                             problems)
         coefficients = self.coefficients
-        quantities = features(model, config)
+        quantities = features(model, self.rank_config(config))
         breakdown = combine(quantities, coefficients)
         rounded = {name: int(round(value)) for name, value in breakdown.items()}
         total = sum(rounded.values())
         notes = list(model.notes)
+        if self.world_size > 1:
+            notes.append(f"one rank of {self.world_size}: each trains "
+                         f"{self.rank_config(config).batch_size} of the batch's "
+                         f"{config.batch_size} rows per step.")
         if config.longest_row_tokens is None:
             notes.append(f"row lengths unknown: assumed every batch is {config.max_seq_length} "
                          "tokens wide (give the dataset for its real longest row).")
@@ -201,32 +236,37 @@ class MemoryAdvisor:
     # -- verdict -------------------------------------------------------------------------------
 
     def judge(self, estimate: Estimate) -> Assessment:
-        """fits, tight or won't fit (thresholds in docs/memory.md), with the reason."""
+        """fits, tight or won't fit (thresholds in docs/memory.md), with the reason: this
+        machine's need is the estimate times the ranks of the run that train here."""
         budget = self.budget
-        need = estimate.total_bytes
+        need = estimate.total_bytes * self.ranks_here
         limit = budget.budget_bytes
         where = budget.budget_source
+        needs = f"needs about {fmt_bytes(need)}"
+        if self.ranks_here > 1:
+            needs += (f" ({self.ranks_here} ranks here, {fmt_bytes(estimate.total_bytes)} "
+                      "each)")
         if need > limit:
             verdict = Verdict.WONT_FIT
-            reason = (f"needs about {fmt_bytes(need)}, more than the {fmt_bytes(limit)} "
+            reason = (f"{needs}, more than the {fmt_bytes(limit)} "
                       f"training may use here ({where}).")
         elif need > tight_fraction(self.coefficients) * limit:
             verdict = Verdict.TIGHT
-            reason = (f"needs about {fmt_bytes(need)}, {need / limit:.0%} of the "
+            reason = (f"{needs}, {need / limit:.0%} of the "
                       f"{fmt_bytes(limit)} training may use here ({where}): within the "
                       f"estimate's error ({self.coefficients.held_out_error:.0%}) of the limit.")
         elif need > budget.available_bytes:
             verdict = Verdict.TIGHT
-            reason = (f"needs about {fmt_bytes(need)} of the {fmt_bytes(limit)} budget, but "
+            reason = (f"{needs} of the {fmt_bytes(limit)} budget, but "
                       f"other processes use {fmt_bytes(budget.used_by_others_bytes)} now and "
                       f"only {fmt_bytes(budget.available_bytes)} is free: close some or it "
                       "will swap.")
         else:
             verdict = Verdict.FITS
-            reason = (f"needs about {fmt_bytes(need)} of the {fmt_bytes(limit)} training may "
+            reason = (f"{needs} of the {fmt_bytes(limit)} training may "
                       f"use here ({need / limit:.0%}); {fmt_bytes(budget.available_bytes)} "
                       "is free now.")
-        return Assessment(verdict, reason, estimate, budget)
+        return Assessment(verdict, reason, estimate, budget, self.ranks_here)
 
     def assess(self, model: ModelFacts, config: TrainingConfig) -> Assessment:
         return self.judge(self.estimate(model, config))

@@ -126,15 +126,32 @@ class Supervisor:
         from zyquo_tui.core.errors import EXIT_PROBLEMS
         from zyquo_tui.core.library.token_stats import row_token_lengths
         from zyquo_tui.core.memory.advisor import MemoryAdvisor, gate
+        from zyquo_tui.core.memory.host_verdicts import (
+            gate_hosts,
+            known_hosts,
+            placed_advisor,
+            placement_of,
+        )
 
-        advisor = MemoryAdvisor.for_machine(self.store.home)
+        # A distributed run is judged per host: one rank's share of the batch, times the
+        # ranks on each machine (core/memory/host_verdicts.py).
+        placement = placement_of(run.hyperparameters.zyquo_tui)
+        advisor = placed_advisor(MemoryAdvisor.for_machine(self.store.home), placement)
+
+        def judge(longest_row_tokens: int | None = None) -> None:
+            assessment = gate(run, advisor, override=override,
+                              longest_row_tokens=longest_row_tokens)
+            if placement.distribution:
+                gate_hosts(run, assessment, advisor, placement, known_hosts(self.store.home),
+                           override=override)
+
         try:
-            gate(run, advisor, override=override)
+            judge()
         except UserError as error:
             if error.exit_status != EXIT_PROBLEMS:
                 raise
             lengths = row_token_lengths(run.model, run.data, run.extra_config)
-            gate(run, advisor, override=override, longest_row_tokens=max(lengths, default=None))
+            judge(max(lengths, default=None))
         return run
 
     def check_disk(self, run: Run, *, override: bool = False) -> Run:

@@ -4,11 +4,13 @@ A host is ready when this machine reaches it by SSH without a password (this mac
 names are checked without SSH), it runs the same Python at the same path with the same
 zyquo-tui, mlx and mlx-lm versions, and it has the run's model and data at the same paths.
 Its free memory is reported beside. The same small script gathers the facts here and there.
+`ranks_alive` asks the same way whether a running distributed run's ranks still live.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -139,3 +141,68 @@ def check_hosts(hosts: list[str], paths: list[str]) -> list[HostReport]:
     here = check_host("localhost", paths, None)
     return [HostReport(host, True, here.facts, here.problem) if is_this_machine(host)
             else check_host(host, paths, here.facts or None) for host in hosts]
+
+
+# Run by another host's Python: which of the given (pid, start time) pairs still run there.
+ALIVE_SCRIPT = """
+import json, sys
+try:
+    import psutil
+except ImportError:
+    print(json.dumps(None)); sys.exit()
+alive = []
+for pid, started in json.loads(sys.argv[1]):
+    try:
+        process = psutil.Process(pid)
+        alive.append(process.status() != psutil.STATUS_ZOMBIE
+                     and (started is None or abs(process.create_time() - started) <= 0.05))
+    except Exception:
+        alive.append(False)
+print(json.dumps(alive))
+"""
+
+
+def ranks_alive(process: dict[str, Any] | None, own: dict[str, Any] | None
+                ) -> list[bool | None]:
+    """Each rank recorded in run.json (process.ranks) alive or not: this machine's by pid and
+    start time, another host's over SSH, one connection per host (None where it cannot be
+    reached). Blocks up to seconds for another host: call it from a worker."""
+    from zyquo_tui.core.runs.hosts import HostfileError, distribution_of
+    from zyquo_tui.core.system.liveness import is_alive
+
+    ranks = (process or {}).get("ranks") or []
+    try:
+        found = distribution_of(own)
+    except HostfileError:
+        found = None
+    names = [entry.ssh for entry in found.hosts] if found else []
+    here = socket.gethostname()
+    alive: list[bool | None] = [None] * len(ranks)
+    remote: dict[str, list[int]] = {}
+    for index, rank in enumerate(ranks):
+        if rank.get("host") in (None, here):
+            alive[index] = is_alive(rank.get("pid"), rank.get("start_time"))
+        elif index < len(names):
+            remote.setdefault(names[index], []).append(index)
+    for host, indexes in remote.items():
+        pairs = [[ranks[i].get("pid"), ranks[i].get("start_time")] for i in indexes]
+        answer = _ask(host, pairs)
+        for position, index in enumerate(indexes):
+            alive[index] = answer[position] if answer is not None else None
+    return alive
+
+
+def _ask(host: str, pairs: list[list[Any]]) -> list[bool] | None:
+    import shlex
+
+    here = [sys.executable, "-c", ALIVE_SCRIPT, json.dumps(pairs)]
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_SECONDS}",
+            host, shlex.join(here)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              timeout=SSH_TIMEOUT_SECONDS * 2, check=False)
+        answer = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 \
+            else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+    return answer if isinstance(answer, list) and len(answer) == len(pairs) else None

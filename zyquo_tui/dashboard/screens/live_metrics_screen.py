@@ -1,5 +1,9 @@
 """LiveMetricsScreen: one run's metrics as they arrive.
 
+A distributed run (more than one process) shows its hosts under the status: each machine's
+ranks, whether they live (checked in a worker every few seconds while the run is active) and
+its memory.
+
 A preference run (dpo, orpo) shows its reward margin and reward accuracy as two more
 sparklines, and `v` switches the chart between the loss and the reward margin (train and
 validation, as the loss).
@@ -16,6 +20,7 @@ from textual.timer import Timer
 from textual.widgets import Footer
 
 from zyquo_tui.core.formatting import fmt_bytes, fmt_loss, fmt_number, fmt_rate
+from zyquo_tui.core.system.host_checks import ranks_alive
 from zyquo_tui.dashboard.messages import MetricsReceived, RunsRefreshed
 from zyquo_tui.dashboard.run_feed import SMOOTHABLE
 from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS
@@ -23,6 +28,12 @@ from zyquo_tui.dashboard.screens.run_view_screen import RunViewScreen
 from zyquo_tui.dashboard.widgets.failure_panel import FailurePanel
 from zyquo_tui.dashboard.widgets.loss_chart import LossChart
 from zyquo_tui.dashboard.widgets.metric_sparkline import MetricSparkline
+from zyquo_tui.dashboard.widgets.rank_hosts import (
+    Machine,
+    RankHosts,
+    machines_of,
+    world_size,
+)
 from zyquo_tui.dashboard.widgets.recent_events import RecentEvents
 from zyquo_tui.dashboard.widgets.run_status import RunStatus
 from zyquo_tui.dashboard.widgets.samples_panel import SamplesPanel
@@ -30,6 +41,9 @@ from zyquo_tui.dashboard.widgets.title_bar import TitleBar
 
 # Live metrics redraw the screen at most this often (a key press redraws at once).
 REDRAW_SECONDS = 0.5
+# A distributed run's ranks are checked this often while it is active (another host's over
+# SSH, in a worker).
+RANKS_CHECK_SECONDS = 5.0
 
 SPARKLINES = (
     ("train_loss", "train loss", fmt_loss),
@@ -99,6 +113,11 @@ class LiveMetricsScreen(RunViewScreen):
         self.sample_step: int | None = None  # None: follow the latest samples
         self.chart_view = "loss"  # or "margin" (a preference run's, with v)
         self.preference: bool | None = None  # the run's objective, once read
+        # A distributed run's machines and each rank's liveness, found in a worker.
+        self.world_size: int | None = None
+        self.machines: list[Machine] | None = None
+        self.ranks_alive: list[bool | None] | None = None
+        self._ranks_timer: Timer | None = None
 
     def action_try_latest(self) -> None:
         from zyquo_tui.core.store.checkpoints import list_checkpoints
@@ -112,6 +131,7 @@ class LiveMetricsScreen(RunViewScreen):
     def compose(self) -> ComposeResult:
         yield TitleBar("run", id="title")
         yield RunStatus(id="status")
+        yield RankHosts(id="hosts")
         with Vertical(id="sparklines"):
             for key, label, _ in SPARKLINES:
                 yield MetricSparkline(label, id=f"spark-{key}")
@@ -126,6 +146,7 @@ class LiveMetricsScreen(RunViewScreen):
     def on_mount(self) -> None:
         for sparkline in self.query(".-preference"):
             sparkline.display = False  # shown for a preference run
+        self.query_one(RankHosts).display = False  # shown for a distributed run
         self.feed = self.service.open_feed(self.run_id)
         self.redraw()
 
@@ -175,6 +196,7 @@ class LiveMetricsScreen(RunViewScreen):
         metrics = feed.metrics if loaded else None
         self.query_one(RunStatus).show(run, metrics, elapsed=service.elapsed(run),
                                        queue_position=service.queue_position(run.id))
+        self._show_hosts(run, metrics)
         smoothing = self.app.smoothing
         chart = self.query_one(LossChart)
         if not loaded:
@@ -204,6 +226,43 @@ class LiveMetricsScreen(RunViewScreen):
             self.query_one(FailurePanel).show(failure, run.state.value)
             self.set_class(bool(failure), "-failed")
         self.refresh_verbs()
+
+    # -- a distributed run's hosts ---------------------------------------------------------------
+
+    def _show_hosts(self, run, metrics) -> None:
+        if self.world_size is None:
+            self.world_size = world_size(run)
+        hosts = self.query_one(RankHosts)
+        if self.world_size < 2:
+            return
+        if not hosts.display:
+            hosts.display = True
+            self.check_ranks()
+            self._ranks_timer = self.set_interval(RANKS_CHECK_SECONDS, self.check_ranks)
+        if self.machines is not None:
+            peak = metrics.series["peak_memory_bytes"].last if metrics is not None else None
+            hosts.show(run, self.machines, self.ranks_alive, peak)
+
+    def check_ranks(self) -> None:
+        """Find the run's machines (once) and, while it is active, whether each rank lives:
+        in a thread, since another host is asked over SSH."""
+        run = self.service.run(self.run_id)
+        if run is None or (self.machines is not None and not run.state.is_active):
+            return
+
+        def check() -> None:
+            machines = machines_of(run)
+            alive = ranks_alive(run.process, run.hyperparameters.zyquo_tui) \
+                if run.state.is_active else None
+            self.app.call_from_thread(self._ranks_checked, machines, alive)
+        self.run_worker(check, thread=True, group="ranks", exclusive=True,
+                        exit_on_error=False, name="check the ranks")
+
+    def _ranks_checked(self, machines: list[Machine], alive: list[bool | None] | None) -> None:
+        if not self.is_attached:
+            return
+        self.machines, self.ranks_alive = machines, alive
+        self.redraw()
 
     def _step_samples(self, by: int) -> None:
         panel = self.query_one(SamplesPanel)

@@ -41,8 +41,15 @@ from zyquo_tui.core.library.rows import objectives_for, training_refusal
 from zyquo_tui.core.library.run_checks import DataTraits, check_run, fit_default_layers
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict
 from zyquo_tui.core.memory.disk_verdict import DiskAssessment, assess_disk
+from zyquo_tui.core.memory.duration import DurationEstimate
 from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
+from zyquo_tui.core.memory.host_verdicts import (
+    HostVerdict,
+    host_verdicts,
+    placed_advisor,
+    placement_of,
+)
 from zyquo_tui.core.runs.mlx_config import (
     dump_mlx_yaml,
     load_mlx_yaml,
@@ -76,7 +83,12 @@ from zyquo_tui.dashboard.widgets.hyperparameter_form import (
     HyperparameterForm,
 )
 from zyquo_tui.dashboard.widgets.labeled_line import LabeledLine
-from zyquo_tui.dashboard.widgets.memory_panel import MeasureState, MemoryPanel
+from zyquo_tui.dashboard.widgets.memory_panel import (
+    MeasureState,
+    MemoryPanel,
+    duration_line,
+    hosts_lines,
+)
 from zyquo_tui.dashboard.widgets.method_picker import MethodPicker
 from zyquo_tui.dashboard.widgets.static_update import PanelText, update_static
 from zyquo_tui.dashboard.widgets.title_bar import TitleBar
@@ -173,6 +185,13 @@ class NewRunScreen(ZyquoScreen):
         self.field_errors: dict[str, str] = {}
         self.field_warnings: dict[str, str] = {}
         self.measure_state = MeasureState()
+        # The duration beside the verdict: estimated in a worker (it reads the store's
+        # finished runs) whenever what it depends on changes; the last one stays shown.
+        self.duration: DurationEstimate | None = None
+        self.duration_key: tuple | None = None
+        # A distributed run's other hosts: their free memory as `hosts check` found it.
+        self.known_hosts: dict[str, dict[str, Any]] = {}
+        self.host_verdicts: list[HostVerdict] = []
         self.submitting = False
         self.method_note = ""
         self.ready = False  # models and datasets discovered
@@ -358,6 +377,7 @@ class NewRunScreen(ZyquoScreen):
     def _make_advisor(self) -> None:
         try:
             self.disk_free, self.disk_settings = self.sources.disk()
+            self.known_hosts = self.sources.known_hosts()
             advisor = self.sources.advisor()
         except Exception as error:
             self.app.call_from_thread(self._advisor_made, None, str(error))
@@ -615,8 +635,9 @@ class NewRunScreen(ZyquoScreen):
         if hp_ok and self.facts is not None and self.advisor is not None:
             longest = max(self.lengths) if self.lengths else None
             config = TrainingConfig.from_hyperparameters(self.method, hp, longest)
-            plan = self.advisor.plan(self.facts, config, self.lengths)
+            plan = self._placed_advisor(hp).plan(self.facts, config, self.lengths)
         self.plan = plan
+        self.host_verdicts = self._other_hosts(plan, hp)
         self.disk = None
         if plan is not None and self.disk_settings is not None:
             self.disk = assess_disk(self.facts, plan.estimate.config, hp,
@@ -627,9 +648,36 @@ class NewRunScreen(ZyquoScreen):
         self.form.show_problems({k: v for k, v in errors.items() if k in FIELD_KEYS},
                                 {k: v for k, v in warnings.items() if k in FIELD_KEYS})
         self._show_method_problem(errors.get("method"))
+        if plan is not None:
+            self._estimate_duration(hp)
         # No refresh_bindings here: the suggestion keys are not in the footer, and
         # check_action is asked again at each key press.
         self._show_memory(hp_ok)
+
+    def _placed_advisor(self, hp) -> MemoryAdvisor:
+        """The advisor for where the run trains: a distributed run's settings (from a preset,
+        a config or a fork) are judged on one rank's share of the batch, and --ranks N puts N
+        of them in this machine's memory (core/memory/host_verdicts.py). Worked out once per
+        placement: a hostfile is read and this machine's names looked up."""
+        assert self.advisor is not None
+        own = hp.zyquo_tui or {}
+        key = (own.get("ranks"), tuple(own.get("hosts") or ()), own.get("hostfile"))
+        if key == (None, (), None):
+            return self.advisor
+        key = (*key, id(self.advisor))
+        if getattr(self, "_placement", (None,))[0] != key:
+            placement = placement_of(own)
+            self._placement = (key, placed_advisor(self.advisor, placement), placement)
+        return self._placement[1]
+
+    def _other_hosts(self, plan: Plan | None, hp) -> list[HostVerdict]:
+        """The verdicts of a distributed run's other hosts (this machine's is the panel's)."""
+        own = hp.zyquo_tui or {}
+        if plan is None or not (own.get("hosts") or own.get("hostfile")):
+            return []
+        _, advisor, placement = self._placement
+        return [verdict for verdict in host_verdicts(plan.assessment, advisor, placement,
+                                                     self.known_hosts) if not verdict.local]
 
     def _show_method_problem(self, sentence: str | None) -> None:
         self.query_one("#method-note", Static).set_class(bool(sentence), "-error")
@@ -659,7 +707,39 @@ class NewRunScreen(ZyquoScreen):
         applicable = [not s.config.quantize_base for s in plan.suggestions]
         panel.show_plan(plan, rows_line=self._rows_line(plan),
                         suggestion_keys=list(SUGGESTION_KEYS), applicable=applicable,
-                        measure=self.measure_state, disk=self.disk)
+                        measure=self.measure_state, disk=self.disk,
+                        duration=duration_line(self.duration),
+                        hosts=hosts_lines(self.host_verdicts))
+
+    def _estimate_duration(self, hp: Hyperparameters) -> None:
+        """Start the duration's estimate in a worker when what it depends on changed."""
+        measured = self.measure_state.measurement
+        speed = measured.tokens_per_second if measured and not self.measure_state.stale \
+            else None
+        data = self.data_path if self.data_trainable else None
+        key = (self.model_path, self.method, data, id(self.lengths), speed,
+               repr(hp.to_dict()))
+        if key == self.duration_key or self.facts is None or self.model_path is None:
+            return
+        self.duration_key = key
+        model, facts, method, lengths = self.model_path, self.facts, self.method, self.lengths
+        hp = Hyperparameters.from_dict(hp.to_dict())  # the worker's own copy
+
+        def estimate() -> None:
+            try:
+                found = self.sources.duration(model, facts, method, hp, data, lengths, speed)
+            except Exception as error:  # a store that cannot be read costs the duration
+                found = DurationEstimate(None, {"source": None,
+                                                "sentence": f"unknown: {error}"})
+            self.app.call_from_thread(self._duration_estimated, key, found)
+        self.run_worker(estimate, thread=True, group="duration", exclusive=True,
+                        exit_on_error=False, name="estimate the duration")
+
+    def _duration_estimated(self, key: tuple, found: DurationEstimate) -> None:
+        if not self.is_attached or key != self.duration_key:
+            return
+        self.duration = found
+        self._show_memory(self.plan is not None)
 
     def _rows_line(self, plan: Plan) -> str:
         width = plan.estimate.batch_width

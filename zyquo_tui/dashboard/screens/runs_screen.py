@@ -12,7 +12,7 @@ from zyquo_tui.dashboard.screens.compare_screen import CompareScreen
 from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS, VERBS, RunVerbsScreen
 from zyquo_tui.dashboard.widgets.empty_store_panel import EmptyStorePanel
 from zyquo_tui.dashboard.widgets.filter_bar import FilterBar
-from zyquo_tui.dashboard.widgets.runs_table import SORTABLE, RunsTable
+from zyquo_tui.dashboard.widgets.runs_table import GROUP_PREFIX, SORTABLE, RunsTable
 from zyquo_tui.dashboard.widgets.title_bar import TitleBar
 
 # Live metrics of active runs change the table at most this often.
@@ -21,8 +21,8 @@ TABLE_REFRESH_SECONDS = 0.5
 
 class RunsScreen(RunVerbsScreen):
     """Every run with its state, progress, losses, speed and timing; `/` filters, `o` sorts,
-    enter opens a run's live metrics. On an empty store it offers to build and train the
-    sample instead."""
+    enter opens a run's live metrics, `g` folds a grid into one line and `G` compares its
+    runs. On an empty store it offers to build and train the sample instead."""
 
     AREA = "Runs"
     BINDINGS = [
@@ -47,6 +47,11 @@ class RunsScreen(RunVerbsScreen):
                 tooltip="Mark the run for comparison, or unmark it"),
         Binding("C", "compare", "Compare", id="runs.compare",
                 tooltip="Compare the marked runs: loss curves, differing settings, figures"),
+        # A grid (`runs grid`): in the footer while the cursor is on one of its runs.
+        Binding("g", "toggle_group", "Fold grid", id="runs.fold_grid",
+                tooltip="Collapse the grid of the selected run into one line, or expand it"),
+        Binding("G", "compare_group", "Compare grid", id="runs.compare_grid",
+                tooltip="Compare every run of the selected grid"),
     ]
 
     def __init__(self) -> None:
@@ -83,7 +88,7 @@ class RunsScreen(RunVerbsScreen):
         panel.building = service.sample_building
         self._update_title()
         self.refresh_verbs(empty, service.sample_ready, service.sample_building,
-                           bool(table.filter_text))
+                           bool(table.filter_text), table.selected_group())
 
     def _update_title(self) -> None:
         service = self.service
@@ -123,11 +128,14 @@ class RunsScreen(RunVerbsScreen):
 
     @on(DataTable.RowSelected, "#runs")
     def open_selected(self, event: DataTable.RowSelected) -> None:
+        if str(event.row_key.value).startswith(GROUP_PREFIX):
+            self.action_toggle_group()  # enter on a collapsed grid opens it out
+            return
         self.open_run(event.row_key.value)
 
     @on(DataTable.RowHighlighted, "#runs")
     def selection_moved(self) -> None:
-        self.refresh_verbs()
+        self.refresh_verbs(self.table.selected_group())  # g and G show on a grid's runs
 
     @on(DataTable.HeaderSelected, "#runs")
     def sort_by_header(self, event: DataTable.HeaderSelected) -> None:
@@ -202,6 +210,26 @@ class RunsScreen(RunVerbsScreen):
             return
         self.app.push_screen(CompareScreen(marked))
 
+    # -- grids ------------------------------------------------------------------------------------
+
+    def action_toggle_group(self) -> None:
+        group = self.table.selected_group()
+        if group is None:
+            return
+        self.table.toggle_group(group)
+        self.refresh_bindings()
+
+    def action_compare_group(self) -> None:
+        group = self.table.selected_group()
+        if group is None:
+            return
+        run_ids = [run_id for run_id in self.table.group_run_ids(group)
+                   if self.service.run(run_id) is not None]
+        if len(run_ids) < 2:
+            self.notify("This grid has fewer than two runs that can be read.", title="Compare")
+            return
+        self.app.push_screen(CompareScreen(run_ids))
+
     # -- the sample -------------------------------------------------------------------------------
 
     def action_build_sample(self) -> None:
@@ -237,6 +265,8 @@ class RunsScreen(RunVerbsScreen):
         if action == "compare":  # shown (dimmed) from the first mark, usable from the second
             marked = len(self.table.marked)
             return True if marked >= 2 else None if marked else False
+        if action in ("toggle_group", "compare_group"):
+            return self.table.selected_group() is not None
         if action == "clear_filter":
             return bool(self.table.filter_text) or self.query_one(FilterBar).has_class("-shown")
         return True

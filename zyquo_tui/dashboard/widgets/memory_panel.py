@@ -1,7 +1,8 @@
 """MemoryPanel: the memory verdict of the run being set up, beside the form.
 
 It shows the verdict (✓ fits, ! tight, ✗ won't fit) with its reason, the estimate against the
-budget, the disk verdict (the run's checkpoints against the store's free space), the breakdown as a bar with a legend, how wide batches are assumed to be, the
+budget, the disk verdict (the run's checkpoints against the store's free space) and the
+estimated duration, the breakdown as a bar with a legend, how wide batches are assumed to be, the
 suggestions that fit (each with the key that applies it), and a measured peak beside the
 estimate once one was measured. It draws what it is given; the screen does the planning.
 """
@@ -16,9 +17,11 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from zyquo_tui.core.formatting import fmt_bytes
+from zyquo_tui.core.formatting import basename, fmt_bytes, fmt_duration
 from zyquo_tui.core.memory.advisor import Plan, Verdict
 from zyquo_tui.core.memory.disk_verdict import DiskAssessment
+from zyquo_tui.core.memory.duration import DurationEstimate
+from zyquo_tui.core.memory.host_verdicts import HostVerdict
 from zyquo_tui.core.memory.measure import Measurement
 from zyquo_tui.dashboard.widgets.breakdown_bar import BreakdownBar, BudgetBar, legend
 from zyquo_tui.dashboard.widgets.static_update import PanelText, update_static
@@ -95,7 +98,8 @@ class MemoryPanel(VerticalScroll):
 
     def show_plan(self, plan: Plan, *, rows_line: str, suggestion_keys: list[str],
                   applicable: list[bool], measure: MeasureState,
-                  disk: DiskAssessment | None = None) -> None:
+                  disk: DiskAssessment | None = None, duration: Text | None = None,
+                  hosts: Text | None = None) -> None:
         assessment = plan.assessment
         estimate = plan.estimate
         budget = assessment.budget
@@ -104,15 +108,22 @@ class MemoryPanel(VerticalScroll):
         update_static(header, f"Memory · {word}")
         header.remove_class(*(other for _, other in VERDICT_LOOK.values() if other != look))
         header.add_class(look)
-        share = estimate.total_bytes / budget.budget_bytes if budget.budget_bytes else 0.0
+        need = assessment.need_bytes  # every rank that trains here, for a distributed run
+        share = need / budget.budget_bytes if budget.budget_bytes else 0.0
         figures = Text()
-        figures.append(fmt_bytes(estimate.total_bytes), style="bold")
+        figures.append(fmt_bytes(need), style="bold")
         figures.append(f" of {fmt_bytes(budget.budget_bytes)} budget ({share:.0%})\n")
+        if assessment.ranks_here > 1:
+            figures.append(f"{assessment.ranks_here} ranks here × "
+                           f"{fmt_bytes(estimate.total_bytes)}\n", style="dim")
         figures.append(f"{budget.budget_source} ({budget.device})", style="dim")
+        if duration is not None and duration.plain:  # how long, beside how much
+            figures.append("\n")
+            figures.append_text(duration)
         self._set("figures", figures)
         gauge = self.query_one(BudgetBar)
         gauge.display = True
-        gauge.show(estimate.total_bytes, budget.budget_bytes, GAUGE_STYLE[assessment.verdict])
+        gauge.show(need, budget.budget_bytes, GAUGE_STYLE[assessment.verdict])
         bar = self.query_one(BreakdownBar)
         bar.display = True
         bar.show(estimate.breakdown)
@@ -123,18 +134,20 @@ class MemoryPanel(VerticalScroll):
         notes = [n for n in estimate.notes if not n.startswith(_ROWS_NOTE)]
         self._set("details", self._details(
             legend(estimate.breakdown, inner if inner > 10 else 26), rows_line, reason,
-            disk_line(disk),
+            hosts or Text(), disk_line(disk),
             self._suggestions(plan, suggestion_keys, applicable), self.measure_text,
             "\n".join(f"· {note}" for note in notes[:3])))
 
-    def _details(self, legend_text: Text, rows_line: str, reason: str, disk: Text,
-                 suggestions: Text, measure: str, notes: str) -> Text:
-        """The legend, the rows line, the reason, then the suggestions, the disk verdict, the
-        measurement and the notes, each after a blank line; empty parts take no room."""
+    def _details(self, legend_text: Text, rows_line: str, reason: str, hosts: Text,
+                 disk: Text, suggestions: Text, measure: str, notes: str) -> Text:
+        """The legend, the rows line, the reason, then a distributed run's other hosts, the
+        suggestions, the disk verdict, the measurement and the notes, each after a blank line;
+        empty parts take no room."""
         muted = self._muted
         text = Text()
         for part, gap in ((legend_text, False), (Text(rows_line), False),
-                          (Text(reason, style=muted), False), (suggestions, True), (disk, True),
+                          (Text(reason, style=muted), False), (hosts, True),
+                          (suggestions, True), (disk, True),
                           (Text(measure), True), (Text(notes, style=muted), True)):
             if not part.plain:
                 continue
@@ -175,6 +188,49 @@ def disk_line(disk: DiskAssessment | None) -> Text:
     if disk.free_bytes is not None:
         text.append(f"; {fmt_bytes(disk.free_bytes)} free, "
                     f"{fmt_bytes(disk.floor_bytes)} kept", style="dim")
+    return text
+
+
+def hosts_lines(verdicts: list[HostVerdict]) -> Text:
+    """A distributed run's other hosts, each with its verdict (their one rank against the
+    free memory `hosts check` last found there), or why it is unknown."""
+    text = Text()
+    for verdict in verdicts:
+        if text.plain:
+            text.append("\n")
+        if verdict.verdict is None:
+            text.append(f"{verdict.host} · unknown", style="bold")
+        else:
+            word, _ = VERDICT_LOOK[verdict.verdict]
+            text.append(f"{verdict.host} · {word}",
+                        style=f"bold {GAUGE_STYLE[verdict.verdict]}")
+        text.append(f": {verdict.reason.removeprefix('unknown: ')}")
+    return text
+
+
+def duration_line(duration: DurationEstimate | None) -> Text:
+    """How long the run would take, beside the verdicts (core/memory/duration.py), in short:
+    the figure and what it rests on, or why it is unknown and what would tell."""
+    text = Text()
+    if duration is None:
+        return text  # not estimated yet
+    basis = duration.basis
+    if duration.seconds is None:
+        text.append("Time · unknown", style="bold")
+        if basis.get("source") is None:
+            text.append(": no run finished here yet; t measures")
+        else:
+            text.append(": no dataset to count a step's tokens")
+        return text
+    text.append(f"Time · about {fmt_duration(duration.seconds)}", style="bold")
+    if basis.get("source") == "measured":
+        text.append(", at the measured speed")
+    elif basis.get("same_model"):
+        text.append(f", from run {basis.get('run_name') or basis.get('run_id')} "
+                    "of this model")
+    else:
+        text.append(f", from run {basis.get('run_name') or basis.get('run_id')} of "
+                    f"{basename(str(basis.get('run_model') or ''))}, scaled by size")
     return text
 
 

@@ -1,4 +1,5 @@
-"""RunsTable: every run in one table, filtered and sorted, updated cell by cell."""
+"""RunsTable: every run in one table, filtered and sorted, updated cell by cell; a grid's
+runs (`runs grid`) can be collapsed into one line."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ STATE_ORDER = {state: i for i, state in enumerate(
      "completed", "damaged"))}
 PROGRESS_WIDTH = 16
 MARK = "◆ "  # before the name of a run marked for comparison (space)
+GROUP_PREFIX = "group:"  # the row key of a collapsed grid
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ COLUMN_BY_KEY = {c.key: c for c in COLUMNS}
 SORTABLE = tuple(c.key for c in COLUMNS)
 
 
-def progress_cell(row: RunRow) -> Text:
+def progress_cell(row: RunRow | GroupRow) -> Text:
     if row.step is None and row.iters is None:
         return Text(DASH)
     label = f"{row.step or 0}/{row.iters or '?'}"
@@ -96,7 +98,9 @@ def name_cell(row: RunRow, marked: bool) -> str | Text:
     return text
 
 
-def row_cells(row: RunRow, marked: bool = False) -> tuple:
+def row_cells(row: RunRow | GroupRow, marked: bool = False) -> tuple:
+    if isinstance(row, GroupRow):
+        return group_cells(row)
     symbol, style = STATE_LOOK.get(row.state, ("?", ""))
     if row.damaged is not None:
         return (Text(f"{symbol} damaged", style=style), Text(row.damaged, style="red"),
@@ -118,10 +122,89 @@ def row_cells(row: RunRow, marked: bool = False) -> tuple:
     )
 
 
+@dataclass(frozen=True)
+class GroupRow:
+    """A grid (`runs grid`) collapsed into one line: its name, how many runs, their states,
+    the progress of them all and the best validation loss among them."""
+
+    id: str  # GROUP_PREFIX + the group id
+    group: str
+    name: str
+    count: int
+    states: tuple[tuple[str, int], ...]  # (state, runs in it), most pressing first
+    step: int | None
+    iters: int | None
+    val_loss: float | None
+    method: str
+    model: str
+    data: str
+
+    @property
+    def fraction(self) -> float | None:
+        if self.step is None or not self.iters:
+            return None
+        return min(1.0, self.step / self.iters)
+
+    @property
+    def state(self) -> str:
+        return "grid"
+
+    @classmethod
+    def of(cls, group: str, members: list[RunRow]) -> GroupRow:
+        counts: dict[str, int] = {}
+        for row in members:
+            counts[row.state] = counts.get(row.state, 0) + 1
+        states = tuple(sorted(counts.items(), key=lambda c: STATE_ORDER.get(c[0], 99)))
+        steps = [row.step or 0 for row in members]
+        iters = [row.iters for row in members if row.iters]
+        vals = [row.val_loss for row in members if row.val_loss is not None]
+        return cls(GROUP_PREFIX + group, group, grid_name(group, members), len(members),
+                   states, sum(steps), sum(iters) if len(iters) == len(members) else None,
+                   min(vals) if vals else None, _common(row.method for row in members),
+                   _common(row.model for row in members), _common(row.data for row in members))
+
+
+def _common(values) -> str:
+    """The one value every run of a grid shares, or "" when they differ."""
+    found = set(values)
+    return found.pop() if len(found) == 1 else ""
+
+
+def grid_name(group: str, members: list[RunRow]) -> str:
+    """A grid's name: the words its runs' names begin with (`runs grid` names each run by its
+    base name, then its values), else its group id."""
+    names = [row.name.split() for row in members]
+    common: list[str] = []
+    for words in zip(*names):
+        if len(set(words)) != 1 or "=" in words[0]:
+            break
+        common.append(words[0])
+    return " ".join(common) or group
+
+
+def group_cells(row: GroupRow) -> tuple:
+    """A collapsed grid's line: its states (a symbol and a count each), ▸, the count and its
+    name, the progress of all its runs together, the best validation loss."""
+    states = Text()
+    for state, count in row.states:
+        symbol, style = STATE_LOOK.get(state, ("?", ""))
+        if states.plain:
+            states.append(" ")
+        states.append(f"{symbol}{count}", style=style)
+    name = Text("▸ ", style="bold")
+    name.append(f"×{row.count} ", style="bold")
+    name.append(row.name)
+    return (states, name, progress_cell(row), DASH, fmt_loss(row.val_loss), DASH, DASH, DASH,
+            "", row.method, basename(row.model), basename(row.data), row.group)
+
+
 def matches(row: RunRow, words: list[str]) -> bool:
     haystack = " ".join((row.id, row.name, row.state, row.method, row.objective,
                          basename(row.model), basename(row.data))).lower()
     return all(word in haystack for word in words)
+
+
+Row = RunRow | GroupRow
 
 
 class RunsTable(DataTable):
@@ -145,8 +228,9 @@ class RunsTable(DataTable):
         self._rows: dict[str, RunRow] = {}
         self._keys: list[str] = []
         self._cells: dict[str, tuple] = {}
-        self._shown_rows: dict[str, RunRow] = {}
+        self._shown_rows: dict[str, Row] = {}
         self.marked: list[str] = []  # runs marked for comparison, in the order marked
+        self.collapsed: set[str] = set()  # grids shown as one line (g)
 
     def on_mount(self) -> None:
         for column in COLUMNS:
@@ -199,13 +283,59 @@ class RunsTable(DataTable):
         self.filter_text = text
         self._render_rows()
 
-    def visible_rows(self) -> list[RunRow]:
+    def visible_rows(self) -> list[Row]:
         words = self.filter_text.lower().split()
         rows = [r for r in self._rows.values() if not words or matches(r, words)]
         column = COLUMN_BY_KEY[self.sort_column]
         rows.sort(key=lambda r: r.id, reverse=True)  # ties: newest first
         rows.sort(key=column.sort_key, reverse=self.sort_reverse)
-        return rows
+        return self._folded(rows)
+
+    def _folded(self, rows: list[RunRow]) -> list[Row]:
+        """A collapsed grid's runs as one line, where its first run (in this order) stood."""
+        if not self.collapsed:
+            return list(rows)
+        members: dict[str, list[RunRow]] = {}
+        for row in rows:
+            if row.group in self.collapsed:
+                members.setdefault(row.group, []).append(row)
+        folded: list[Row] = []
+        for row in rows:
+            if row.group not in members:
+                folded.append(row)
+            elif row is members[row.group][0]:
+                folded.append(GroupRow.of(row.group, members[row.group]))
+        return folded
+
+    # -- grids ------------------------------------------------------------------------------------
+
+    def selected_group(self) -> str | None:
+        """The grid of the line at the cursor: a collapsed grid, or a run made in one."""
+        key = self._selected_key()
+        if key is None:
+            return None
+        if key.startswith(GROUP_PREFIX):
+            return key[len(GROUP_PREFIX):]
+        row = self._rows.get(key)
+        return row.group if row is not None else None
+
+    def group_run_ids(self, group: str) -> list[str]:
+        """Every run of a grid (the filter aside), oldest first: the order it was made in."""
+        return sorted(run_id for run_id, row in self._rows.items() if row.group == group)
+
+    def toggle_group(self, group: str) -> None:
+        """Collapse the grid into one line, or expand it; the cursor stays on the grid."""
+        if group in self.collapsed:
+            self.collapsed.discard(group)
+            self._render_rows()
+            visible = [key for key in self._keys if key in self._rows
+                       and self._rows[key].group == group]
+            if visible:
+                self.select_run(visible[0])
+        else:
+            self.collapsed.add(group)
+            self._render_rows()
+            self.select_run(GROUP_PREFIX + group)
 
     def _render_rows(self) -> None:
         rows = self.visible_rows()
@@ -227,8 +357,8 @@ class RunsTable(DataTable):
             self._cells[row.id] = cells
         self._shown_rows = {row.id: row for row in rows}
 
-    def _rebuild(self, rows: list[RunRow], keys: list[str]) -> None:
-        selected = self.selected_run_id()
+    def _rebuild(self, rows: list[Row], keys: list[str]) -> None:
+        selected = self._selected_key()
         self.clear()
         self._cells = {row.id: row_cells(row, row.id in self.marked) for row in rows}
         for row in rows:
@@ -252,10 +382,15 @@ class RunsTable(DataTable):
             return False  # nothing to open
         return super().check_action(action, parameters)
 
-    def selected_run_id(self) -> str | None:
+    def _selected_key(self) -> str | None:
         if not self._keys or self.cursor_row < 0 or self.cursor_row >= len(self._keys):
             return None
         return self._keys[self.cursor_row]
+
+    def selected_run_id(self) -> str | None:
+        """The run at the cursor (None on a collapsed grid's line)."""
+        key = self._selected_key()
+        return None if key is None or key.startswith(GROUP_PREFIX) else key
 
     def select_run(self, run_id: str) -> None:
         if run_id in self._keys:
