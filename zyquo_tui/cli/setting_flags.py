@@ -14,6 +14,7 @@ from zyquo_tui.core.runs.settings import (
     BOOL,
     CHOICE,
     COUNT_OR_FILE,
+    COUNT_OR_OFF,
     FLOAT,
     INT,
     NAMES,
@@ -45,7 +46,7 @@ def _help(key: str) -> str:
 
 
 _METAVARS = {INT: "N", FLOAT: "X", NUMBERS: "X,X,...", NAMES: "NAME,...",
-             COUNT_OR_FILE: "FILE|N"}
+             COUNT_OR_FILE: "FILE|N", COUNT_OR_OFF: "N|off"}
 
 
 def _metavar(key: str) -> str:

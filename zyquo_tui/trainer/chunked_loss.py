@@ -32,10 +32,6 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
 
-# Tokens per slice when the run does not say (`--loss-chunk-tokens`): a slice of a
-# 151,936-token vocabulary is then 0.6 GB of float32 logits.
-DEFAULT_CHUNK_TOKENS = 1024
-
 # Marks an objective that evaluates inside itself: the step engine runs it uncompiled.
 EAGER_ATTRIBUTE = "evaluates_in_slices"
 
@@ -113,6 +109,11 @@ class SlicedCrossEntropy:
         self._with_gradient = _slice_function(head)
         self._forward_only = _forward_function(head)
 
+    def worth_it(self, tokens: mx.array) -> bool:
+        """Whether a batch has more predictions than one slice: a batch of one slice or less
+        gains nothing and trains faster as one compiled step."""
+        return tokens.shape[0] * (tokens.shape[1] - 1) > self.chunk_tokens
+
     def __call__(self, inputs: mx.array, targets: mx.array, mask: mx.array) -> mx.array:
         hidden = self.backbone(inputs)
         slices = self
@@ -172,6 +173,19 @@ def sliced_cross_entropy(model: nn.Module, chunk_tokens: int) -> SlicedCrossEntr
     if pieces is None:
         return None
     return SlicedCrossEntropy(*pieces, chunk_tokens)
+
+
+def loss_slicing(model: nn.Module, setting) -> tuple[SlicedCrossEntropy | None, str | None]:
+    """The sliced loss a run's `loss_chunk_tokens` setting (a count, or "off") asks for, and
+    a sentence when it asked for slices that this model cannot have."""
+    if not isinstance(setting, int) or isinstance(setting, bool):
+        return None, None
+    sliced = sliced_cross_entropy(model, setting)
+    if sliced is None:
+        return None, ("This model's logits are not a plain projection of its last hidden "
+                      "states (or its output layer is trained), so the loss is computed for "
+                      "the whole batch at once, as mlx-lm does: loss_chunk_tokens is ignored.")
+    return sliced, None
 
 
 def with_slices(objective: Callable, sliced: SlicedCrossEntropy, **constants) -> Callable:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,11 +25,12 @@ import mlx.nn as nn
 from mlx_lm.tuner.trainer import default_loss, evaluate, grad_checkpoint
 from mlx_lm.utils import maybe_set_recommended_wired_limit
 
-from zyquo_tui.core.runs.settings import Hyperparameters
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters
 from zyquo_tui.trainer.batches import BatchStream
+from zyquo_tui.trainer.chunked_loss import loss_slicing, with_slices
 from zyquo_tui.trainer.engine import StepEngine
 from zyquo_tui.trainer.loading import fail
-from zyquo_tui.trainer.losses import sft_objective
+from zyquo_tui.trainer.losses import sft_objective, sft_validation_loss
 
 
 @dataclass
@@ -77,6 +79,21 @@ class TrainingLoop:
         self.time_since_report = 0.0
         self.trained_tokens = 0
         self.engine = StepEngine(model, optimizer)
+        # The sliced loss (trainer/chunked_loss.py) unless the run turned it off or the model
+        # cannot have it; `loss_slicing_note` says why it could not.
+        self.sliced, self.loss_slicing_note = loss_slicing(
+            model, SETTINGS["loss_chunk_tokens"].get(settings))
+        self.sliced_objective = with_slices(sft_objective, self.sliced) if self.sliced else None
+
+    @property
+    def loss_chunk_tokens(self) -> int | str:
+        """What the run trains with: tokens per slice of the loss, or "off"."""
+        return self.sliced.chunk_tokens if self.sliced else "off"
+
+    def _objective(self, tokens: mx.array):
+        if self.sliced is not None and self.sliced.worth_it(tokens):
+            return self.sliced_objective
+        return sft_objective
 
     # -- resume ------------------------------------------------------------------------------
 
@@ -127,7 +144,7 @@ class TrainingLoop:
                 self.hooks.on_val({"iteration": it, "val_loss": val_loss, "val_time": val_time})
                 tic = time.perf_counter()
 
-            lvalue, toks, _ = engine.forward_backward(sft_objective, *batch)
+            lvalue, toks, _ = engine.forward_backward(self._objective(batch[0]), *batch)
             if it % accum_steps == 0:
                 engine.optim_step()
             self.loss_sum += lvalue
@@ -157,8 +174,10 @@ class TrainingLoop:
     def _validate(self) -> tuple[float, float]:
         s = self.settings
         tic = time.perf_counter()
+        loss = default_loss if self.sliced is None else partial(sft_validation_loss,
+                                                                sliced=self.sliced)
         val_loss = evaluate(
-            model=self.model, dataset=self.val_set, loss=default_loss,
+            model=self.model, dataset=self.val_set, loss=loss,
             batch_size=s.batch_size, num_batches=s.val_batches,
             max_seq_length=s.max_seq_length,
         )

@@ -192,3 +192,19 @@ class CountOrFile:
             return [(ERROR, f"{called}: {value} is no file; give a file of prompts, one a "
                             "line, or a number of validation prompts.")]
         return []
+
+
+OFF_TEXT = "off"
+
+
+@dataclass(frozen=True)
+class CountOrOff:
+    """A whole number of at least 1, or off."""
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if value == OFF_TEXT:
+            return []
+        if not is_whole(value) or value < 1:
+            return [(ERROR, f"{called} must be a whole number of at least 1 or off, not "
+                            f"{value!r}.")]
+        return []
