@@ -340,10 +340,36 @@ def test_the_attention_term_is_per_device_and_metal_is_marked_uncalibrated():
 
 def test_the_loss_term_is_batch_times_tokens_times_vocabulary():
     a = advisor()
-    small = a.estimate(facts(), config()).breakdown["loss"]
-    big_vocab = a.estimate(facts(vocab_size=2 * VOCAB), config()).breakdown["loss"]
+    whole = config(loss_chunk_tokens="off")
+    small = a.estimate(facts(), whole).breakdown["loss"]
+    big_vocab = a.estimate(facts(vocab_size=2 * VOCAB), whole).breakdown["loss"]
     assert big_vocab == pytest.approx(2 * small, rel=1e-6)
     assert small == pytest.approx(CPU_COEFFICIENTS.loss * 4 * 511 * VOCAB * 2, rel=1e-6)
+
+
+def test_with_the_chunked_loss_the_loss_term_is_one_slice_of_tokens_times_vocabulary():
+    a = advisor()
+    sliced = a.estimate(facts(), config(loss_chunk_tokens=256)).breakdown["loss"]
+    assert sliced == pytest.approx(CPU_COEFFICIENTS.loss * 256 * VOCAB * 2, rel=1e-6)
+    assert config().loss_chunk_tokens == 256  # on by default
+    # a batch of no more predictions than a slice is not sliced: the whole batch's term
+    short = config(loss_chunk_tokens=4096)
+    assert a.estimate(facts(), short).breakdown["loss"] == pytest.approx(
+        CPU_COEFFICIENTS.loss * 4 * 511 * VOCAB * 2, rel=1e-6)
+
+
+def test_chunked_loss_is_the_first_suggestion_when_it_is_off_and_would_make_the_run_fit():
+    model = facts(vocab_size=151_936)
+    off = config(loss_chunk_tokens="off", max_seq_length=2048)
+    need_on = advisor().estimate(model, off.replace(loss_chunk_tokens=256)).total_bytes
+    need_off = advisor().estimate(model, off).total_bytes
+    assert need_on < need_off / 2
+    tight = advisor(budget_bytes=int(need_on / 0.8))
+    assert tight.judge(tight.estimate(model, off)).verdict is Verdict.WONT_FIT
+    first = tight.suggest(model, off)[0]
+    assert first.changes == {"loss_chunk_tokens": 256}
+    assert first.title.startswith("chunked loss")
+    assert first.verdict is Verdict.FITS
 
 
 def test_the_overhead_is_fixed_plus_what_the_optimizer_step_needs_beyond_the_backward_pass():
@@ -688,7 +714,9 @@ def _calibration_config(entry: dict) -> TrainingConfig:
         rank=entry.get("rank", 8), grad_checkpoint=entry.get("grad_checkpoint", False),
         optimizer=entry.get("optimizer", "adam"),
         grad_accumulation_steps=entry.get("grad_accumulation_steps", 1),
-        longest_row_tokens=entry["seq"])
+        longest_row_tokens=entry["seq"],
+        # measured with the whole-batch loss unless the entry says otherwise
+        loss_chunk_tokens=entry.get("loss_chunk_tokens", "off"))
 
 
 def test_estimates_are_within_15_percent_of_measured_peaks_median_within_7():

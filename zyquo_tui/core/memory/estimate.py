@@ -20,7 +20,9 @@ reports after a few steps) without importing mlx, as a sum of terms:
                       attention unfused, so every trained layer keeps its own for the backward
                       pass, plus the working copies of the layer being computed (a term per
                       device: a fused attention backward on Metal would keep none)
-  loss                the logits and the cross-entropy, batch x tokens x vocabulary
+  loss                the logits and the cross-entropy, batch x tokens x vocabulary; with
+                      the sliced loss (loss_chunk_tokens, trainer/chunked_loss.py) one
+                      slice's tokens x vocabulary instead (`loss_tokens`)
   overhead            a fixed amount, and what the optimizer's step needs beyond the backward
                       pass (it writes new moments while the old ones are alive, after the
                       activations are freed: the peak is the larger of the two phases)
@@ -117,7 +119,8 @@ def _from_definition(key: str) -> Any:
 
 # The settings of the definition that decide a run's memory: TrainingConfig's own fields.
 MEMORY_SETTINGS = frozenset({"batch_size", "max_seq_length", "num_layers", "rank",
-                             "grad_checkpoint", "optimizer", "grad_accumulation_steps"})
+                             "grad_checkpoint", "optimizer", "grad_accumulation_steps",
+                             "loss_chunk_tokens"})
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,7 @@ class TrainingConfig:
     grad_checkpoint: bool = _from_definition("grad_checkpoint")
     optimizer: str = _from_definition("optimizer")
     grad_accumulation_steps: int = _from_definition("grad_accumulation_steps")
+    loss_chunk_tokens: int | str = _from_definition("loss_chunk_tokens")  # or "off"
     longest_row_tokens: int | None = None
     adafactor_first_moment: bool = False  # optimizer_config.adafactor.beta_1 is set
     sgd_momentum: bool = False  # optimizer_config.sgd.momentum is above 0
@@ -167,6 +171,7 @@ class TrainingConfig:
             "grad_accumulation_steps": self.grad_accumulation_steps,
             "max_seq_length": self.max_seq_length, "num_layers": self.num_layers,
             "grad_checkpoint": self.grad_checkpoint, "optimizer": self.optimizer,
+            "loss_chunk_tokens": self.loss_chunk_tokens,
         }
         if self.method is not Method.FULL:
             data["rank"] = self.rank
@@ -270,6 +275,16 @@ def _rewritten_copies(config: TrainingConfig) -> int:
     return 1  # muon
 
 
+def loss_tokens(config: TrainingConfig) -> int:
+    """Tokens whose logits exist at once: the batch's, or with the sliced loss one slice's
+    (the trainer slices a batch only when it has more predictions than a slice)."""
+    tokens = config.batch_size * config.model_tokens
+    chunk = config.loss_chunk_tokens
+    if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0:
+        return min(tokens, chunk)
+    return tokens
+
+
 def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
     """The estimate's quantities before the fitted multipliers, in bytes per unit multiplier.
 
@@ -333,7 +348,7 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
         "working_outputs": once * tokens * outputs * LORA_BYTES if lora else 0,
         "dora_weights": (max(layer.matrix_elements for layer in layers) * LORA_BYTES
                          if dora and n else 0),
-        "loss": tokens * model.vocab_size * s,
+        "loss": loss_tokens(config) * model.vocab_size * s,
         "update_lora": _rewritten_copies(config) * elements * trained_bytes if lora else 0,
         "update_full": _rewritten_copies(config) * elements * trained_bytes if not lora else 0,
         "fixed_bytes": 1.0,
