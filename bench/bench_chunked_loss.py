@@ -37,7 +37,7 @@ BATCH = 4
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # mlx-lm 0.32's report row: step, loss and arrow, tokens/sec, trained tokens.
 REPORT_ROW = re.compile(r"^\s*(\d+)\s+([\d.]+)\s+[▼▲]\s+([\d,]+)\s+([\d.]+)k\s*$")
-PEAK_LINE = re.compile(r"^BENCH_PEAK (\d+)$", re.M)
+PEAK_LINE = re.compile(r"^BENCH_PEAK (\d+)$", re.MULTILINE)
 # `mlx_lm lora` itself, with the process's peak printed when it ends.
 MLX_LM_WITH_PEAK = (
     "import atexit, sys, mlx.core as mx\n"

@@ -4,11 +4,10 @@ one, for every output layer mlx-lm models have, and trains runs to the same loss
 from __future__ import annotations
 
 import pytest
-
-from zyquo_tui.core.events.protocol import read_events
-
 from conftest import SAMPLE_DATA, run_trainer
 from helpers import losses_by_iteration, make_run
+
+from zyquo_tui.core.events.protocol import read_events
 
 mx = pytest.importorskip("mlx.core")
 nn = pytest.importorskip("mlx.nn")

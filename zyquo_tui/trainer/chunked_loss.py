@@ -125,7 +125,7 @@ class SlicedCrossEntropy:
 
         @sliced.vjp
         def sliced_vjp(primals, cotangents, outputs):
-            hidden, targets, mask = primals
+            _, targets, mask = primals
             weight = cotangents[0][..., None].astype(outputs[1].dtype)
             return weight * outputs[1], mx.zeros_like(targets), mx.zeros_like(mask)
 

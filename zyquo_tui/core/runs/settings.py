@@ -25,6 +25,7 @@ from typing import Any, Callable
 from zyquo_tui.core.runs.problems import WARNING, Problem
 from zyquo_tui.core.runs.value_checks import (
     INT_TEXT,
+    OFF_TEXT,
     AnyNumber,
     CountOrFile,
     CountOrOff,
@@ -37,7 +38,6 @@ from zyquo_tui.core.runs.value_checks import (
     TrueOrFalse,
     WholeNumber,
     is_whole,
-    OFF_TEXT,
     number_from_text,
 )
 
