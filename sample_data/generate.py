@@ -149,8 +149,21 @@ def text_rows(facts: list[dict]) -> list[dict]:
     return [{"text": f"Question: {f['question']} Answer: {f['answer']}"} for f in facts]
 
 
+# Unhelpful replies: one pair in two prefers the answer to one of these, a preference a tiny
+# model learns in a few dozen steps and carries to held-out rows. The other pairs reject a wrong
+# fact of the same kind, which only memory of the facts can tell apart.
+EVASIONS = [
+    "I do not know.",
+    "That is hard to say.",
+    "Ask me something else.",
+    "No idea, sorry.",
+]
+
+
 def preference_rows(facts: list[dict]) -> list[dict]:
-    return [{"prompt": f["question"], "chosen": f["answer"], "rejected": f["wrong"]} for f in facts]
+    return [{"prompt": f["question"], "chosen": f["answer"],
+             "rejected": f["wrong"] if i % 2 else EVASIONS[(i // 2) % len(EVASIONS)]}
+            for i, f in enumerate(facts)]
 
 
 BUILDERS = {

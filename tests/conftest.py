@@ -172,3 +172,41 @@ def trained_runs(tmp_path_factory, sample_models) -> dict[str, Path]:
         assert done.returncode == 0, done.stderr
         folders[key] = store.run_dir(run.id)
     return folders
+
+
+def cancel_mid_run_then_resume(store, run_id: str, at_least: int, before: int) -> int:
+    """Start the run's trainer, SIGTERM it once it has reported step `at_least`, check it
+    saved a checkpoint short of `before`, then resume from it to the end; returns the step it
+    stopped at."""
+    from zyquo_tui.core.events.protocol import read_events
+
+    run_dir = store.run_dir(run_id)
+    trainer = start_trainer(run_dir)
+    try:
+        wait_for_event(run_dir, lambda e: e["type"] == "train" and e["iteration"] >= at_least)
+        trainer.send_signal(signal.SIGTERM)
+        assert trainer.wait(timeout=60) == 0
+    finally:
+        kill_quietly(trainer)
+    stopped_at = read_events(run_dir / "events.jsonl")[-1]["checkpoint"]
+    assert at_least <= stopped_at < before, "the cancel must land mid-run to mean anything"
+    store.update(run_id, lambda r: setattr(r, "resume_from_step", stopped_at))
+    assert run_trainer(run_dir).returncode == 0
+    return stopped_at
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config._zyquo_exit_status = int(exitstatus)
+
+
+def pytest_unconfigure(config):
+    """Leave without MLX's teardown once the step-level client's MLX thread ran in this
+    process: after every test and the summary, mlx 0.32's own teardown at interpreter exit
+    can crash (a segfault, exit 139, with all tests passed). The exit status is pytest's."""
+    from zyquo_tui.client import worker
+
+    status = getattr(config, "_zyquo_exit_status", None)
+    if worker._thread is not None and status is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)

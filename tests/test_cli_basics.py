@@ -7,9 +7,9 @@ import os
 import subprocess
 import sys
 
-from zyquo_tui import __version__
-
 from conftest import SAMPLE_DATA, zyquo_cli
+
+from zyquo_tui import __version__
 
 
 def test_version():

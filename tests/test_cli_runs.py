@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
+from conftest import SAMPLE_DATA, zyquo_cli
+
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.store.store import RunStore
-
-from conftest import SAMPLE_DATA, zyquo_cli
 
 
 def new_run(model, *extra: str) -> str:

@@ -13,13 +13,11 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import SAMPLE_DATA, run_trainer
+from helpers import make_run
 
 from zyquo_tui.client import BatchError, TrainingBatch, TrainingClient
 from zyquo_tui.client import worker as mlx_worker
-
-from conftest import SAMPLE_DATA
-from helpers import make_run
-from conftest import run_trainer
 
 PAIRS = [("What is 2 plus 2?", "2 plus 2 is 4."), ("What is 3 plus 1?", "3 plus 1 is 4."),
          ("What is 5 plus 2?", "5 plus 2 is 7."), ("What is 6 plus 3?", "6 plus 3 is 9.")]
@@ -354,6 +352,18 @@ def test_dpo_at_step_zero_is_ln_2(client):
     result = client.forward_backward(preference_batch("dpo")).result()
     assert result.loss == pytest.approx(math.log(2), abs=1e-6)
     assert result.metrics["reward_margin"] == pytest.approx(0, abs=1e-6)
+
+
+@pytest.mark.parametrize("method", ["dora", "qlora", "full"])
+def test_dpo_at_step_zero_is_ln_2_for_every_method(tiny_model, tiny_model_4bit, method):
+    # dora and qlora switch their adapters off for the reference; full loads a frozen copy.
+    model = tiny_model_4bit if method == "qlora" else tiny_model
+    with TrainingClient.from_model(model, method=method, num_layers=1,
+                                   learning_rate=1e-4) as client:
+        first = client.forward_backward(preference_batch("dpo")).result()
+        assert first.loss == pytest.approx(math.log(2), abs=1e-6)
+        client.optim_step().result()
+        assert client.forward_backward(preference_batch("dpo")).result().loss < first.loss
 
 
 def test_dpo_learns_the_preference(client):

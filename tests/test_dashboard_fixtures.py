@@ -7,9 +7,12 @@ the tests). The tests at the bottom check that the store reads them back as inte
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from zyquo_tui.core.events.metrics import RunMetrics
@@ -58,7 +61,8 @@ def training_events(iters: int, upto: int, *, start: float, report: int = 10, ev
                 "train", now, iteration=step, train_loss=loss_at(step, seed),
                 learning_rate=1e-5 * min(1.0, step / 50) * (1 - 0.5 * step / iters),
                 iterations_per_second=2.0, tokens_per_second=1850.0 + 40 * math.sin(step / 7),
-                trained_tokens=step * 900, peak_memory_bytes=int(3.1e9 + step * 2e5)))
+                trained_tokens=step * 900, peak_memory_bytes=int(3.1e9 + step * 2e5),
+                peak_rss_bytes=int(3.4e9 + step * 3e5)))
         if step % save == 0 or step == iters:
             val = val_loss_at(step, seed) if (step % evaluate == 0 or step == iters) else None
             fields = {"iteration": step, "bytes": 4_456_448,
@@ -118,11 +122,30 @@ def summary_of(events: list[dict]) -> dict:
     return summary
 
 
+_STAND_IN: subprocess.Popen | None = None
+
+
+def _stop_stand_in() -> None:
+    if _STAND_IN is not None and _STAND_IN.poll() is None:
+        _STAND_IN.stdin.close()  # it reads its stdin to the end, then exits
+        try:
+            _STAND_IN.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            _STAND_IN.kill()
+            _STAND_IN.wait()
+
+
 def alive_process() -> dict:
-    """A process record that liveness checks find alive: this test process itself. (Never
-    confirm a cancel of such a run in a test: it would signal the test's process group.)"""
-    me = identity(os.getpid())
-    return {"pid": me["pid"], "start_time": me["start_time"], "requested_at": T0 + 3600}
+    """A process record that liveness checks find alive: a stand-in child that idles until
+    the test session ends (never the test process itself: a confirmed cancel signals the
+    recorded process group, which is the stand-in's own)."""
+    global _STAND_IN
+    if _STAND_IN is None or _STAND_IN.poll() is not None:
+        _STAND_IN = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                     stdin=subprocess.PIPE, start_new_session=True)
+        atexit.register(_stop_stand_in)
+    them = identity(_STAND_IN.pid)
+    return {"pid": them["pid"], "start_time": them["start_time"], "requested_at": T0 + 3600}
 
 
 def write_showcase_store(home: Path, *, with_running: bool = True) -> RunStore:
@@ -200,6 +223,81 @@ def write_showcase_store(home: Path, *, with_running: bool = True) -> RunStore:
     return store
 
 
+def dpo_figures(step: int) -> dict:
+    """A DPO run's figures at a step: the loss falls from ln 2 as the reward margin grows and
+    the chosen answers score above the rejected ones more and more often."""
+    margin = 2.4 * (1 - math.exp(-step / 90)) + 0.12 * math.sin(step * 0.7)
+    chosen = 0.45 * margin - 0.2 * (1 - math.exp(-step / 90))
+    return {"loss": math.log(2) * math.exp(-step / 160) + 0.18 * (1 - math.exp(-step / 160))
+            + 0.02 * math.sin(step * 0.9),
+            "reward_margin": margin, "reward_accuracy": min(0.97, 0.5 + 0.45 * (1 - math.exp(
+                -step / 70)) + 0.04 * math.sin(step * 1.3)),
+            "chosen_reward": chosen, "rejected_reward": chosen - margin}
+
+
+def dpo_events(iters: int, upto: int, *, start: float, report: int = 10,
+               evaluate: int = 50) -> list[dict]:
+    """A DPO run's events as the trainer writes them: train and val events carry the reward
+    figures beside the loss (docs/EVENTS.md)."""
+    events = [event("started", start, pid=4242, host="mini", iters=iters,
+                    resumed_from_step=None, dataset={"train": 225, "valid": 40},
+                    parameters={"total": 494_000_000, "trainable": 1_081_344})]
+    for step in range(1, upto + 1):
+        now = start + 8 + step * 0.5
+        if step == 1 or step % evaluate == 0:
+            figures = dpo_figures(step - 1)  # validation before the step's update
+            events.append(event("val", now, iteration=step, val_loss=figures["loss"] + 0.03,
+                                val_time=1.1, reward_margin=figures["reward_margin"] * 0.85,
+                                reward_accuracy=figures["reward_accuracy"] - 0.04,
+                                chosen_reward=figures["chosen_reward"],
+                                rejected_reward=figures["rejected_reward"]))
+        if step % report == 0:
+            figures = dpo_figures(step)
+            events.append(event(
+                "train", now, iteration=step, train_loss=figures["loss"],
+                learning_rate=5e-6, iterations_per_second=2.0, tokens_per_second=1420.0,
+                trained_tokens=step * 700, peak_memory_bytes=int(4.2e9 + step * 1e5),
+                reward_margin=figures["reward_margin"],
+                reward_accuracy=figures["reward_accuracy"],
+                chosen_reward=figures["chosen_reward"],
+                rejected_reward=figures["rejected_reward"]))
+        if step % 100 == 0:
+            events.append(event("checkpoint", now, iteration=step, bytes=4_456_448,
+                                adapter_file=f"adapters/{step:07d}_adapters.safetensors"))
+    return events
+
+
+PREFERENCE_RUNNING = "20251129-091500-000-d0e1"
+PREFERENCE_DONE = "20251129-090000-000-f2a3"
+
+
+def write_preference_store(home: Path) -> RunStore:
+    """A running DPO run, a completed ORPO run and an SFT run beside them: what the runs list
+    and the live metrics show of preference runs."""
+    store = RunStore(home).ensure()
+    events = dpo_events(400, 260, start=T0 + 3600)
+    make(store, PREFERENCE_RUNNING, "helpful pairs", RunState.RUNNING, data="/data/helpful-pairs",
+         summary=summary_of(events), process=alive_process(), zyquo_tui={"objective": "dpo"})
+    write_events(store, PREFERENCE_RUNNING, events)
+    write_checkpoints(store, PREFERENCE_RUNNING, [100, 200],
+                      mtime_of=lambda step: T0 + 3600 + 8 + step * 0.5)
+
+    events = dpo_events(200, 200, start=T0 + 1800)
+    events.append(event("completed", T0 + 1800 + 8 + 200 * 0.5 + 1, iteration=200))
+    make(store, PREFERENCE_DONE, "helpful pairs beta 0.2", RunState.COMPLETED, iters=200,
+         data="/data/helpful-pairs", summary=summary_of(events),
+         process={"requested_at": T0 + 1800, "ended_at": T0 + 1910},
+         zyquo_tui={"objective": "orpo", "beta": 0.2})
+    write_events(store, PREFERENCE_DONE, events)
+
+    events = training_events(400, 400, start=T0)
+    events.append(event("completed", T0 + 8 + 400 * 0.5 + 1, iteration=400))
+    make(store, "20251129-080000-000-a1b2", "support-chat lora r16", RunState.COMPLETED,
+         summary=summary_of(events), process={"requested_at": T0, "ended_at": T0 + 210})
+    write_events(store, "20251129-080000-000-a1b2", events)
+    return store
+
+
 def trainer_log(iters: int, upto: int) -> str:
     lines = ["Loading pretrained model /models/Qwen2.5-0.5B-Instruct-4bit",
              "Loading datasets: 1200 train, 120 valid"]
@@ -233,3 +331,15 @@ def test_showcase_completed_run_has_its_best_checkpoint_at_300(tmp_path):
     metrics.ingest(read_events(store.events_path("20251129-080000-000-a1b2")))
     assert metrics.best_checkpoint_step() == 300
     assert metrics.terminal["type"] == "completed"
+
+
+def test_preference_store_runs_are_dpo_orpo_and_sft_with_reward_series(tmp_path):
+    store = write_preference_store(tmp_path / "home")
+    objectives = {run.id: run.objective for run in store.list()}
+    assert sorted(objectives.values()) == ["dpo", "orpo", "sft"]
+    metrics = RunMetrics()
+    metrics.ingest(read_events(store.events_path(PREFERENCE_RUNNING)))
+    margins = metrics.series["reward_margin"]
+    assert len(margins) == 26 and margins.last > 1.5
+    assert len(metrics.series["val_reward_margin"]) == 6
+    assert abs(metrics.series["val_loss"].values[0] - (math.log(2) + 0.03)) < 1e-9

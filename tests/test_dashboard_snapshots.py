@@ -14,7 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
-from test_dashboard_fixtures import NOW, write_empty_store, write_showcase_store
+from test_dashboard_fixtures import (
+    NOW,
+    PREFERENCE_RUNNING,
+    write_empty_store,
+    write_preference_store,
+    write_showcase_store,
+)
 
 from zyquo_tui.dashboard.app import ZyquoApp
 from zyquo_tui.dashboard.notify import NotificationSettings
@@ -53,8 +59,11 @@ def showcase(fixed_world):
 
 
 def dashboard(store) -> ZyquoApp:
-    return ZyquoApp(store, clock=lambda: NOW,
-                    notifications=NotificationSettings(desktop="off", bell=False))
+    app = ZyquoApp(store, clock=lambda: NOW,
+                   notifications=NotificationSettings(desktop="off", bell=False))
+    # A toast in a snapshot stays until the picture is taken, however slow the machine is.
+    app.NOTIFICATION_TIMEOUT = 600
+    return app
 
 
 async def until(pilot, predicate, timeout: float = 20.0) -> None:
@@ -136,9 +145,9 @@ class TestLiveMetricsScreen:
     @BOTH
     def test_running_run(self, snap_compare, showcase, size):
         """The running dora run: "▶ running" and its name on top, then step 230/600, a green
-        bar at 38%, elapsed 1h00m, ETA 3m05s, 2.0 it/s. Five sparklines (train loss, val loss,
-        tokens/s, learn rate, peak memory) with current values 1.4707, 1.6811, 1890, 8.08e-06,
-        2.9 GiB. The loss chart: y axis from about 1.30 to 3.95, x from 0 to 600 with data up
+        bar at 38%, elapsed 1h00m, ETA 3m05s, 2.0 it/s. Six sparklines (train loss, val loss,
+        tokens/s, learn rate, peak MLX, peak RSS) with current values 1.4707, 1.6811, 1890,
+        8.08e-06, 2.9 GiB, 3.2 GiB. The loss chart: y axis from about 1.30 to 3.95, x from 0 to 600 with data up
         to 230; validation (orange) above the train line; legend "train, smoothed / raw /
         validation". Latest events: val at 200, checkpoint at 200, train at 230. Footer:
         s Smoothing, c Cancel, k Checkpoints, l Logs, esc Back, ? Help."""
@@ -184,6 +193,36 @@ class TestLiveMetricsScreen:
         monkeypatch.setenv("NO_COLOR", "1")
         assert snap_compare(dashboard(showcase), terminal_size=(80, 24),
                             run_before=lambda pilot: open_run(pilot, RUNNING))
+
+
+class TestPreferenceRuns:
+    """A running DPO run, a completed ORPO run and an SFT run (test_dashboard_fixtures.py
+    write_preference_store)."""
+
+    @BOTH
+    def test_live_metrics_of_a_dpo_run(self, snap_compare, fixed_world, size):
+        """The running DPO run "helpful pairs": the status line reads "lora dpo ·
+        Qwen2.5-0.5B-Instruct-4bit · helpful-pairs", step 260/400. Seven sparklines: the five
+        of every run, then "margin" (rising, about 2.4) and "reward acc" (rising, about 91%).
+        The chart is the loss (border title "Loss"), falling from about 0.72. The footer
+        offers v Margin beside s Smoothing."""
+        store = write_preference_store(fixed_world)
+        assert snap_compare(dashboard(store), terminal_size=size,
+                            run_before=lambda pilot: open_run(pilot, PREFERENCE_RUNNING))
+
+    def test_v_charts_the_reward_margin(self, snap_compare, fixed_world):
+        """After v: the chart's border title is "Reward margin", its y axis from about -0.1 to
+        2.6; the train margin rises from 0 (smoothed, raw faintly behind) and the validation
+        margin (orange squares) follows below it."""
+        store = write_preference_store(fixed_world)
+        assert snap_compare(dashboard(store), terminal_size=(80, 24),
+                            run_before=lambda pilot: open_run(pilot, PREFERENCE_RUNNING, "v"))
+
+    def test_the_runs_list_tags_preference_runs(self, snap_compare, fixed_world):
+        """Three runs: "dpo helpful pairs" (running) and "dpo"/"orpo" in magenta before the
+        preference runs' names; the SFT run "support-chat lora r16" has no tag."""
+        store = write_preference_store(fixed_world)
+        assert snap_compare(dashboard(store), terminal_size=(80, 24), run_before=runs_listed)
 
 
 class TestCheckpointsScreen:

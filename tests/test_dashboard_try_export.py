@@ -97,6 +97,22 @@ async def test_try_a_checkpoint_and_keep_a_small_history(trained_runs, isolated_
         assert isinstance(app.screen, CheckpointsScreen)
 
 
+async def test_a_question_asked_while_the_model_loads_is_answered_once_it_is_ready(
+        trained_runs, isolated_home):
+    run_id = copy_run(trained_runs["float"], isolated_home)
+    app = ZyquoApp(RunStore(isolated_home), notifications=QUIET, poll_interval=0.3)
+    async with app.run_test(size=(110, 36)) as pilot:
+        await open_checkpoints(pilot, run_id, 40)
+        await pilot.press("g")
+        screen = app.screen
+        assert isinstance(screen, TryScreen) and not screen.ready
+        await pilot.press(*"What is 8 minus 7?", "enter")
+        assert screen.early_prompt == "What is 8 minus 7?"
+        await wait_until(pilot, lambda: screen.exchanges and screen.waiting == 0 and answered(
+            list(screen.exchanges.values())[-1]), "the early question's answers")
+        assert [e.prompt for e in screen.query(Exchange)] == ["What is 8 minus 7?"]
+
+
 async def test_try_keeps_only_the_last_exchanges(trained_runs, isolated_home, monkeypatch):
     from zyquo_tui.dashboard.screens import try_screen
 

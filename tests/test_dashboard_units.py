@@ -30,7 +30,12 @@ from zyquo_tui.core.events.metrics import RunMetrics, Series
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.store.checkpoints import list_checkpoints
-from zyquo_tui.core.store.retention import RetentionPolicy, apply_retention, doomed, save_policy
+from zyquo_tui.core.store.retention import (
+    RetentionPolicy,
+    apply_retention,
+    doomed,
+    save_policy,
+)
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.system.liveness import identity
 from zyquo_tui.dashboard.app import ZyquoApp

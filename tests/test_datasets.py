@@ -335,15 +335,40 @@ def test_check_prints_each_problem_as_file_line_message_and_exits_1(tmp_path, ca
     assert out[-1] == "not valid: 1 error, 0 warnings"
 
 
-def test_check_of_preference_rows_says_they_cannot_be_trained_here_and_exits_1(capsys):
+def test_check_of_preference_rows_says_which_objectives_train_them(capsys):
     folder = sample_data_dir() / "preference"
-    assert main(["data", "check", str(folder)]) == 1
+    assert main(["data", "check", str(folder)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-2] == "valid: 0 errors, 0 warnings"
-    assert out[-1].startswith("not trainable here: preference rows (prompt, chosen, rejected)")
-    assert main(["data", "check", str(folder), "--json"]) == 1
+    assert out[-1] == "trains the objectives dpo and orpo (`runs new --objective`), not sft"
+    assert main(["data", "check", str(folder), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["valid"] is True and "mlx-lm's LoRA trainer" in data["training_refusal"]
+    assert data["valid"] is True and data["objectives"] == ["dpo", "orpo"]
+    assert data["training_refusal"] is None
+
+
+def test_check_of_chat_pairs_needs_a_shared_prompt(tmp_path):
+    folder = tmp_path / "pairs"
+    folder.mkdir()
+    user = {"role": "user", "content": "Hi?"}
+    rows = [
+        {"chosen": [user, {"role": "assistant", "content": "Hello."}],
+         "rejected": [user, {"role": "assistant", "content": "Go away."}]},
+        {"chosen": [user, {"role": "assistant", "content": "Hello."}],
+         "rejected": [{"role": "user", "content": "Bye?"},
+                      {"role": "assistant", "content": "No."}]},
+        {"chosen": "Hello.", "rejected": "No."},
+        {"prompt": "Hi?", "chosen": "Same.", "rejected": "Same."},
+        {"prompt": "Hi?", "chosen": "", "rejected": "No."},
+    ]
+    (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = validate_dataset(folder)
+    found = {(p.line, p.severity): p.message for p in report.problems if p.line}
+    assert "do not share their prompt turns" in found[(2, "error")]
+    assert "'prompt' is missing" in found[(3, "error")]
+    assert "are the same" in found[(4, "warning")]
+    assert "'chosen' is empty" in found[(5, "error")]
+    assert 1 not in {line for line, _ in found}
 
 
 def test_check_batch_size_decides_whether_train_is_big_enough(tmp_path):

@@ -10,7 +10,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from zyquo_tui.core.system.file_workers import FileWorkers, WorkerFailed, line_aligned_ranges
+from zyquo_tui.core.system.file_workers import (
+    FileWorkers,
+    WorkerFailed,
+    line_aligned_ranges,
+)
 
 TESTS = Path(__file__).resolve().parent
 

@@ -48,6 +48,9 @@ def test_series_summary_and_best_checkpoint():
     assert s["best_checkpoint_step"] == 10
     assert s["eta_seconds"] == (100 - 20) / 2.0
     assert s["peak_memory_bytes"] == 1020
+    assert s["peak_rss_bytes"] is None  # events from before the trainer recorded it
+    m.ingest([train(30, 2.9, peak_rss_bytes=5000), train(40, 2.8, peak_rss_bytes=4000)])
+    assert m.summary()["peak_rss_bytes"] == 5000
 
 
 def test_a_resume_supersedes_points_after_its_step():
@@ -85,7 +88,8 @@ def train_fields(step: int) -> dict:
     return {"iteration": step, "train_loss": 2.0 + 1 / step, "learning_rate": 1e-05 * step,
             "iterations_per_second": float("inf") if step == 3 else 20.0,
             "tokens_per_second": -1.5e300 if step == 4 else 1398.25,
-            "trained_tokens": step * 671, "peak_memory_bytes": 2**62 + step}
+            "trained_tokens": step * 671, "peak_memory_bytes": 2**62 + step,
+            "peak_rss_bytes": 2**40 + step}
 
 
 def written_stream(path) -> None:
@@ -126,7 +130,8 @@ def test_the_writer_writes_each_type_s_fields_in_the_defined_order(tmp_path):
     written_stream(path)
     for line in path.read_text().splitlines():
         event = json.loads(line)
-        names = [field.name for field in ev.EVENT_FIELDS[event["type"]]]
+        names = [field.name for field in ev.EVENT_FIELDS[event["type"]]
+                 if event["type"] != ev.TRAIN or field.name not in ev.PREFERENCE_METRICS]
         assert list(event) == list(ev.ENVELOPE) + names
         assert line == ev.encode_line(event).rstrip("\n")
 
@@ -279,3 +284,22 @@ def assert_same_metrics(got: RunMetrics, expected: RunMetrics) -> None:
     assert got.terminal == expected.terminal
     assert (got.step, got.last_time, got.events_seen, got.iters) == \
         (expected.step, expected.last_time, expected.events_seen, expected.iters)
+
+
+def test_a_preference_runs_metrics_are_series_whichever_reader_reads_them(tmp_path):
+    path = tmp_path / "events.jsonl"
+    writer = ev.EventWriter(path)
+    try:
+        writer.write(ev.STARTED, **every_field(ev.STARTED))
+        for step in range(1, 6):
+            writer.write(ev.TRAIN, **train_fields(step), reward_margin=0.1 * step,
+                         reward_accuracy=0.5, chosen_reward=0.2, rejected_reward=-0.1)
+        writer.write(ev.VAL, iteration=5, val_loss=0.6, val_time=0.1, reward_margin=0.3,
+                     reward_accuracy=0.75, chosen_reward=0.1, rejected_reward=-0.2)
+    finally:
+        writer.close()
+    expected = RunMetrics()
+    expected.ingest(ev.read_events(path))
+    assert expected.series["reward_margin"].values == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5])
+    assert expected.series["val_reward_accuracy"].values == [0.75]
+    assert_same_metrics(load_history(path).metrics, expected)

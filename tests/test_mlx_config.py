@@ -7,11 +7,10 @@ import subprocess
 import sys
 
 import yaml
+from conftest import SAMPLE_DATA, zyquo_cli
 
 from zyquo_tui.core.runs.settings import Method
 from zyquo_tui.core.store.store import RunStore
-
-from conftest import SAMPLE_DATA, zyquo_cli
 
 # Written in the style of mlx-lm's documented example (examples/lora_config.yaml).
 EXAMPLE_STYLE = """\

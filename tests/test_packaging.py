@@ -11,7 +11,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 
@@ -95,31 +94,6 @@ def test_the_cli_imports_no_mlx_for_headless_commands():
 PACKAGE = REPO / "zyquo_tui"
 
 
-def textual_imports(path: Path) -> list[int]:
-    """The lines of `path` that import textual, in any form and at any depth (inside a
-    function or an `if TYPE_CHECKING:` too)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    lines = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            modules = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            modules = [node.module or ""]
-        else:
-            continue
-        if any(module.split(".")[0] == "textual" for module in modules):
-            lines.append(node.lineno)
-    return lines
-
-
-def test_every_textual_import_is_under_the_dashboard():
-    dashboard = PACKAGE / "dashboard"
-    assert textual_imports(dashboard / "app.py"), "the check must see the dashboard's imports"
-    outside = [f"{path.relative_to(REPO)}:{line}" for path in sorted(PACKAGE.rglob("*.py"))
-               if dashboard not in path.parents for line in textual_imports(path)]
-    assert outside == [], "Textual belongs under zyquo_tui/dashboard/ only"
-
-
 def imports_of(path: Path, prefix: str) -> list[int]:
     """Lines of `path` importing the module `prefix` or one under it, at any depth."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -134,6 +108,20 @@ def imports_of(path: Path, prefix: str) -> list[int]:
         if any(m == prefix or m.startswith(prefix + ".") for m in modules):
             lines.append(node.lineno)
     return lines
+
+
+def textual_imports(path: Path) -> list[int]:
+    """The lines of `path` that import textual, in any form and at any depth (inside a
+    function or an `if TYPE_CHECKING:` too)."""
+    return imports_of(path, "textual")
+
+
+def test_every_textual_import_is_under_the_dashboard():
+    dashboard = PACKAGE / "dashboard"
+    assert textual_imports(dashboard / "app.py"), "the check must see the dashboard's imports"
+    outside = [f"{path.relative_to(REPO)}:{line}" for path in sorted(PACKAGE.rglob("*.py"))
+               if dashboard not in path.parents for line in textual_imports(path)]
+    assert outside == [], "Textual belongs under zyquo_tui/dashboard/ only"
 
 
 def test_only_the_users_own_code_imports_the_training_client():

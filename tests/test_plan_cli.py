@@ -155,12 +155,22 @@ def test_a_folder_without_config_json_exits_2(capsys, model, isolated_home):
 def test_a_folder_without_safetensors_exits_2(capsys, model, isolated_home):
     (model / "model.safetensors").unlink()
     status, _, err = plan(capsys, "--model", model)
-    assert status == 2 and "no model*.safetensors" in err
+    assert status == 2 and "has no weights (*.safetensors)" in err
 
 
-def test_a_missing_model_exits_2(capsys, tmp_path, isolated_home):
+def test_a_missing_model_exits_2_with_the_sentence_runs_new_says(capsys, tmp_path,
+                                                                  isolated_home):
     status, _, err = plan(capsys, "--model", tmp_path / "nowhere")
-    assert status == 2 and "no such model" in err
+    assert status == 2
+    assert "give a model folder, or a name that `zyquo-tui models` lists" in err
+
+
+def test_a_layer_count_nobody_chose_trains_every_layer_as_runs_new_does(capsys, model,
+                                                                        isolated_home):
+    # mlx-lm's default of 16 on this 4-layer model: planned as all layers, not refused.
+    fake_machine(isolated_home, 64 * GIB)
+    status, data, _ = plan(capsys, "--model", model, "--json")
+    assert status == 0 and data["settings"]["num_layers"] == -1
 
 
 def test_a_config_that_is_not_yaml_exits_2(capsys, model, isolated_home, tmp_path):
@@ -213,7 +223,12 @@ def test_measure_reports_the_real_peak_beside_the_estimate_and_remembers_it(
     history = MemoryHistory.load(isolated_home)
     assert len(history.records) == 1
     record = history.records[0]
-    assert record["measured_peak_bytes"] == out["measured_peak_bytes"]
+    # MLX's peak, and the process's resident peak above its start: the history keeps the larger
+    assert record["mlx_peak_bytes"] == out["measured_peak_bytes"]
+    assert record["peak_rss_bytes"] == out["measured_peak_rss_bytes"]
+    assert record["measured_peak_bytes"] == max(
+        out["measured_peak_bytes"],
+        out["measured_peak_rss_bytes"] - out["measured_start_rss_bytes"])
     assert record["estimate_bytes"] == out["model_estimate_bytes"]
     assert (isolated_home / HISTORY_FILE).is_file()
 

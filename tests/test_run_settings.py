@@ -17,7 +17,10 @@ from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 from zyquo_tui.core.store.presets import Preset, load_preset, save_preset
 from zyquo_tui.core.store.store import RunStore
-from zyquo_tui.dashboard.widgets.hyperparameter_form import HyperparameterForm, default_values
+from zyquo_tui.dashboard.widgets.hyperparameter_form import (
+    HyperparameterForm,
+    default_values,
+)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import shutil
 import sys
 
 import psutil
+from conftest import SAMPLE_DATA, zyquo_cli
 from test_setup_helpers import (
     GIB,
     FixedSources,
@@ -26,7 +27,7 @@ from zyquo_tui.core.memory.advisor import Verdict
 from zyquo_tui.core.memory.measure import measure_peak
 from zyquo_tui.core.runs.mlx_config import load_mlx_yaml, run_to_mlx_config
 from zyquo_tui.core.runs.run import Run, RunState
-from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 from zyquo_tui.core.store.presets import list_presets, load_preset
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
@@ -36,9 +37,10 @@ from zyquo_tui.dashboard.messages import SampleChanged
 from zyquo_tui.dashboard.screens.live_metrics_screen import LiveMetricsScreen
 from zyquo_tui.dashboard.screens.models_screen import ModelsScreen, add_model_folder
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
+from zyquo_tui.dashboard.widgets.choice_picker import ChoicePicker
+from zyquo_tui.dashboard.widgets.loss_chart import LossChart
 from zyquo_tui.dashboard.widgets.method_picker import MethodPicker
-
-from conftest import SAMPLE_DATA, zyquo_cli
+from zyquo_tui.dashboard.widgets.metric_sparkline import MetricSparkline
 
 COMPLETIONS = str(SAMPLE_DATA / "completions")
 
@@ -99,6 +101,56 @@ async def test_a_run_set_up_in_the_form_starts_and_trains(models):
         await until(pilot, lambda: (app.service.run(run_id) is not None
                                     and app.service.run(run_id).state is RunState.COMPLETED),
                     "the run to complete", timeout=240)
+
+
+async def test_a_dpo_run_set_up_in_the_form_trains_and_shows_its_rewards(models):
+    """Setup, start, metrics for a preference run, with the real trainer: pick the sample
+    model and the preference data from the lists (dpo is the objective), press s; the live
+    metrics fill the reward margin and accuracy sparklines as the run trains, and v charts
+    the train and validation margins."""
+    app = dashboard()
+    run_id = None
+    async with app.run_test(size=(120, 40)) as pilot:
+        try:
+            screen = await open_new_run(pilot)
+            await choose(pilot, "model", "zyquo-tiny")
+            await choose(pilot, "dataset", "preference")
+            await settle(pilot, screen)
+            assert screen.objective == "dpo"
+            for key, value in (("iters", "40"), ("learning_rate", "1e-3"), ("beta", "0.2"),
+                               ("steps_per_report", "5"), ("steps_per_eval", "20"),
+                               ("save_every", "20"), ("val_batches", "2")):
+                await type_into(pilot, screen, key, value)
+            await pilot.press("escape")
+            await settle(pilot, screen)
+            assert screen.plan.assessment.verdict is Verdict.FITS
+            await pilot.press("s")
+            await until(pilot, lambda: isinstance(app.screen, LiveMetricsScreen),
+                        lambda: "the new run's live metrics; notifications: "
+                        f"{[n.message for n in app._notifications]}", timeout=120)
+            metrics_screen = app.screen
+            run_id = metrics_screen.run_id
+            run = RunStore().get(run_id)
+            assert run.objective == "dpo" and run.hyperparameters.zyquo_tui["beta"] == 0.2
+            await until(pilot, lambda: (app.service.run(run_id) is not None
+                                        and app.service.run(run_id).state.is_terminal),
+                        "the run to end", timeout=240)
+            assert app.service.run(run_id).state is RunState.COMPLETED, \
+                RunStore().get(run_id).failure
+            await until(pilot, lambda: len(app.service.feed(run_id).metrics.series[
+                "val_reward_margin"]) >= 3, "the last validation's margin")
+            metrics_screen.redraw()
+            await pilot.pause()
+            for key in ("reward_margin", "reward_accuracy"):
+                sparkline = metrics_screen.query_one(f"#spark-{key}", MetricSparkline)
+                assert sparkline.display and sparkline.values and sparkline.current != "–"
+            await pilot.press("v")
+            chart = metrics_screen.query_one(LossChart)
+            assert chart.border_title == "Reward margin"
+            assert len(chart.train) >= 8 and len(chart.val) >= 3
+        finally:
+            if run_id is not None and not app.service.store.get(run_id).state.is_terminal:
+                app.service.supervisor.cancel(run_id)
 
 
 async def test_wont_fit_turns_to_fits_with_the_first_suggestion(models):
@@ -272,8 +324,49 @@ async def test_starting_a_run_that_wont_fit_asks_then_overrides(models, monkeypa
         await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question")
         await pilot.press("y")
         await until(pilot, lambda: calls, "the start")
-        assert calls == [{"queue_if_busy": True, "override_memory": True}]
+        assert calls == [{"queue_if_busy": True, "override_memory": True,
+                          "override_disk": False}]
         await until(pilot, lambda: isinstance(app.screen, LiveMetricsScreen), "the run view")
+
+
+class SmallDiskSources(FixedSources):
+    """Memory to spare, but 3 MiB free on the store's disk and a 1 MiB floor."""
+
+    def disk(self):
+        from zyquo_tui.core.store.user_settings import Settings
+
+        settings = Settings()
+        settings.disk_floor_bytes = 1 << 20
+        return 3 << 20, settings
+
+
+async def test_starting_a_run_that_wont_fit_on_disk_asks_then_overrides_the_disk(models,
+                                                                                monkeypatch):
+    """The disk verdict stands under the memory one; s on a run whose checkpoints won't fit
+    asks, and y starts it with override_disk=True."""
+    app = dashboard(lambda home: SmallDiskSources(home, lengths=[60]))
+    calls = []
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        supervisor = app.service.supervisor
+
+        def start(run_id, **options):
+            calls.append(options)
+            return supervisor.store.get(run_id)
+        monkeypatch.setattr(supervisor, "start", start)
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
+        await settle(pilot, screen)
+        assert screen.plan.assessment.verdict is Verdict.FITS
+        assert screen.disk.verdict is Verdict.WONT_FIT  # 1000 iters: 10 checkpoints
+        assert "Disk · ✗ won't fit" in str(screen.query_one("#memory-details").render())
+        screen.query_one("#setup-form").focus()
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question")
+        assert "won't fit on disk" in app.screen.heading
+        await pilot.press("y")
+        await until(pilot, lambda: calls, "the start")
+        assert calls == [{"queue_if_busy": True, "override_memory": False,
+                          "override_disk": True}]
 
 
 async def test_a_draft_is_a_configured_run_and_the_queue_takes_the_next(models, monkeypatch):
@@ -298,7 +391,7 @@ async def test_a_draft_is_a_configured_run_and_the_queue_takes_the_next(models, 
         second.query_one("#setup-form").focus()
         await pilot.press("a")
         await until(pilot, lambda: queued, "the queue")
-        assert queued[0][1] == {"override_memory": False}
+        assert queued[0][1] == {"override_memory": False, "override_disk": False}
 
 
 async def test_new_run_like_an_existing_one_copies_its_settings(models):
@@ -347,23 +440,52 @@ async def test_measure_runs_the_real_probe_and_shows_it_beside_the_estimate(mode
         assert line.startswith("Measured ") and "estimated" in line
 
 
-async def test_preference_rows_are_refused_with_the_reason_and_no_run_is_made(models):
-    """Preference rows are well-formed data that mlx-lm's LoRA trainer cannot train: the form
-    says so under the dataset and s refuses, naming the reason."""
+async def test_preference_rows_offer_dpo_and_orpo_and_the_form_makes_the_run_it_shows(models):
+    """The preference sample: the objective is dpo, orpo is offered and sft is not (and the
+    note says why); beta, the DPO loss and the reference show for dpo, beta alone for orpo,
+    none for SFT data. A draft holds exactly the settings the form shows, through the same
+    checks as `runs new`; the memory estimate is given the objective."""
     app = dashboard(lambda home: FixedSources(home, lengths=[60]))
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]),
                                     data=str(SAMPLE_DATA / "preference"))
         await settle(pilot, screen)
-        summary = shown(screen, "#dataset-summary")
-        assert "✓ valid" in summary and "preference rows (prompt, chosen, rejected)" in summary
-        screen.query_one("#setup-form").focus()
-        await pilot.press("s")
-        await pilot.pause()
-        assert app.screen is screen and RunStore().list() == []
-        messages = [n.message for n in app._notifications]
-        assert any(m.startswith("preference: preference rows") for m in messages), messages
-        assert app.focused is screen.query_one("#dataset")
+        picker = screen.query_one("#objective", ChoicePicker)
+        assert screen.objective == "dpo" and picker.allowed == {"dpo", "orpo"}
+        assert screen.query_one("#objective-line").display
+        assert "sft is not offered" in shown(screen, "#objective-note")
+        assert "dataset" not in screen.field_errors
+
+        def rows_shown() -> set[str]:
+            return {key for key in ("beta", "dpo_loss", "reference")
+                    if screen.form.row(key).display}
+        assert rows_shown() == {"beta", "dpo_loss", "reference"}
+        await type_into(pilot, screen, "beta", "0.25")
+        await choose(pilot, "hp-dpo_loss", "ipo")
+        await type_into(pilot, screen, "iters", "40")
+        assert screen.plan is not None
+        assert SETTINGS["objective"].get(screen.plan.estimate.config.to_hyperparameters(
+            screen.hp)) == "dpo" and SETTINGS["objective"].get(screen.hp) == "dpo"
+
+        picker.focus()
+        await pilot.press("right")  # dpo → orpo; never round to sft
+        assert screen.objective == "orpo" and rows_shown() == {"beta"}
+        await pilot.press("right")
+        assert screen.objective == "dpo"
+        await pilot.press("d")  # the picker has the focus: letters act
+        await until(pilot, lambda: RunStore().list(), "the draft")
+        run = RunStore().list()[0]
+        assert run.objective == "dpo" and run.state is RunState.CONFIGURED
+        assert run.hyperparameters.zyquo_tui == {"objective": "dpo", "beta": 0.25,
+                                                 "dpo_loss": "ipo"}
+        assert run.hyperparameters.iters == 40
+
+        # Back to SFT data: no objective line, and the run is sft with no preference settings.
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
+        await settle(pilot, screen)
+        assert screen.objective == "sft" and not screen.query_one("#objective-line").display
+        assert rows_shown() == set()
+        assert screen.build_run().hyperparameters.zyquo_tui == {}
 
 
 async def test_the_forms_data_checks_are_the_clis_with_the_same_sentences(models):

@@ -11,6 +11,7 @@ from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.memory.advisor import MemoryAdvisor
 from zyquo_tui.core.memory.budget import MemoryBudget
 from zyquo_tui.core.memory.history import MemoryHistory
+from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.core.system.machine import GpuUse
 from zyquo_tui.dashboard.notify import NotificationSettings
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
@@ -41,6 +42,9 @@ def install_models(home: Path, sample_models: dict[str, Path]) -> dict[str, Path
     return placed
 
 
+FIXED_DISK_FREE = 412 * GIB
+
+
 class FixedSources(SetupSources):
     """Real discovery and validation; a fixed budget, row lengths and machine figures."""
 
@@ -67,6 +71,9 @@ class FixedSources(SetupSources):
     def machine(self, active_runs=()) -> MachineReading:
         return fixed_machine()
 
+    def disk(self):
+        return FIXED_DISK_FREE, Settings()  # a fixed free space: snapshots stay the same
+
 
 def fixed_machine() -> MachineReading:
     """A 64 GB Mac mini in the middle of a run: the machine panel's snapshot figures."""
@@ -80,7 +87,8 @@ def fixed_machine() -> MachineReading:
         cpu_load=2.15, cpu_count=10, free_percent=63,
         gpu=GpuUse(gpu_percent=41.0, gpu_mhz=1398, gpu_watts=12.3, total_watts=18.0),
         trainers=[TrainerUse("20251129-091500-000-c3d4", "support-chat dora", 4242,
-                             int(3.1 * GIB))])
+                             int(3.1 * GIB), peak_memory_bytes=int(2.8 * GIB),
+                             peak_rss_bytes=int(3.3 * GIB))])
 
 
 async def until(pilot, predicate, what, timeout: float = 60.0) -> None:

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import io
-import os
+import json
 import re
+import subprocess
+import sys
 import threading
 import time
 
 import psutil
+from conftest import SAMPLE_DATA
 from rich.console import Console
 from test_setup_helpers import FixedSources, install_models, until
 from test_setup_helpers import setup_dashboard as dashboard
 
+from zyquo_tui.core.events.protocol import EventWriter
 from zyquo_tui.core.library.token_stats import TokenStats
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.store.user_settings import Settings
@@ -23,8 +27,6 @@ from zyquo_tui.dashboard.screens.datasets_screen import DatasetsScreen
 from zyquo_tui.dashboard.screens.models_screen import ModelsScreen
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
 from zyquo_tui.dashboard.setup_sources import SetupSources, trainer_use
-
-from conftest import SAMPLE_DATA
 
 
 def text_of(screen, selector: str) -> str:
@@ -206,7 +208,9 @@ async def test_a_bad_dataset_folder_lists_every_problem_with_file_and_line(model
         assert "wait until the errors above are fixed" in text_of(screen, "#tokens")
 
 
-async def test_the_datasets_screen_says_preference_rows_cannot_be_trained_here(models):
+async def test_the_datasets_screen_previews_a_preference_pair_side_by_side(models):
+    """The shipped preference dataset: valid, no refusal, and its first pair with the prompt
+    across and chosen and rejected in two columns; ] shows the next pair."""
     app = dashboard(FixedSources)
     async with app.run_test(size=(120, 40)) as pilot:
         app.push_screen(DatasetsScreen())
@@ -217,29 +221,61 @@ async def test_the_datasets_screen_says_preference_rows_cannot_be_trained_here(m
         await until(pilot, lambda: screen.report is not None
                     and screen.report.format == "preference", "the report")
         validation = text_of(screen, "#validation")
-        assert "✓ valid" in validation
-        assert "preference rows (prompt, chosen, rejected) are for preference training" \
-            in validation
+        assert "✓ valid" in validation and "✗" not in validation
+        rows = (SAMPLE_DATA / "preference" / "train.jsonl").read_text().splitlines()
+        first, second = json.loads(rows[0]), json.loads(rows[1])
+        pair = text_of(screen, "#pair")
+        assert "train.jsonl line 1" in pair and first["prompt"] in pair
+        # Side by side: chosen and rejected start on the same line, chosen on the left.
+        line = next(row for row in pair.splitlines() if first["chosen"] in row)
+        assert first["rejected"] in line
+        assert line.index(first["chosen"]) < line.index(first["rejected"])
+        screen.query_one("DataTable").blur()
+        await pilot.press("right_square_bracket")
+        await pilot.pause()
+        pair = text_of(screen, "#pair")
+        assert "train.jsonl line 2" in pair and second["prompt"] in pair
 
 
 # -- the machine --------------------------------------------------------------------------------
 
 
-def test_trainer_memory_is_the_recorded_process_and_its_children():
-    me = identity(os.getpid())
-    run = Run.new(model="m", data="d")
-    run.state = RunState.RUNNING
-    run.process = {"pid": me["pid"], "start_time": me["start_time"]}
-    before = psutil.Process().memory_info().rss
-    use = trainer_use(run)
-    after = psutil.Process().memory_info().rss
-    assert use.pid == os.getpid()
-    # This process's own memory at least (it may move a page or two between the readings).
-    assert use.rss_bytes >= min(before, after)
-    run.process = {"pid": me["pid"], "start_time": me["start_time"] - 100}  # a reused pid
-    assert trainer_use(run) is None
-    run.process = None
-    assert trainer_use(run) is None
+def test_trainer_memory_is_the_recorded_process_and_its_children_with_its_last_peaks(tmp_path):
+    # A stand-in trainer (never this test's own process): a child that holds 64 MiB, and a
+    # grandchild, until its stdin closes.
+    code = ("import subprocess, sys; held = bytearray(64 << 20); "
+            "child = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'], "
+            "stdin=subprocess.PIPE); print('ready', flush=True); sys.stdin.read(); "
+            "child.stdin.close(); child.wait()")
+    trainer = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert trainer.stdout.readline().strip() == "ready"
+        them = identity(trainer.pid)
+        run = Run.new(model="m", data="d")
+        run.state = RunState.RUNNING
+        run.process = {"pid": them["pid"], "start_time": them["start_time"]}
+        events = tmp_path / "events.jsonl"
+        writer = EventWriter(events)
+        for step, (mlx, rss) in enumerate([(10 << 20, 200 << 20), (12 << 20, 230 << 20)], 1):
+            writer.write("train", iteration=step, train_loss=1.0, learning_rate=1e-4,
+                         iterations_per_second=1.0, tokens_per_second=10.0,
+                         trained_tokens=10 * step, peak_memory_bytes=mlx, peak_rss_bytes=rss)
+        writer.write("val", iteration=2, val_loss=1.0, val_time=0.1)
+        writer.close()
+        use = trainer_use(run, events)
+        own = psutil.Process(trainer.pid).memory_info().rss
+        assert use.pid == trainer.pid
+        assert use.rss_bytes > own >= 64 << 20  # the trainer's and its child's
+        assert (use.peak_memory_bytes, use.peak_rss_bytes) == (12 << 20, 230 << 20)
+        assert trainer_use(run).peak_memory_bytes is None  # without its events
+        run.process = {"pid": them["pid"], "start_time": them["start_time"] - 100}  # reused pid
+        assert trainer_use(run) is None
+        run.process = None
+        assert trainer_use(run) is None
+    finally:
+        trainer.stdin.close()
+        trainer.wait(timeout=30)
 
 
 def test_reading_this_machine_fails_soft_off_macos(isolated_home):

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import SAMPLE_DATA
 from test_setup_helpers import FixedSources, until
 
 from zyquo_tui.core.library.token_stats import TokenStats
@@ -24,8 +25,6 @@ from zyquo_tui.dashboard.notify import NotificationSettings
 from zyquo_tui.dashboard.screens.datasets_screen import DatasetsScreen
 from zyquo_tui.dashboard.screens.models_screen import ModelsScreen
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
-
-from conftest import SAMPLE_DATA
 
 ROOT = Path("/tmp/zyquo-tui-setup-snapshots")
 HOME = ROOT / "home"
@@ -82,6 +81,8 @@ def world(monkeypatch, sample_models, fixed_paths_turn):
 
 def dashboard(**sources) -> ZyquoApp:
     app = ZyquoApp(RunStore(HOME), notifications=QUIET)
+    # A toast in a snapshot stays until the picture is taken, however slow the machine is.
+    app.NOTIFICATION_TIMEOUT = 600
     app.setup_sources = SnapshotSources(HOME, **({"lengths": [25, 41, 53, 60]} | sources))
     return app
 
@@ -124,6 +125,21 @@ class TestNewRunScreen:
         async def run_before(pilot):
             await new_run(pilot, model=str(MODELS / "zyquo-tiny"),
                           data=str(DATASETS / "support-chat"))
+            steady(pilot.app)
+        assert snap_compare(dashboard(), terminal_size=size, run_before=run_before)
+
+    @BOTH
+    def test_a_preference_dataset_offers_dpo_and_orpo_with_their_settings(
+            self, snap_compare, world, size):
+        """The sample model and the shipped preference dataset: the summary reads "preference
+        · train 225 · valid 40 · test 40 rows · ✓ valid"; under the method an Objective line
+        with dpo chosen (green), orpo offered and sft struck through, and the note "sft is not
+        offered: preference rows train dpo or orpo.". The name
+        is "zyquo-tiny lora" (the runs list tags the objective). The hyperparameters start with Beta (default 0.1), DPO loss
+        sigmoid and Reference base, then the basic ones. The memory panel fits."""
+        async def run_before(pilot):
+            await new_run(pilot, model=str(MODELS / "zyquo-tiny"),
+                          data=str(SAMPLE_DATA / "preference"))
             steady(pilot.app)
         assert snap_compare(dashboard(), terminal_size=size, run_before=run_before)
 

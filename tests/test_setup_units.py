@@ -9,11 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from zyquo_tui.core.memory.estimate import TERMS
 from zyquo_tui.core.library.run_checks import ModelTraits, problems_with_model
+from zyquo_tui.core.memory.estimate import TERMS
 from zyquo_tui.core.runs.problems import Problem
-from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method, form_settings
-from zyquo_tui.dashboard.widgets.breakdown_bar import legend, segment_widths, short_bytes
+from zyquo_tui.core.runs.settings import (
+    SETTINGS,
+    Hyperparameters,
+    Method,
+    form_settings,
+)
+from zyquo_tui.dashboard.widgets.breakdown_bar import (
+    legend,
+    segment_widths,
+    short_bytes,
+)
 from zyquo_tui.dashboard.widgets.hyperparameter_form import (
     FIELD_KEYS,
     default_values,

@@ -20,7 +20,7 @@ from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.system.liveness import identity, is_alive
 
 from conftest import SAMPLE_DATA, wait_for_event, zyquo_cli
-from helpers import losses_by_iteration, make_run
+from helpers import losses_by_iteration, make_run, stop_runs
 from test_plan_cli import fake_machine
 
 COMPLETIONS = SAMPLE_DATA / "completions"
@@ -31,44 +31,57 @@ def wait_state(supervisor: Supervisor, run_id: str, timeout: float = 120):
     return asyncio.run(supervisor.wait(run_id, timeout=timeout))
 
 
+def wait_until_dead(pid: int, start_time: float, timeout: float = 30) -> None:
+    """Wait until the process (pid plus start time) is gone."""
+    deadline = time.monotonic() + timeout
+    while is_alive(pid, start_time):
+        assert time.monotonic() < deadline, f"process {pid} still alive after {timeout} s"
+        time.sleep(0.05)
+
+
 def test_start_and_follow_to_completion(tiny_model):
     store, run = make_run(tiny_model, COMPLETIONS, iters=20)
     supervisor = Supervisor(store)
     supervisor.start(run.id)
+    try:
+        async def collect():
+            return [e async for e in supervisor.follow(run.id)]
+        followed = asyncio.run(asyncio.wait_for(collect(), 120))
 
-    async def collect():
-        return [e async for e in supervisor.follow(run.id)]
-    followed = asyncio.run(asyncio.wait_for(collect(), 120))
-
-    assert followed[0]["type"] == "started" and followed[-1]["type"] == "completed"
-    assert followed == read_events(store.events_path(run.id))
-    assert supervisor.get(run.id).state is RunState.COMPLETED
-    deadline = time.monotonic() + 30  # the runner records the exit status just after
-    while "returncode" not in (supervisor.get(run.id).process or {}):
-        assert time.monotonic() < deadline, "the runner never recorded the trainer's exit"
-        time.sleep(0.1)
-    assert supervisor.get(run.id).process["returncode"] == 0
+        assert followed[0]["type"] == "started" and followed[-1]["type"] == "completed"
+        assert followed == read_events(store.events_path(run.id))
+        assert supervisor.get(run.id).state is RunState.COMPLETED
+        deadline = time.monotonic() + 30  # the runner records the exit status just after
+        while "returncode" not in (supervisor.get(run.id).process or {}):
+            assert time.monotonic() < deadline, "the runner never recorded the trainer's exit"
+            time.sleep(0.1)
+        assert supervisor.get(run.id).process["returncode"] == 0
+    finally:
+        stop_runs(store, run.id)
 
 
 def test_sigkill_gives_interrupted_and_resume_completes_exactly(tiny_model):
     settings = dict(iters=30, steps_per_report=1, save_every=4, steps_per_eval=10)
     store, reference = make_run(tiny_model, COMPLETIONS, **settings)
-    supervisor = Supervisor(store)
-    supervisor.start(reference.id)
-    assert wait_state(supervisor, reference.id).state is RunState.COMPLETED
-
     _, run = make_run(tiny_model, COMPLETIONS, store=store, **settings)
-    supervisor.start(run.id)
-    wait_for_event(store.run_dir(run.id), lambda e: e["type"] == "checkpoint"
-                   and e["iteration"] >= 8)
-    os.kill(supervisor.get(run.id).process["pid"], signal.SIGKILL)
-    interrupted = wait_state(supervisor, run.id)
-    assert interrupted.state is RunState.INTERRUPTED
-    assert interrupted.failure["cause"] == "killed"
+    supervisor = Supervisor(store)
+    try:
+        supervisor.start(reference.id)
+        assert wait_state(supervisor, reference.id).state is RunState.COMPLETED
 
-    resumed = supervisor.resume(run.id)
-    assert resumed.state is RunState.STARTING and resumed.resume_from_step >= 8
-    assert wait_state(supervisor, run.id).state is RunState.COMPLETED
+        supervisor.start(run.id)
+        wait_for_event(store.run_dir(run.id), lambda e: e["type"] == "checkpoint"
+                       and e["iteration"] >= 8)
+        os.kill(supervisor.get(run.id).process["pid"], signal.SIGKILL)
+        interrupted = wait_state(supervisor, run.id)
+        assert interrupted.state is RunState.INTERRUPTED
+        assert interrupted.failure["cause"] == "killed"
+
+        resumed = supervisor.resume(run.id)
+        assert resumed.state is RunState.STARTING and resumed.resume_from_step >= 8
+        assert wait_state(supervisor, run.id).state is RunState.COMPLETED
+    finally:
+        stop_runs(store, reference.id, run.id)
     want = losses_by_iteration(read_events(store.events_path(reference.id)), "train", "train_loss")
     have = losses_by_iteration(read_events(store.events_path(run.id)), "train", "train_loss")
     assert sorted(have) == sorted(want)
@@ -96,24 +109,31 @@ def test_training_outlives_its_supervisors_and_a_new_one_sees_every_event_once(t
     first_log = tmp_path / "first.jsonl"
     follower = subprocess.Popen([sys.executable, "-c", FOLLOWER, run.id, str(first_log)],
                                 stdin=subprocess.DEVNULL)
-    wait_for_event(store.run_dir(run.id), lambda e: e["type"] == "train" and e["iteration"] >= 5)
-    deadline = time.monotonic() + 60
-    while not (first_log.exists() and first_log.read_text().strip()):
-        assert follower.poll() is None, "the follower (a dashboard) died before seeing an event"
-        assert time.monotonic() < deadline, "the follower saw no event"
-        time.sleep(0.1)
-    # Kill everything that watches the trainer: the follower (a dashboard) and the runner.
-    follower.kill()
-    follower.wait()
-    process = supervisor.get(run.id).process
-    os.kill(process["runner_pid"], signal.SIGKILL)
-    time.sleep(0.5)
-    assert is_alive(process["pid"], process["start_time"]), "the trainer must keep going"
-    assert supervisor.get(run.id).state is RunState.RUNNING
+    try:
+        wait_for_event(store.run_dir(run.id),
+                       lambda e: e["type"] == "train" and e["iteration"] >= 5)
+        deadline = time.monotonic() + 60
+        while not (first_log.exists() and first_log.read_text().strip()):
+            assert follower.poll() is None, "the follower (a dashboard) died before an event"
+            assert time.monotonic() < deadline, "the follower saw no event"
+            time.sleep(0.1)
+        # Kill everything that watches the trainer: the follower (a dashboard) and the runner.
+        follower.kill()
+        follower.wait()
+        process = supervisor.get(run.id).process
+        os.kill(process["runner_pid"], signal.SIGKILL)
+        wait_until_dead(process["runner_pid"], process["runner_start_time"])
+        assert is_alive(process["pid"], process["start_time"]), "the trainer must keep going"
+        assert supervisor.get(run.id).state is RunState.RUNNING
 
-    async def collect():
-        return [e async for e in Supervisor(RunStore(store.home)).follow(run.id)]
-    seen = asyncio.run(asyncio.wait_for(collect(), 120))
+        async def collect():
+            return [e async for e in Supervisor(RunStore(store.home)).follow(run.id)]
+        seen = asyncio.run(asyncio.wait_for(collect(), 120))
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+        stop_runs(store, run.id)
 
     assert seen == read_events(store.events_path(run.id))
     keys = [(e["type"], e.get("iteration"), e["time"]) for e in seen]
@@ -126,9 +146,12 @@ def test_cancel_leaves_a_checkpoint_and_the_cancelled_state(tiny_model):
     store, run = make_run(tiny_model, COMPLETIONS, **ENDLESS)
     supervisor = Supervisor(store)
     supervisor.start(run.id)
-    wait_for_event(store.run_dir(run.id), lambda e: e["type"] == "train" and e["iteration"] >= 3)
-
-    done = zyquo_cli("runs", "cancel", run.id, "--wait")
+    try:
+        wait_for_event(store.run_dir(run.id),
+                       lambda e: e["type"] == "train" and e["iteration"] >= 3)
+        done = zyquo_cli("runs", "cancel", run.id, "--wait")
+    finally:
+        stop_runs(store, run.id)
 
     assert done.returncode == 0, done.stderr
     final = supervisor.get(run.id)
@@ -143,11 +166,14 @@ def test_three_queued_runs_complete_in_order_with_no_dashboard(tiny_model):
     store = RunStore().ensure()
     ids = [make_run(tiny_model, COMPLETIONS, store=store, iters=8, save_every=8)[1].id
            for _ in range(3)]
-    for run_id in ids:  # each CLI process exits at once: nothing of ours stays to watch
-        done = zyquo_cli("runs", "queue", run_id)
-        assert done.returncode == 0, done.stderr
     supervisor = Supervisor(store)
-    finals = [wait_state(supervisor, run_id, timeout=180) for run_id in ids]
+    try:
+        for run_id in ids:  # each CLI process exits at once: nothing of ours stays to watch
+            done = zyquo_cli("runs", "queue", run_id)
+            assert done.returncode == 0, done.stderr
+        finals = [wait_state(supervisor, run_id, timeout=180) for run_id in ids]
+    finally:
+        stop_runs(store, *ids)
     assert [r.state for r in finals] == [RunState.COMPLETED] * 3
     starts = [read_events(store.events_path(i))[0]["time"] for i in ids]
     ends = [read_events(store.events_path(i))[-1]["time"] for i in ids]
@@ -171,27 +197,34 @@ def test_the_queue_can_be_reordered_and_runs_removed(tiny_model):
         for run_id in (waiting[2], waiting[1]):  # cancel of a queued run unqueues it
             assert supervisor.cancel(run_id).state is RunState.CONFIGURED
     finally:
-        supervisor.cancel(active.id)
-        wait_state(supervisor, active.id)
+        stop_runs(store, active.id, *waiting)
     assert supervisor.queue.ids() == []
 
 
 def test_a_reused_pid_is_not_mistaken_for_the_trainer(tiny_model):
     store, run = make_run(tiny_model, COMPLETIONS)
-    # A live process (this test) with a different start time stands in for a reused pid.
-    me = identity(os.getpid())
-    def pretend_running(r):
-        r.set_state(RunState.STARTING)
-        r.set_state(RunState.RUNNING)
-        r.process = {"pid": me["pid"], "start_time": me["start_time"] - 1000,
-                     "runner_pid": me["pid"], "runner_start_time": me["start_time"] - 1000,
-                     "host": me["host"]}
-    store.update(run.id, pretend_running)
+    # A live process that is not the trainer (a child that waits for its stdin to close),
+    # recorded with another start time, stands in for a reused pid.
+    stranger = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                stdin=subprocess.PIPE)
+    try:
+        them = identity(stranger.pid)
+        def pretend_running(r):
+            r.set_state(RunState.STARTING)
+            r.set_state(RunState.RUNNING)
+            r.process = {"pid": them["pid"], "start_time": them["start_time"] - 1000,
+                         "runner_pid": them["pid"],
+                         "runner_start_time": them["start_time"] - 1000, "host": them["host"]}
+        store.update(run.id, pretend_running)
 
-    assert psutil.pid_exists(os.getpid())
-    assert not is_alive(me["pid"], me["start_time"] - 1000)
-    refreshed = Supervisor(store).get(run.id)
-    assert refreshed.state is RunState.INTERRUPTED
+        assert psutil.pid_exists(stranger.pid)
+        assert not is_alive(them["pid"], them["start_time"] - 1000)
+        refreshed = Supervisor(store).get(run.id)
+        assert refreshed.state is RunState.INTERRUPTED
+        assert stranger.poll() is None, "the stranger was not signalled"
+    finally:
+        stranger.stdin.close()
+        stranger.wait(timeout=30)
 
 
 def test_run_control_refuses_bad_requests_with_one_sentence_and_changes_nothing(tiny_model):
@@ -222,8 +255,8 @@ def test_run_control_refuses_bad_requests_with_one_sentence_and_changes_nothing(
         assert queued.returncode == 0 and store.get(other.id).state is RunState.QUEUED
         supervisor.dequeue(other.id)
     finally:
-        supervisor.cancel(active.id)
-    assert wait_state(supervisor, active.id).state is RunState.CANCELLED
+        stop_runs(store, active.id, other.id)
+    assert supervisor.get(active.id).state is RunState.CANCELLED
     done = zyquo_cli("runs", "cancel", active.id)
     assert done.returncode == 2 and "nothing to cancel" in done.stderr
 
@@ -238,11 +271,16 @@ def test_cancel_still_works_when_the_runner_is_gone(tiny_model):
     store, run = make_run(tiny_model, COMPLETIONS, **ENDLESS)
     supervisor = Supervisor(store)
     supervisor.start(run.id)
-    wait_for_event(store.run_dir(run.id), lambda e: e["type"] == "train" and e["iteration"] >= 2)
-    os.kill(supervisor.get(run.id).process["runner_pid"], signal.SIGKILL)
-    time.sleep(0.3)
+    try:
+        wait_for_event(store.run_dir(run.id),
+                       lambda e: e["type"] == "train" and e["iteration"] >= 2)
+        process = supervisor.get(run.id).process
+        os.kill(process["runner_pid"], signal.SIGKILL)
+        wait_until_dead(process["runner_pid"], process["runner_start_time"])
 
-    done = zyquo_cli("runs", "cancel", run.id, "--wait")
+        done = zyquo_cli("runs", "cancel", run.id, "--wait")
+    finally:
+        stop_runs(store, run.id)
 
     assert done.returncode == 0, done.stderr
     cancelled = read_events(store.events_path(run.id))[-1]
@@ -266,7 +304,10 @@ def test_a_run_that_wont_fit_needs_an_explicit_override_which_is_recorded(tiny_m
     assert record.state is RunState.CONFIGURED
     assert record.memory is None or record.memory["verdict"] == "won't fit"
 
-    started = zyquo_cli("runs", "start", run.id, "--override-memory", "--wait")
+    try:
+        started = zyquo_cli("runs", "start", run.id, "--override-memory", "--wait")
+    finally:
+        stop_runs(store, run.id)
     record = store.get(run.id)
     assert record.memory["verdict"] == "won't fit" and record.memory["override"] is True
     assert record.memory["estimate_bytes"] > record.memory["budget_bytes"]
@@ -276,10 +317,14 @@ def test_a_run_that_wont_fit_needs_an_explicit_override_which_is_recorded(tiny_m
 
 def test_a_run_that_fits_records_its_verdict(tiny_model):
     store, run = make_run(tiny_model, COMPLETIONS, iters=4)
-    Supervisor(store).start(run.id)
-    memory = store.get(run.id).memory
-    assert memory["verdict"] == "fits" and 0 < memory["estimate_bytes"] < memory["budget_bytes"]
-    assert wait_state(Supervisor(store), run.id).state is RunState.COMPLETED
+    try:
+        Supervisor(store).start(run.id)
+        memory = store.get(run.id).memory
+        assert memory["verdict"] == "fits"
+        assert 0 < memory["estimate_bytes"] < memory["budget_bytes"]
+        assert wait_state(Supervisor(store), run.id).state is RunState.COMPLETED
+    finally:
+        stop_runs(store, run.id)
 
 
 def test_retention_is_applied_when_a_run_completes_without_a_dashboard(tiny_model):
@@ -290,8 +335,11 @@ def test_retention_is_applied_when_a_run_completes_without_a_dashboard(tiny_mode
     store, run = make_run(tiny_model, COMPLETIONS, iters=24, save_every=4, steps_per_eval=4)
     save_policy(store.run_dir(run.id), RetentionPolicy(keep_last=1, keep_best=True))
     supervisor = Supervisor(store)
-    supervisor.start(run.id)
-    assert wait_state(supervisor, run.id).state is RunState.COMPLETED
+    try:
+        supervisor.start(run.id)
+        assert wait_state(supervisor, run.id).state is RunState.COMPLETED
+    finally:
+        stop_runs(store, run.id)
     metrics = RunMetrics()
     metrics.ingest(read_events(store.events_path(run.id)))
     expected = {24, metrics.best_checkpoint_step()}

@@ -8,17 +8,22 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
+from conftest import (
+    SAMPLE_DATA,
+    cancel_mid_run_then_resume,
+    kill_quietly,
+    run_trainer,
+    start_trainer,
+    wait_for_event,
+)
+from helpers import losses_by_iteration, make_run
 
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.library.safetensors_header import read_header
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.store.checkpoints import list_checkpoints
-
-from conftest import SAMPLE_DATA, kill_quietly, run_trainer, start_trainer, wait_for_event
-from helpers import losses_by_iteration, make_run
 
 COMPLETIONS = SAMPLE_DATA / "completions"
 
@@ -42,8 +47,10 @@ def test_a_completed_run_writes_the_whole_event_sequence(tiny_model):
     assert [e["iteration"] for e in train] == [5, 10, 15, 20, 25, 30, 35, 40]
     for e in train:
         assert {"train_loss", "learning_rate", "iterations_per_second", "tokens_per_second",
-                "trained_tokens", "peak_memory_bytes"} <= set(e)
+                "trained_tokens", "peak_memory_bytes", "peak_rss_bytes"} <= set(e)
         assert e["peak_memory_bytes"] > 0
+        # the whole process (Python, libraries, the tiny model) is resident, far above MLX's
+        assert e["peak_rss_bytes"] > e["peak_memory_bytes"]
     assert train[-1]["train_loss"] < train[0]["train_loss"], "the loss should fall"
     assert [e["iteration"] for e in events if e["type"] == "val"] == [1, 10, 20, 30, 40]
     checkpoints = [e for e in events if e["type"] == "checkpoint"]
@@ -53,6 +60,9 @@ def test_a_completed_run_writes_the_whole_event_sequence(tiny_model):
     record = store.get(run.id)
     assert record.state is RunState.COMPLETED
     assert record.summary["step"] == 40 and record.summary["latest_checkpoint_step"] == 40
+    summary = record.summary
+    assert summary["peak_rss_bytes"] == max(e["peak_rss_bytes"] for e in train)
+    assert 0 < summary["start_rss_bytes"] < summary["peak_rss_bytes"]
     assert (run_dir / "config.yaml").is_file()
     assert json.loads((store.adapters_dir(run.id) / "adapter_config.json").read_text())[
         "fine_tune_type"] == "lora"
@@ -91,9 +101,8 @@ def test_sigterm_finishes_the_step_saves_a_checkpoint_and_exits_cleanly(tiny_mod
     try:
         wait_for_event(run_dir, lambda e: e["type"] == "train" and e["iteration"] >= 3)
         trainer.send_signal(signal.SIGTERM)
-        asked = time.monotonic()
-        assert trainer.wait(timeout=30) == 0
-        assert time.monotonic() - asked < 10
+        # How soon it stops is timed by bench/bench_stop.py, not asserted here.
+        assert trainer.wait(timeout=60) == 0
     finally:
         kill_quietly(trainer)
     events = read_events(run_dir / "events.jsonl")
@@ -134,17 +143,7 @@ def test_cancel_and_resume_reproduces_an_uninterrupted_run_exactly(tiny_model):
 
     _, interrupted = make_run(tiny_model, COMPLETIONS, **settings)
     run_dir = store.run_dir(interrupted.id)
-    trainer = start_trainer(run_dir)
-    try:
-        wait_for_event(run_dir, lambda e: e["type"] == "train" and e["iteration"] >= 12)
-        trainer.send_signal(signal.SIGTERM)
-        assert trainer.wait(timeout=30) == 0
-    finally:
-        kill_quietly(trainer)
-    stopped_at = read_events(run_dir / "events.jsonl")[-1]["checkpoint"]
-    assert 12 <= stopped_at < 40, "the cancel must land mid-run for this test to mean anything"
-    store.update(interrupted.id, lambda r: setattr(r, "resume_from_step", stopped_at))
-    assert run_trainer(run_dir).returncode == 0
+    stopped_at = cancel_mid_run_then_resume(store, interrupted.id, 12, 40)
 
     expected = read_events(store.run_dir(straight.id) / "events.jsonl")
     got = read_events(run_dir / "events.jsonl")
@@ -197,10 +196,9 @@ def test_a_second_signal_stops_the_trainer_at_once():
         assert probe.stdout.readline().strip() == "ready"
         probe.send_signal(signal.SIGTERM)
         assert probe.stdout.readline().strip() == "asked to stop"
-        asked = time.monotonic()
         probe.send_signal(signal.SIGINT)
-        assert probe.wait(timeout=10) == -signal.SIGINT
-        assert time.monotonic() - asked < 2
+        # Stopped by the signal, not after the 60-s step (bench/bench_stop.py times it).
+        assert probe.wait(timeout=30) == -signal.SIGINT
     finally:
         if probe.poll() is None:
             probe.kill()

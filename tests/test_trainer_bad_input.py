@@ -7,12 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import SAMPLE_DATA, run_trainer
+from helpers import make_run
 
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.runs.run import RunState
-
-from conftest import SAMPLE_DATA, run_trainer
-from helpers import make_run
 
 
 def copy_model(source: Path, target: Path, change=None) -> Path:
@@ -96,7 +95,7 @@ def case_preference_rows(tmp, models):
     (case_malformed_row, "data", "train.jsonl:6: invalid JSON"),
     (case_chat_without_template, "data", "needs a chat template"),
     (case_preference_rows, "data", "train.jsonl: preference rows (prompt, chosen, rejected) "
-                                   "are for preference training"),
+                                   "train the dpo or orpo objective, not sft"),
 ], ids=lambda v: v.__name__ if callable(v) else None)
 def test_bad_input_fails_with_its_cause_and_keeps_the_run(case, cause, phrase, tmp_path,
                                                           sample_models):

@@ -8,12 +8,11 @@ import sys
 import textwrap
 
 import pytest
+from conftest import SAMPLE_DATA, run_trainer
+from helpers import losses_by_iteration, make_run
 
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.runs.mlx_config import run_to_mlx_config
-
-from conftest import SAMPLE_DATA, run_trainer
-from helpers import losses_by_iteration, make_run
 
 # mlx-lm's own path: what `mlx_lm lora` does in run(), with a callback that records the figures
 # (run() itself would replace the callback with its own reporters).

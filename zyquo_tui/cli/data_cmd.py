@@ -23,7 +23,7 @@ from zyquo_tui.core.library.datasets import (
     validate_dataset,
 )
 from zyquo_tui.core.library.models import resolve_model
-from zyquo_tui.core.library.rows import Problem, training_refusal
+from zyquo_tui.core.library.rows import Problem, objectives_for, training_refusal
 from zyquo_tui.core.library.token_stats import (
     DEFAULT_MAX_SEQ_LENGTH,
     TokenStats,
@@ -116,6 +116,7 @@ def _check_json(report: DatasetReport, batch_size: int, stats: TokenStats | None
         "token_stats": stats.to_json() if stats is not None else None,
         "token_stats_skipped": skipped or None,
         "training_refusal": training_refusal(report.format),
+        "objectives": list(objectives_for(report.format)),
     }
 
 
@@ -139,9 +140,10 @@ def _print_check(report: DatasetReport, stats: TokenStats | None, skipped: str) 
     verdict = "valid" if report.ok else "not valid"
     print(f"{verdict}: {errors} error{'s' * (errors != 1)}, "
           f"{warnings} warning{'s' * (warnings != 1)}")
-    refusal = training_refusal(report.format)
-    if refusal:
-        print(f"not trainable here: {refusal}.")
+    objectives = objectives_for(report.format)
+    if objectives and "sft" not in objectives:  # say so where a run needs --objective
+        print(f"trains the objectives {' and '.join(objectives)} (`runs new --objective`), "
+              "not sft")
 
 
 def _print_token_stats(stats: TokenStats) -> None:

@@ -23,7 +23,9 @@ class _Parser(argparse.ArgumentParser):
 # Command name -> module. Only the module of the command given is imported (each brings its part
 # of core), so `runs list` does not pay for the memory model or the dataset validator.
 COMMAND_MODULES = {"runs": "runs", "plan": "plan_cmd", "models": "models_cmd",
-                   "data": "data_cmd", "sample": "sample", "doctor": "doctor"}
+                   "data": "data_cmd", "sample": "sample", "doctor": "doctor",
+                   "service": "service_cmd",
+                   "hosts": "hosts_cmd"}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -8,7 +8,12 @@ from __future__ import annotations
 from importlib import metadata
 
 from zyquo_tui.cli.output import fmt_bytes, print_json, print_table
-from zyquo_tui.core.library.models import READY, ModelInfo, discover_models, model_search_roots
+from zyquo_tui.core.library.models import (
+    READY,
+    ModelInfo,
+    discover_models,
+    model_search_roots,
+)
 
 SCHEMA_VERSION = 1
 

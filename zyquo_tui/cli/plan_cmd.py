@@ -1,9 +1,11 @@
 """`zyquo-tui plan`: will this training config fit in memory, and what would?
 
 Prints the estimated peak with its breakdown, the machine's budget, a verdict (fits, tight,
-won't fit) with its reason, and changed configs that fit. `--measure` trains a few real steps
+won't fit) with its reason, and changed configs that fit; beside it the disk verdict (the run's
+checkpoints against the free space of the store's disk). `--measure` trains a few real steps
 and prints the measured peak beside the estimate (and remembers it, to correct later
-estimates on this machine). Exit status: 0 fits or tight, 1 won't fit, 2 bad input.
+estimates on this machine). Exit status: 0 fits or tight, 1 won't fit (in memory or on disk),
+2 bad input.
 """
 
 from __future__ import annotations
@@ -12,15 +14,24 @@ from pathlib import Path
 from typing import Any
 
 from zyquo_tui.cli.output import print_json, print_table
-from zyquo_tui.cli.setting_flags import add_setting_flags, apply_settings, settings_given
+from zyquo_tui.cli.setting_flags import (
+    add_setting_flags,
+    apply_settings,
+    settings_given,
+)
 from zyquo_tui.core.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UserError
 from zyquo_tui.core.library.token_stats import row_token_lengths
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict, fmt_bytes
+from zyquo_tui.core.memory.disk_verdict import DISK_SETTINGS, DiskAssessment, assess_disk
 from zyquo_tui.core.memory.estimate import MEMORY_SETTINGS, TERMS, TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.memory.measure import Measurement, measure_peak
 from zyquo_tui.core.runs.mlx_config import load_mlx_yaml, run_from_mlx_config
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
+
+
+# Settings that change how long a run takes and not its memory (core/memory/duration.py).
+DURATION_SETTINGS = frozenset({"iters", "steps_per_eval", "val_batches"})
 
 
 def register(subparsers) -> None:
@@ -33,7 +44,9 @@ def register(subparsers) -> None:
     parser.add_argument("--method", choices=[m.value for m in Method])
     # The settings that decide memory, with runs new's flags; the optimizer is picked from
     # its list (argparse refuses another name).
-    add_setting_flags(parser, MEMORY_SETTINGS - {"optimizer"})
+    # iters and save_every decide how many checkpoints the disk verdict counts.
+    add_setting_flags(parser, (MEMORY_SETTINGS - {"optimizer"}) | DISK_SETTINGS
+                      | DURATION_SETTINGS)
     optimizer = SETTINGS["optimizer"]
     parser.add_argument(optimizer.flag, choices=optimizer.choices, help=optimizer.help)
     parser.add_argument("--config", type=Path, help="an mlx-lm YAML config to start from "
@@ -45,16 +58,10 @@ def register(subparsers) -> None:
 
 
 def _resolve_model(name_or_path: str) -> str:
-    path = Path(name_or_path).expanduser()
-    if path.exists():
-        return str(path.resolve())
-    from zyquo_tui.core.library.models import find_model
+    """A folder, or a name `zyquo-tui models` lists: resolved as `runs new` resolves it."""
+    from zyquo_tui.core.library.models import resolve_model
 
-    found = find_model(name_or_path)
-    if found is None:
-        raise UserError(f"{name_or_path}: no such model folder or model name; "
-                        "`zyquo-tui models` lists the models found.")
-    return str(found.path)
+    return str(resolve_model(name_or_path).path.expanduser().resolve())
 
 
 def _settings(args) -> tuple[str, str | None, Method | None, Hyperparameters, dict[str, Any]]:
@@ -64,6 +71,7 @@ def _settings(args) -> tuple[str, str | None, Method | None, Hyperparameters, di
     method: Method | None = None
     hp = Hyperparameters()
     extra: dict[str, Any] = {}
+    config: dict[str, Any] = {}
     if args.config is not None:
         config = load_mlx_yaml(args.config)
         if model:
@@ -92,7 +100,16 @@ def _settings(args) -> tuple[str, str | None, Method | None, Hyperparameters, di
     apply_settings(hp, given)
     if args.method:
         method = Method(args.method)
-    return _resolve_model(model), data, method, hp, extra
+    model_path = _resolve_model(model)
+    if "num_layers" not in given and config.get("num_layers") is None:
+        # Nobody chose it: mlx-lm's default of 16 trains all of a smaller model's layers,
+        # as `runs new` and the form plan it.
+        from zyquo_tui.core.library.run_checks import ModelTraits, fit_default_layers
+
+        traits = ModelTraits.read(model_path)
+        if traits is not None:
+            fit_default_layers(hp, traits)
+    return model_path, data, method, hp, extra
 
 
 def _check_data(data: str) -> str:
@@ -148,13 +165,29 @@ def run(args) -> int:
         else:
             measurement = measure_peak(model_path, plan.estimate.config, data=data,
                                        hyperparameters=hp, extra_config=extra)
-            advisor.record_measurement(facts, plan.estimate, measurement.peak_bytes)
+            advisor.record_measurement(facts, plan.estimate, measurement)
 
+    disk = _disk(facts, plan, hp)
+    duration = _duration(model_path, facts, method, hp, data, lengths, measurement)
     if args.json:
-        print_json(_json(plan, measurement, skipped, lengths))
+        data_json = {**_json(plan, measurement, skipped, lengths), **disk.to_json()}
+        data_json["duration_seconds"] = (None if duration.seconds is None
+                                         else round(duration.seconds, 1))
+        data_json["duration_basis"] = duration.basis
+        print_json(data_json)
     else:
         _print(plan, facts, measurement, skipped, lengths)
-    return EXIT_PROBLEMS if plan.assessment.verdict is Verdict.WONT_FIT else EXIT_OK
+        print(f"disk      {disk.verdict.value if disk.verdict else 'unknown'}: {disk.reason}")
+        print(f"duration  {_duration_text(duration)}")
+    wont_fit = Verdict.WONT_FIT in (plan.assessment.verdict, disk.verdict)
+    return EXIT_PROBLEMS if wont_fit else EXIT_OK
+
+
+def _disk(facts: ModelFacts, plan: Plan, hp: Hyperparameters) -> DiskAssessment:
+    """The disk verdict beside the memory one: the run's checkpoints on the store's disk."""
+    from zyquo_tui.core.store.paths import zyquo_home
+
+    return assess_disk(facts, plan.estimate.config, hp, home=zyquo_home())
 
 
 def _json(plan: Plan, measurement: Measurement | None, skipped: str | None,
@@ -168,6 +201,8 @@ def _json(plan: Plan, measurement: Measurement | None, skipped: str | None,
             data["measured_error"] = round(
                 (plan.estimate.total_bytes - measurement.peak_bytes) / measurement.peak_bytes, 4)
             data["measure_seconds"] = measurement.seconds
+            data["measured_peak_rss_bytes"] = measurement.peak_rss_bytes
+            data["measured_start_rss_bytes"] = measurement.start_rss_bytes
         else:
             data["measure_skipped"] = skipped
     return data
@@ -197,6 +232,8 @@ def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipp
     print()
     rows = [[name.replace("_", " "), fmt_bytes(estimate.breakdown.get(name, 0))]
             for name in TERMS]
+    if "reference" in estimate.breakdown:
+        rows.append(["reference (a frozen copy)", fmt_bytes(estimate.breakdown["reference"])])
     if "history_correction" in estimate.breakdown:
         rows.append(["history correction", fmt_bytes(estimate.breakdown["history_correction"])])
     rows.append(["estimated peak", fmt_bytes(estimate.total_bytes)])
@@ -223,3 +260,24 @@ def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipp
     elif plan.assessment.verdict is not Verdict.FITS:
         print()
         print("No change the search tries makes it fit; use a smaller model or a bigger machine.")
+
+
+def _duration(model_path: str, facts: ModelFacts, method: Method, hp: Hyperparameters,
+              data: str | None, lengths: list[int] | None, measurement: Measurement | None):
+    """How long the run would take on this machine (core/memory/duration.py)."""
+    from zyquo_tui.core.memory.duration import DurationEstimate, estimate_duration
+    from zyquo_tui.core.store.store import RunStore
+
+    try:
+        return estimate_duration(RunStore(), model_path, facts, method, hp, data, lengths,
+                                 measurement.tokens_per_second if measurement else None)
+    except (OSError, UserError) as error:  # a store that cannot be read costs the duration
+        return DurationEstimate(None, {"source": None, "sentence": f"unknown: {error}"})
+
+
+def _duration_text(duration) -> str:
+    from zyquo_tui.core.formatting import fmt_duration
+
+    if duration.seconds is None:
+        return duration.sentence()
+    return f"about {fmt_duration(duration.seconds)} ({duration.sentence()})"

@@ -12,7 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zyquo_tui.cli.output import fmt_bytes, fmt_loss, print_json, print_table
-from zyquo_tui.cli.setting_flags import add_setting_flags, apply_settings, settings_given
+from zyquo_tui.cli.setting_flags import (
+    add_setting_flags,
+    apply_settings,
+    settings_given,
+)
 from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.settings import Method
@@ -65,12 +69,22 @@ def register(subparsers) -> None:
             p.add_argument("--override-memory", action="store_true",
                            help="start even though the memory verdict is \"won't fit\" "
                                 "(recorded in the run)")
+            p.add_argument("--override-disk", action="store_true",
+                           help="start even though its checkpoints won't fit on the store's "
+                                "disk (recorded in the run; the trainer still stops at the "
+                                "floor)")
         if name == "resume":
             p.add_argument("--step", type=int, help="the checkpoint step (default: latest)")
         if name == "queue":
             p.add_argument("--to", type=int, metavar="POSITION",
                            help="move an already queued run to this position (1 = next)")
         p.set_defaults(handler=handler)
+
+    p = sub.add_parser("recover", help="after a reboot: resume the runs that died with the "
+                                       "machine, then continue the queue (what the service "
+                                       "runs at boot)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_recover)
 
     p = sub.add_parser("dequeue", help="remove a run from the queue")
     p.add_argument("id")
@@ -121,6 +135,10 @@ def register(subparsers) -> None:
 
     try_cmd.register(sub)
     export_cmd.register(sub)
+
+    from zyquo_tui.cli import grid_cmd  # `runs grid`: many runs from comma-separated values
+
+    grid_cmd.register(sub)
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -266,7 +284,8 @@ def _report_unknown(unknown: list[str], source) -> None:
 def cmd_start(args) -> int:
     supervisor = _supervisor()
     run = supervisor.start(args.id, queue_if_busy=args.queue_if_busy,
-                           override_memory=args.override_memory)
+                           override_memory=args.override_memory,
+                           override_disk=args.override_disk)
     print(f"{run.id} {run.state.value}")
     return _wait_for(supervisor, run.id, RunState.COMPLETED) if args.wait else 0
 
@@ -277,10 +296,31 @@ def cmd_queue(args) -> int:
         order = supervisor.move(args.id, args.to)
         print("\n".join(f"{i + 1}. {run_id}" for i, run_id in enumerate(order)))
         return 0
-    run = supervisor.enqueue(args.id, override_memory=args.override_memory)
+    run = supervisor.enqueue(args.id, override_memory=args.override_memory,
+                             override_disk=args.override_disk)
     position = supervisor.queue.position(run.id)
     print(f"{run.id} {run.state.value}" + (f" (position {position})" if position else ""))
     return _wait_for(supervisor, run.id, RunState.COMPLETED) if args.wait else 0
+
+
+def cmd_recover(args) -> int:
+    supervisor = _supervisor()
+    report = supervisor.recover()
+    if args.json:
+        print_json(report)
+    else:
+        for run_id in report["interrupted"]:
+            print(f"{run_id} interrupted: its trainer and runner are gone")
+        for resumed in report["resumed"]:
+            print(f"{resumed['id']} resumed from step {resumed['step']} ({resumed['state']})")
+        for skipped in report["not_resumed"]:
+            print(f"{skipped['id']} not resumed: {skipped['reason']}")
+        if report["queue_started"]:
+            print(f"queue started ({len(report['queue'])} waiting)")
+        if not any(report[key] for key in ("interrupted", "resumed", "not_resumed",
+                                           "queue_started")):
+            print("Nothing to recover.")
+    return EXIT_PROBLEMS if report["not_resumed"] and supervisor.settings.auto_resume else 0
 
 
 def cmd_dequeue(args) -> int:
@@ -361,7 +401,9 @@ def cmd_show(args) -> int:
           f"{fmt_loss(p['last_val_loss'])}   best val {fmt_loss(p['best_val_loss'])}"
           + (f" @ {p['best_val_step']}" if p["best_val_step"] is not None else ""))
     if p["peak_memory_bytes"]:
-        print(f"peak mem   {fmt_bytes(int(p['peak_memory_bytes']))}")
+        resident = (f", {fmt_bytes(int(p['peak_rss_bytes']))} resident"
+                    if p.get("peak_rss_bytes") else "")
+        print(f"peak mem   {fmt_bytes(int(p['peak_memory_bytes']))} MLX{resident}")
     if data["stopped"]:
         print(f"stopped    {data['stopped']['message']}")
     if run.failure:
@@ -427,17 +469,12 @@ def cmd_logs(args) -> int:
     store = RunStore()
     supervisor = _supervisor(store)
     run = supervisor.get(args.id)
-    path = store.log_path(run.id)
-    offset = 0
+    from zyquo_tui.core.store.logs import LogReader
+
+    reader = LogReader(store.log_path(run.id))  # every file of the log, across rotations
     while True:
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(offset)
-                chunk = handle.read()
-        except FileNotFoundError:
-            chunk = b""
+        chunk = reader.read_new()
         if chunk:
-            offset += len(chunk)
             sys.stdout.write(chunk.decode("utf-8", errors="replace"))
             sys.stdout.flush()
         if not args.follow:

@@ -15,6 +15,7 @@ from zyquo_tui.core.runs.settings import (
     CHOICE,
     COUNT_OR_FILE,
     COUNT_OR_OFF,
+    FILE,
     FLOAT,
     INT,
     NAMES,
@@ -46,7 +47,7 @@ def _help(key: str) -> str:
 
 
 _METAVARS = {INT: "N", FLOAT: "X", NUMBERS: "X,X,...", NAMES: "NAME,...",
-             COUNT_OR_FILE: "FILE|N", COUNT_OR_OFF: "N|off"}
+             COUNT_OR_FILE: "FILE|N", COUNT_OR_OFF: "N|off", FILE: "FILE"}
 
 
 def _metavar(key: str) -> str:

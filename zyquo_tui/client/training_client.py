@@ -126,7 +126,8 @@ class TrainingClient:
         self._rng_key: int | None = None  # this client's MLX random key between operations
         self.engine = None
         self.tokenizer = None
-        self._others: dict[str, tuple[Any, Any]] = {}  # reference and teacher models by path
+        self._others: dict[str, tuple[Any, Any]] = {}  # teachers by folder
+        self._references: dict[str, Any] = {}  # DPO references by "base" or folder
 
     @classmethod
     def from_model(cls, model: str | os.PathLike, method: str | None = None,
@@ -217,6 +218,7 @@ class TrainingClient:
         if self._last is not None and not worker.on_worker():
             concurrent.futures.wait([self._last])
         self._others.clear()
+        self._references.clear()
 
     def __enter__(self) -> TrainingClient:
         return self
@@ -406,15 +408,19 @@ class TrainingClient:
 
     # -- references and teachers -----------------------------------------------------------------
 
-    def _other_model(self, path: str):
-        """A frozen model loaded beside the trained one (a reference or a teacher), once."""
+    @staticmethod
+    def _resolved(path: str) -> str:
         from zyquo_tui.core.errors import UserError
         from zyquo_tui.core.library.models import resolve_model
 
         try:
-            folder = str(resolve_model(str(path)).path.resolve())
+            return str(resolve_model(str(path)).path.resolve())
         except UserError as error:
             raise ValueError(error.message) from None
+
+    def _other_model(self, path: str):
+        """A frozen teacher loaded beside the trained model, once."""
+        folder = self._resolved(path)
         if folder not in self._others:
             from mlx_lm import load
 
@@ -425,27 +431,14 @@ class TrainingClient:
         return self._others[folder]
 
     def _reference_scores(self, tokens, lengths, reference: str | None, variant: str):
-        """Sequence log-probabilities under the DPO reference: a named model, else the base
-        (the adapters switched off; for full fine-tuning a frozen copy of the base)."""
-        import mlx.core as mx
+        """Sequence log-probabilities under the DPO reference (trainer/objectives.py's
+        Reference, as a run scores them): a named model, else the base."""
+        from zyquo_tui.trainer.objectives import Reference
 
-        from zyquo_tui.trainer.engine import adapters_disabled, has_adapters
-        from zyquo_tui.trainer.losses import sequence_logprobs
-
-        model = self.engine.model
-        if reference is not None:
-            scores, counts = sequence_logprobs(self._other_model(reference)[0], tokens, lengths)
-        elif has_adapters(model):
-            with adapters_disabled(model):
-                scores, counts = sequence_logprobs(model, tokens, lengths)
-        else:
-            scores, counts = sequence_logprobs(self._other_model(self.run.model)[0], tokens,
-                                               lengths)
-        if variant == "ipo":
-            scores = scores / mx.maximum(counts, 1)
-        scores = mx.stop_gradient(scores)
-        mx.eval(scores)
-        return scores
+        key = "base" if reference is None else self._resolved(reference)
+        if key not in self._references:
+            self._references[key] = Reference(self.engine.model, self.run.model, key)
+        return self._references[key].scores(tokens, lengths, variant)
 
     def _teacher_logprobs(self, path: str, tokens, temperature: float):
         import mlx.core as mx

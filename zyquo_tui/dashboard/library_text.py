@@ -3,12 +3,15 @@ summary and the first problems with file:line (the setup, models and datasets sc
 
 from __future__ import annotations
 
+from rich import box
+from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 
 from zyquo_tui.core.formatting import basename, fmt_bytes
 from zyquo_tui.core.library.datasets import DatasetInfo, DatasetReport
 from zyquo_tui.core.library.models import ModelInfo
-from zyquo_tui.core.library.rows import training_refusal
+from zyquo_tui.core.library.rows import chat_pair_prefix, training_refusal
 
 
 def parameters_text(count: int | None) -> str:
@@ -86,3 +89,40 @@ def dataset_problems(report: DatasetReport, limit: int = 6, more_hint: str = "")
     if more > 0:
         text.append(f"\n… and {more} more{more_hint}", style="dim")
     return text
+
+
+def _message_text(messages: list) -> str:
+    """Chat messages as lines `role: content` (the content alone for a single answer)."""
+    parts = [m for m in messages if isinstance(m, dict)]
+    if len(parts) == 1:
+        return str(parts[0].get("content", ""))
+    return "\n".join(f"{m.get('role', '?')}: {m.get('content', '')}" for m in parts)
+
+
+def preference_pair(row: dict) -> tuple[str, str, str] | None:
+    """A preference row as (prompt, chosen, rejected) text: the prompt field, or for a chat
+    pair the messages both sides share; None when the row is no pair."""
+    chosen, rejected = row.get("chosen"), row.get("rejected")
+    if isinstance(chosen, list) and isinstance(rejected, list):
+        shared = chat_pair_prefix(chosen, rejected)
+        return (_message_text(chosen[:shared]), _message_text(chosen[shared:]),
+                _message_text(rejected[shared:]))
+    if chosen is None or rejected is None:
+        return None
+    return str(row.get("prompt", "")), str(chosen), str(rejected)
+
+
+def pair_preview(row: dict, where: str) -> Group | Text:
+    """A preference pair side by side: the prompt across, then chosen and rejected in two
+    columns, so the difference reads at a glance."""
+    pair = preference_pair(row)
+    if pair is None:
+        return Text(f"{where}: not a preference pair.", style="dim")
+    prompt, chosen, rejected = pair
+    heading = Text(f"{where}  ", style="bold")
+    heading.append("([ ] other pairs)", style="dim")
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), show_edge=False, expand=True)
+    table.add_column("chosen", style="green", ratio=1)
+    table.add_column("rejected", style="red", ratio=1)
+    table.add_row(chosen, rejected)
+    return Group(heading, Text("prompt  ", style="dim") + Text(prompt or "(none)"), table)

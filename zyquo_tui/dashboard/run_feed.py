@@ -30,7 +30,10 @@ RECENT_EVENTS = 40
 # Series the run screen draws. Smoothing applies to the noisy per-report figures only:
 # validation loss is already an average over val_batches and comes rarely; the learning rate
 # and peak memory are exact.
-DISPLAYED = ("train_loss", "val_loss", "tokens_per_second", "learning_rate", "peak_memory_bytes")
+DISPLAYED = ("train_loss", "val_loss", "tokens_per_second", "learning_rate", "peak_memory_bytes",
+             "peak_rss_bytes",
+             # a preference run's (empty for others): the margin is charted, train and val
+             "reward_margin", "val_reward_margin", "reward_accuracy")
 SMOOTHABLE = frozenset({"train_loss", "tokens_per_second"})
 # Events with a panel of their own rather than a line among the latest events.
 NOT_RECENT = frozenset({ev.SAMPLE})

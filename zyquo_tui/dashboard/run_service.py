@@ -70,6 +70,7 @@ class RunRow:
     state: str
     name: str
     method: str = ""
+    objective: str = "sft"  # a preference run's (dpo, orpo) is tagged in the table
     model: str = ""
     data: str = ""
     step: int | None = None
@@ -258,7 +259,7 @@ class RunService:
         summary = run.summary or {}
         row = RunRow(
             id=run.id, state=run.state.value, name=run.name, method=run.method.value,
-            model=run.model, data=run.data, step=summary.get("step"),
+            objective=run.objective, model=run.model, data=run.data, step=summary.get("step"),
             iters=run.hyperparameters.iters, train_loss=summary.get("last_train_loss"),
             val_loss=summary.get("last_val_loss"),
             tokens_per_second=summary.get("tokens_per_second"),

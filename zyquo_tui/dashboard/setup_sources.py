@@ -1,7 +1,8 @@
 """SetupSources: where the setup screens get their facts, in one replaceable object.
 
 The new-run, models, datasets and machine screens read models, datasets, validation reports,
-token counts, memory budgets, measured peaks and machine figures through this class and
+token counts, memory budgets, the store's free disk, measured peaks and machine figures through
+this class and
 nothing else, so tests (and the snapshots) swap in fixed figures by subclassing it. Every
 method may block (files, subprocesses): the screens call them from worker threads.
 
@@ -21,6 +22,9 @@ from typing import Any
 
 import psutil
 
+from zyquo_tui.core.errors import UserError
+from zyquo_tui.core.events import protocol as ev
+from zyquo_tui.core.events.protocol import last_event
 from zyquo_tui.core.library.datasets import (
     SPLITS,
     DatasetInfo,
@@ -29,14 +33,21 @@ from zyquo_tui.core.library.datasets import (
     validate_dataset,
 )
 from zyquo_tui.core.library.models import ModelInfo, discover_models, model_search_roots
-from zyquo_tui.core.library.token_stats import TokenStats, measure_tokens, row_token_lengths
+from zyquo_tui.core.library.token_stats import (
+    TokenStats,
+    measure_tokens,
+    row_token_lengths,
+)
 from zyquo_tui.core.memory.advisor import MemoryAdvisor
 from zyquo_tui.core.memory.budget import MemoryBudget, budget_from, cached_probe
 from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.memory.measure import Measurement, measure_peak
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Hyperparameters
+from zyquo_tui.core.store.store import RunStore
+from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.core.system import machine
+from zyquo_tui.core.system.disk_space import free_bytes
 
 _UNREAD = object()
 
@@ -49,6 +60,9 @@ class TrainerUse:
     run_name: str
     pid: int
     rss_bytes: int
+    # The peaks its last train event reported: MLX's, and the trainer's resident footprint's.
+    peak_memory_bytes: int | None = None
+    peak_rss_bytes: int | None = None
 
 
 @dataclass
@@ -69,9 +83,10 @@ class MachineReading:
     trainers: list[TrainerUse] = field(default_factory=list)
 
 
-def trainer_use(run: Run) -> TrainerUse | None:
+def trainer_use(run: Run, events: Path | None = None) -> TrainerUse | None:
     """Resident memory of an active run's trainer (pid plus start time, as liveness checks
-    it), with its children: on macOS the recorded pid is caffeinate's, the trainer its child."""
+    it), with its children: on macOS the recorded pid is caffeinate's, the trainer its child;
+    and the peaks the last train event of `events` (the run's events.jsonl) reported."""
     process_record = run.process or {}
     pid = process_record.get("pid")
     if not pid:
@@ -89,7 +104,10 @@ def trainer_use(run: Run) -> TrainerUse | None:
                 pass
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
         return None
-    return TrainerUse(run.id, run.name, int(pid), int(rss))
+    train = last_event(events, ev.TRAIN) if events is not None else None
+    return TrainerUse(run.id, run.name, int(pid), int(rss),
+                      peak_memory_bytes=(train or {}).get("peak_memory_bytes"),
+                      peak_rss_bytes=(train or {}).get("peak_rss_bytes"))
 
 
 class SetupSources:
@@ -173,12 +191,19 @@ class SetupSources:
         seconds) and its measured history, including finished runs of the store."""
         advisor = MemoryAdvisor.for_machine(self.home)
         try:
-            from zyquo_tui.core.store.store import RunStore
-
             advisor.history.import_runs(RunStore(self.home).iter_runs())
         except Exception:  # a store that cannot be read costs the correction, nothing more
             pass
         return advisor
+
+    def disk(self) -> tuple[int | None, Settings]:
+        """Free bytes on the store's disk and the settings that hold its floor (the disk
+        verdict beside the memory one)."""
+        try:
+            settings = Settings.load(self.home)
+        except UserError:
+            settings = Settings()  # a broken config.toml is said where it is used
+        return free_bytes(self.home), settings
 
     def measure(self, model: str, config: TrainingConfig, *, data: str | None,
                 hyperparameters: Hyperparameters, extra_config: dict[str, Any],
@@ -207,7 +232,9 @@ class SetupSources:
             note = "install macmon (brew install macmon) to see GPU use without sudo"
         else:
             note = ""
-        trainers = [use for use in (trainer_use(run) for run in active_runs) if use]
+        store = RunStore(self.home)
+        trainers = [use for use in (trainer_use(run, store.events_path(run.id))
+                                    for run in active_runs) if use]
         return MachineReading(
             platform="macOS" if machine.IS_MACOS else platform.system(),
             total_bytes=facts.total_bytes, available_bytes=facts.available_bytes,

@@ -21,19 +21,26 @@ PAD_TO = 32  # mlx-lm pads each batch to one plus a multiple of 32 tokens
 class BatchStream:
     """An endless stream of (batch, lengths) pairs, epoch after epoch, like mlx-lm's loop=True."""
 
-    def __init__(self, dataset: CacheDataset, batch_size: int, max_seq_length: int) -> None:
+    def __init__(self, dataset: CacheDataset, batch_size: int, max_seq_length: int,
+                 rank: int = 0, world_size: int = 1) -> None:
         if len(dataset) < batch_size:
             raise ValueError(
                 f"Dataset must have at least batch_size={batch_size}"
                 f" examples but only has {len(dataset)}."
             )
+        if batch_size % world_size != 0:
+            raise ValueError("The batch size must be divisible by the number of workers")
         self.dataset = dataset
         self.batch_size = batch_size
         self.max_seq_length = max_seq_length
+        # A distributed run splits each batch across the ranks: rank r of n takes its rows
+        # r, r + n, r + 2n... (mlx-lm's comm_group offset and step).
+        self.rows_per_rank = batch_size // world_size
         # mlx-lm sorts by CacheDataset.itemlen, which is the length of the raw row: keep it.
         idx = sorted(range(len(dataset)), key=dataset.itemlen)
         self.batch_idx = [
-            idx[i : i + batch_size] for i in range(0, len(idx) - batch_size + 1, batch_size)
+            idx[i + rank : i + rank + batch_size : world_size]
+            for i in range(0, len(idx) - batch_size + 1, batch_size)
         ]
         self.permutation: np.ndarray | None = None
         self.index = 0
@@ -65,8 +72,8 @@ class BatchStream:
             self.longest_truncated = max(self.longest_truncated, max(lengths))
         max_length_in_batch = 1 + PAD_TO * ((max(lengths) + PAD_TO - 1) // PAD_TO)
         max_length_in_batch = min(max_length_in_batch, self.max_seq_length)
-        batch_arr = np.zeros((self.batch_size, max_length_in_batch), np.int32)
-        for j in range(self.batch_size):
+        batch_arr = np.zeros((self.rows_per_rank, max_length_in_batch), np.int32)
+        for j in range(self.rows_per_rank):
             truncated_length = min(lengths[j], self.max_seq_length)
             batch_arr[j, :truncated_length] = batch[j][:truncated_length]
             lengths[j] = truncated_length

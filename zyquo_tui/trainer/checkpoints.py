@@ -8,7 +8,9 @@ adapters/
   0000040_state.json               step, data position, NumPy and MLX RNG states, running sums
 
 Each file is written to a temporary name and renamed, so a trainer killed mid-save leaves
-every earlier checkpoint loadable.
+every earlier checkpoint loadable. The state JSON is written last: it is what makes a step
+resumable (core/store/checkpoints.py), so a save that fails midway (a full disk) never leaves a
+step that resume would pick; the files of that step are removed, and the error says which step.
 """
 
 from __future__ import annotations
@@ -22,25 +24,44 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
+from zyquo_tui.core.store.atomic import fsync_dir
 from zyquo_tui.core.store.checkpoints import LATEST_ADAPTERS, adapter_file, state_files
 
 STATE_FORMAT = 1
 
 
+class CheckpointWriteError(Exception):
+    """A checkpoint could not be written (most often: the disk is full)."""
+
+    def __init__(self, step: int, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.step = step
+
+
+def _temp_for(path: Path) -> Path:
+    return path.with_name(f".tmp-{os.getpid()}-{path.name}")
+
+
 def _save_tensors(path: Path, tensors: dict[str, mx.array]) -> None:
-    temp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
-    mx.save_safetensors(str(temp), tensors)
-    _fsync(temp)
-    os.replace(temp, path)
+    temp = _temp_for(path)
+    try:
+        mx.save_safetensors(str(temp), tensors)  # RuntimeError "[write] Unable to write..."
+        _fsync(temp)
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)  # a half-written file would hold the disk's last bytes
 
 
 def _save_json(path: Path, data: Any) -> None:
-    temp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
-    with open(temp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, path)
+    temp = _temp_for(path)
+    try:
+        with open(temp, "w", encoding="utf-8") as handle:
+            json.dump(data, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
 
 
 def _fsync(path: Path) -> None:
@@ -55,27 +76,41 @@ def save_checkpoint(
     adapters: Path, step: int, weights: dict[str, mx.array], optimizer_state: Any,
     grad_accum: Any, loss_sum: mx.array | float, meta: dict[str, Any],
 ) -> dict[str, Any]:
-    """Write weights and resume state for `step`; return the paths and bytes written."""
-    numbered = adapter_file(adapters, step)
-    _save_tensors(numbered, weights)
-    latest = adapters / LATEST_ADAPTERS
-    _save_tensors(latest, weights)
+    """Write weights and resume state for `step`; return the paths and bytes written.
 
+    Raises CheckpointWriteError, with no file of `step` left behind, when a write fails.
+    """
+    numbered = adapter_file(adapters, step)
+    latest = adapters / LATEST_ADAPTERS
+    state_tensors, state_json = state_files(adapters, step)
     tensors = {f"optimizer.{k}": v for k, v in tree_flatten(optimizer_state)}
     if grad_accum is not None:
         tensors.update({f"grad_accum.{k}": v for k, v in tree_flatten(grad_accum)})
     tensors["loss_sum"] = mx.array(loss_sum, dtype=mx.float32)
-    state_tensors, state_json = state_files(adapters, step)
-    _save_tensors(state_tensors, tensors)
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    _save_json(state_json, {
-        "format": STATE_FORMAT,
-        "step": step,
-        "numpy_rng": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
-        "mlx_rng": [int(x) for x in mx.random.state[0].tolist()],
-        "has_grad_accum": grad_accum is not None,
-        **meta,
-    })
+    try:
+        # An older save of this step (a resume from an earlier step) stops being resumable
+        # before any of its files is replaced.
+        state_json.unlink(missing_ok=True)
+        _save_tensors(numbered, weights)
+        _save_tensors(state_tensors, tensors)
+        _save_json(state_json, {
+            "format": STATE_FORMAT,
+            "step": step,
+            "numpy_rng": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+            "mlx_rng": [int(x) for x in mx.random.state[0].tolist()],
+            "has_grad_accum": grad_accum is not None,
+            **meta,
+        })
+        fsync_dir(adapters)
+    except (OSError, RuntimeError) as error:
+        for path in (state_json, state_tensors, numbered):
+            path.unlink(missing_ok=True)
+        raise CheckpointWriteError(step, error) from error
+    try:
+        _save_tensors(latest, weights)  # after the checkpoint: it is complete without this
+    except (OSError, RuntimeError) as error:
+        raise CheckpointWriteError(step, error) from error
     paths = [numbered, state_tensors, state_json]
     return {
         "adapter_file": str(numbered),

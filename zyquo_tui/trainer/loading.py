@@ -97,7 +97,9 @@ def check_dataset(run: Run):
         raise fail("data", f"{errors[0]}{extra}.",
                    f"fix the dataset (`zyquo-tui data check {folder}` lists every problem "
                    "with file:line)")
-    refusal = training_refusal(report.format)
+    from zyquo_tui.core.runs.settings import SETTINGS
+
+    refusal = training_refusal(report.format, SETTINGS["objective"].get(run.hyperparameters))
     if refusal:
         raise fail("data", f"{folder / 'train.jsonl'}: {refusal}.",
                    "pick a dataset of another format")
@@ -154,6 +156,42 @@ def load_datasets(run: Run, tokenizer) -> tuple[Any, Any, dict[str, int]]:
         raise fail("data", f"{train_path} has {sizes['train']} rows, fewer than the batch size "
                    f"({batch_size}).", "add rows or lower batch_size")
     return splits["train"], splits["valid"], sizes
+
+
+def load_sft_data(run: Run, tokenizer):
+    """(train set, valid set or [], row counts, train and valid token lengths) for SFT: mlx-lm's
+    datasets, every row tokenized up front."""
+    from mlx_lm.tuner.datasets import CacheDataset
+
+    train_rows, valid_rows, sizes = load_datasets(run, tokenizer)
+    data = Path(run.data)
+    train_set = CacheDataset(train_rows)
+    train_lengths = tokenize_all(train_set, data / "train.jsonl")
+    val_set = CacheDataset(valid_rows) if valid_rows else []
+    val_lengths = tokenize_all(val_set, data / "valid.jsonl") if val_set else []
+    return train_set, val_set, sizes, train_lengths, val_lengths
+
+
+def load_preference_data(run: Run, tokenizer):
+    """The same for a preference run: pairs of chosen and rejected (trainer/preference_data.py);
+    a length is the longer side's."""
+    from zyquo_tui.trainer import preference_data
+
+    folder = Path(run.data)
+    sets, sizes, lengths = {}, {}, {}
+    for name in ("train", "valid"):
+        path = folder / f"{name}.jsonl"
+        rows = _read_rows(path) if path.is_file() else []
+        sizes[name] = len(rows)
+        sets[name] = preference_data.PreferenceDataset(rows, tokenizer) if rows else []
+        lengths[name] = preference_data.tokenize_all(sets[name], path) if rows else []
+    if not sizes["train"]:
+        raise fail("data", f"{folder / 'train.jsonl'} is empty or missing.")
+    batch_size = run.hyperparameters.batch_size
+    if sizes["train"] < batch_size:
+        raise fail("data", f"{folder / 'train.jsonl'} has {sizes['train']} rows, fewer than the "
+                   f"batch size ({batch_size}).", "add rows or lower batch_size")
+    return sets["train"], sets["valid"], sizes, lengths["train"], lengths["valid"]
 
 
 def tokenize_all(dataset, path: Path) -> list[int]:

@@ -16,21 +16,20 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.tuner.trainer import default_loss, evaluate, grad_checkpoint
+from mlx.utils import tree_map
+from mlx_lm.tuner.trainer import grad_checkpoint
 from mlx_lm.utils import maybe_set_recommended_wired_limit
 
-from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters
-from zyquo_tui.trainer.batches import BatchStream
-from zyquo_tui.trainer.chunked_loss import loss_slicing, with_slices
+from zyquo_tui.core.runs.settings import Hyperparameters
+from zyquo_tui.trainer.distributed import World
 from zyquo_tui.trainer.engine import StepEngine
 from zyquo_tui.trainer.loading import fail
-from zyquo_tui.trainer.losses import sft_objective, sft_validation_loss
+from zyquo_tui.trainer.objectives import SftObjective
 
 
 @dataclass
@@ -60,7 +59,11 @@ class TrainingLoop:
     grad checkpointing and accumulation), saving checkpoints in `adapters`."""
 
     def __init__(self, model: nn.Module, optimizer, train_set, val_set,
-                 settings: Hyperparameters, adapters: Path, hooks: LoopHooks) -> None:
+                 settings: Hyperparameters, adapters: Path, hooks: LoopHooks,
+                 objective=None, world: World | None = None) -> None:
+        # Several ranks (mlx.launch): each trains its share of every batch, the engine
+        # averages their gradients, reports sum their figures and only rank 0 saves.
+        self.world = world = world or World()
         self.model = model
         self.optimizer = optimizer
         self.train_set = train_set
@@ -68,7 +71,9 @@ class TrainingLoop:
         self.settings = settings
         self.adapters = adapters
         self.hooks = hooks
-        self.batches = BatchStream(train_set, settings.batch_size, settings.max_seq_length)
+        # What the run learns: mlx-lm's SFT unless told (trainer/objectives.py).
+        self.objective = objective or SftObjective(settings, model)
+        self.batches = self.objective.batches(train_set, world)
         self.start_step = 0
         self.step = 0  # the step in progress or last finished
         # Running sums between reports, as in mlx-lm; saved with each checkpoint so a resumed
@@ -78,22 +83,8 @@ class TrainingLoop:
         self.steps_since_report = 0
         self.time_since_report = 0.0
         self.trained_tokens = 0
+        self.metric_sums: dict[str, Any] = {}  # the objective's metrics since the last report
         self.engine = StepEngine(model, optimizer)
-        # The sliced loss (trainer/chunked_loss.py) unless the run turned it off or the model
-        # cannot have it; `loss_slicing_note` says why it could not.
-        self.sliced, self.loss_slicing_note = loss_slicing(
-            model, SETTINGS["loss_chunk_tokens"].get(settings))
-        self.sliced_objective = with_slices(sft_objective, self.sliced) if self.sliced else None
-
-    @property
-    def loss_chunk_tokens(self) -> int | str:
-        """What the run trains with: tokens per slice of the loss, or "off"."""
-        return self.sliced.chunk_tokens if self.sliced else "off"
-
-    def _objective(self, tokens: mx.array):
-        if self.sliced is not None and self.sliced.worth_it(tokens):
-            return self.sliced_objective
-        return sft_objective
 
     # -- resume ------------------------------------------------------------------------------
 
@@ -106,8 +97,15 @@ class TrainingLoop:
                        "resume from a step listed by `zyquo-tui runs show ID`") from None
         # Iteration `step` was the (step % accumulation)-th of the pending update.
         self.engine.pending = step % self.settings.grad_accumulation_steps
-        if self.engine.pending == 0:
-            self.engine.grad_sum = None
+        if self.engine.pending == 0 or not self.world.primary:
+            self.engine.grad_sum = None  # (a distributed checkpoint's are rank 0's: see save)
+        saved_world = int(meta.get("world_size", 1))
+        if saved_world != self.world.size:
+            raise fail("config", f"Step {step} was saved by {saved_world} process"
+                       f"{'es' if saved_world > 1 else ''} and this run has {self.world.size} "
+                       "now, so it cannot resume exactly.",
+                       "resume with the hosts (or --ranks) it had, or fork a new run from "
+                       "this checkpoint (a warm start)")
         try:
             self.batches.restore(meta["data"])
         except (KeyError, ValueError) as error:
@@ -115,11 +113,13 @@ class TrainingLoop:
             raise fail("data", f"Cannot resume exactly: {reason}.",
                        "fork a new run from this checkpoint instead (a warm start)") from None
         sums = meta["sums"]
-        self.loss_sum = loss_sum
-        self.tokens_since_report = sums["tokens_since_report"]
+        # A distributed checkpoint holds the sums of all ranks (see save): rank 0 carries them.
+        self.loss_sum = loss_sum if self.world.primary else 0
+        self.tokens_since_report = sums["tokens_since_report"] if self.world.primary else 0
         self.steps_since_report = sums["steps_since_report"]
         self.time_since_report = sums["time_since_report"]
         self.trained_tokens = sums["trained_tokens"]
+        self.metric_sums = dict(sums.get("metric_sums", {}))
         self.start_step = self.step = step
 
     # -- the loop ----------------------------------------------------------------------------
@@ -139,18 +139,22 @@ class TrainingLoop:
             batch = next(self.batches)  # fetched before validation, as mlx-lm's zip() does
             tic = time.perf_counter()
             if self.val_set and (it == 1 or it % s.steps_per_eval == 0 or it == s.iters):
-                val_loss, val_time = self._validate()
+                val_loss, val_time, val_metrics = self._validate()
                 result.val_losses[it] = val_loss
-                self.hooks.on_val({"iteration": it, "val_loss": val_loss, "val_time": val_time})
+                self.hooks.on_val({"iteration": it, "val_loss": val_loss, "val_time": val_time,
+                                   **val_metrics})
                 tic = time.perf_counter()
 
-            lvalue, toks, _ = engine.forward_backward(self._objective(batch[0]), *batch)
+            lvalue, toks, metrics = self.objective.forward_backward(engine, batch)
             if it % accum_steps == 0:
                 engine.optim_step()
             self.loss_sum += lvalue
             self.tokens_since_report += toks
             self.steps_since_report += 1
-            mx.eval(engine.state, self.loss_sum, self.tokens_since_report, engine.grad_sum)
+            for name in self.objective.metric_names:
+                self.metric_sums[name] = self.metric_sums.get(name, 0) + metrics[name]
+            mx.eval(engine.state, self.loss_sum, self.tokens_since_report, engine.grad_sum,
+                    self.metric_sums)
             self.time_since_report += time.perf_counter() - tic
             result.step = it
 
@@ -162,7 +166,8 @@ class TrainingLoop:
             if it % s.steps_per_report == 0 or it == s.iters:
                 self._report(it)
 
-            stopping = it < s.iters and self.hooks.should_stop()
+            # The ranks stop together: a cancel reaches each at its own moment.
+            stopping = it < s.iters and self.world.any(self.hooks.should_stop())
             if (it % s.save_every == 0 or it == s.iters or stopping
                     or self.hooks.should_save(it)):
                 result.checkpoint = self.save(it, result.val_losses.get(it))
@@ -171,22 +176,19 @@ class TrainingLoop:
                 break
         return result
 
-    def _validate(self) -> tuple[float, float]:
-        s = self.settings
+    def _validate(self) -> tuple[float, float, dict[str, float]]:
         tic = time.perf_counter()
-        loss = default_loss if self.sliced is None else partial(sft_validation_loss,
-                                                                sliced=self.sliced)
-        val_loss = evaluate(
-            model=self.model, dataset=self.val_set, loss=loss,
-            batch_size=s.batch_size, num_batches=s.val_batches,
-            max_seq_length=s.max_seq_length,
-        )
-        self.model.train()
-        return val_loss, time.perf_counter() - tic
+        val_loss, metrics = self.objective.validate(self.model, self.val_set)
+        return val_loss, time.perf_counter() - tic, metrics
 
     def _report(self, it: int) -> None:
-        train_loss = float(mx.array(self.loss_sum).item()) / self.steps_since_report
-        n_tokens = int(mx.array(self.tokens_since_report).item())
+        loss_sum, tokens = self.loss_sum, self.tokens_since_report
+        if self.world.distributed:  # as mlx-lm reports: the mean over every rank's steps
+            loss_sum = self.world.sum(mx.array(loss_sum))
+            tokens = self.world.sum(mx.array(tokens))
+        train_loss = (float(mx.array(loss_sum).item())
+                      / (self.steps_since_report * self.world.size))
+        n_tokens = int(mx.array(tokens).item())
         elapsed = max(self.time_since_report, 1e-9)
         self.trained_tokens += n_tokens
         self.hooks.on_train({
@@ -197,7 +199,10 @@ class TrainingLoop:
             "tokens_per_second": n_tokens / elapsed,
             "trained_tokens": self.trained_tokens,
             "peak_memory_bytes": int(mx.get_peak_memory()),
+            **{name: float(mx.array(total).item()) / self.steps_since_report
+               for name, total in self.metric_sums.items()},
         })
+        self.metric_sums = {}
         self.loss_sum = 0
         self.tokens_since_report = 0
         self.steps_since_report = 0
@@ -209,16 +214,38 @@ class TrainingLoop:
         if not finite.item():
             raise fail("nan", f"The weights became infinite or NaN at step {it}; the run was "
                        "stopped there and the weights of that step were not saved.")
+        loss_sum, tokens = self.loss_sum, self.tokens_since_report
+        if self.world.distributed:
+            # Every rank's running sums, so a resume reports what an uninterrupted run would.
+            loss_sum = self.world.sum(mx.array(loss_sum, dtype=mx.float32))
+            tokens = self.world.sum(mx.array(tokens))
+            mx.eval(loss_sum, tokens)  # on every rank: a collective left lazy blocks the others
         meta = {
             "data": self.batches.position(),
             "sums": {
-                "tokens_since_report": int(mx.array(self.tokens_since_report).item()),
+                "tokens_since_report": int(mx.array(tokens).item()),
                 "steps_since_report": self.steps_since_report,
                 "time_since_report": self.time_since_report,
                 "trained_tokens": self.trained_tokens,
+                "metric_sums": {name: float(mx.array(total).item())
+                                for name, total in self.metric_sums.items()},
             },
         }
-        written = self.engine.save_state(self.adapters, it, meta, loss_sum=self.loss_sum)
+        pending = self.engine.grad_sum
+        if self.world.distributed:
+            meta["world_size"] = self.world.size
+            if pending is not None:
+                # Each rank's gradients since the last update, summed: rank 0 carries them
+                # all on resume (the update all_sums them anyway), the others none.
+                pending = tree_map(self.world.sum, pending)
+                mx.eval(pending)
+        if not self.world.primary:
+            return {"iteration": it}  # rank 0 saves: every rank holds the same state
+        own, self.engine.grad_sum = self.engine.grad_sum, pending
+        try:
+            written = self.engine.save_state(self.adapters, it, meta, loss_sum=loss_sum)
+        finally:
+            self.engine.grad_sum = own
         info = {"iteration": it, **written}
         if val_loss is not None:
             info["val_loss"] = val_loss

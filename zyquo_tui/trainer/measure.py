@@ -3,7 +3,9 @@
 Runs a few real training steps of the exact config (mlx-lm's model, adapters and loss, our
 `TrainingLoop` with its compiled step, grad checkpointing and accumulation) and prints, as one
 JSON object on stdout, the process's peak MLX memory (`mx.get_peak_memory()`), the figure a
-real run records as summary.peak_memory_bytes.
+real run records as summary.peak_memory_bytes, and the process's peak resident footprint
+(`peak_rss_bytes`, getrusage's ru_maxrss) with its footprint before the model loaded
+(`start_rss_bytes`: the interpreter and the libraries, which the estimate does not count).
 
 The batch it trains on is the worst one the run will meet: the `batch_size` longest rows of the
 dataset (a real run's peak is set by its longest batch, which a few random steps might miss),
@@ -14,6 +16,8 @@ SPEC is a JSON object (or `-` for stdin):
   model, method (lora|dora|qlora|full), hyperparameters (mlx-lm names, as in run.json),
   data (a dataset folder) or synthetic_tokens (tokens per row), steps (default 3),
   extra_config (the run's pass-through mlx-lm keys, for *_feature).
+A preference run (hyperparameters' zyquo_tui.objective dpo or orpo) trains pairs: its longest
+pairs, or synthetic ones (each side `synthetic_tokens` long, a quarter of it prompt).
 (Every row's token count comes from `python -m zyquo_tui.trainer.token_stats --lengths`.)
 Exit status: 0 with the JSON result, 1 with {"error": sentence} when training could not run.
 """
@@ -32,6 +36,7 @@ from zyquo_tui.core.runs.problems import errors_in
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
 from zyquo_tui.core.system.entry_points import MEASURE, usage
+from zyquo_tui.core.system.machine import peak_resident_bytes, resident_bytes
 from zyquo_tui.trainer.loading import TrainerFailure, fail, prepare_model
 
 
@@ -43,6 +48,8 @@ class _Rows:
 
     def itemlen(self, index: int) -> int:
         row = self.rows[index]
+        if isinstance(row, tuple) and isinstance(row[0], tuple):  # a preference pair
+            return max(len(row[0][0]), len(row[1][0]))
         return len(row[0] if isinstance(row, tuple) else row)
 
     def __getitem__(self, index: int) -> Any:
@@ -62,17 +69,31 @@ def _run_of(spec: dict[str, Any]) -> Run:
 
 def _worst_batch(run: Run, tokenizer, spec: dict[str, Any]) -> tuple[list[Any], list[int] | None]:
     """The rows of the batch with the longest sequences, and every row's token count."""
+    from zyquo_tui.core.runs.settings import SETTINGS
+    from zyquo_tui.trainer import loading
+
     batch_size = run.hyperparameters.batch_size
+    preference = SETTINGS["objective"].get(run.hyperparameters) != "sft"
     if spec.get("synthetic_tokens"):
         import numpy as np
 
         length = int(spec["synthetic_tokens"])
         vocab = max(int(getattr(tokenizer, "vocab_size", 0) or 0), 16)
         rng = np.random.default_rng(0)
-        return [rng.integers(5, vocab, size=length).tolist() for _ in range(batch_size)], None
-    from mlx_lm.tuner.datasets import CacheDataset
 
-    from zyquo_tui.trainer import loading
+        def row():
+            return rng.integers(5, vocab, size=length).tolist()
+
+        if preference:  # chosen and rejected, the prompt (a quarter) masked on both
+            return [((row(), length // 4), (row(), length // 4))
+                    for _ in range(batch_size)], None
+        return [row() for _ in range(batch_size)], None
+    if preference:
+        dataset, _, _, lengths, _ = loading.load_preference_data(run, tokenizer)
+        longest = sorted(range(len(lengths)), key=lambda i: lengths[i],
+                         reverse=True)[:batch_size]
+        return [dataset[i] for i in longest], lengths
+    from mlx_lm.tuner.datasets import CacheDataset
 
     train_rows, _, _ = loading.load_datasets(run, tokenizer)
     dataset = CacheDataset(train_rows)
@@ -90,6 +111,9 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     if errors:
         raise fail("config", errors[0].sentence)
     started = time.perf_counter()
+    import mlx_lm  # noqa: F401  (the libraries first: the footprint before the model is not training's)
+
+    start_rss = resident_bytes()
     model, tokenizer = loading.load_model(run)
 
     import mlx.core as mx
@@ -110,18 +134,29 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     settings = dataclasses.replace(hp, iters=steps, val_batches=0, steps_per_report=1,
                                    steps_per_eval=steps + 1, save_every=steps + 1)
     peaks: list[int] = []
+    speeds: list[float] = []  # tokens per second of each step (the first compiles)
+
+    def on_train(info: dict[str, Any]) -> None:
+        peaks.append(info["peak_memory_bytes"])
+        speeds.append(info["tokens_per_second"])
+
     with tempfile.TemporaryDirectory(prefix="zyquo-measure-") as adapters:
         hooks = LoopHooks(
-            on_train=lambda info: peaks.append(info["peak_memory_bytes"]),
+            on_train=on_train,
             on_val=lambda info: None, on_checkpoint=lambda info: None,
         )
-        loop = TrainingLoop(model, optimizer, _Rows(rows), [], settings, Path(adapters), hooks)
+        from zyquo_tui.trainer.objectives import objective_for
+
+        loop = TrainingLoop(model, optimizer, _Rows(rows), [], settings, Path(adapters), hooks,
+                            objective_for(settings, model, run.model))
         width = int(loop.batches._make_batch(list(range(hp.batch_size)))[0].shape[1])
         loop.run()
     trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
     return {
         "peak_memory_bytes": max(peaks) if peaks else int(mx.get_peak_memory()),
         "peak_by_step": peaks,
+        "peak_rss_bytes": peak_resident_bytes(),
+        "start_rss_bytes": start_rss,
         "loaded_bytes": loaded_bytes,
         "batch_width": width,
         "steps": steps,
@@ -129,6 +164,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "device": str(mx.default_device()),
         "longest_row_tokens": max(lengths) if lengths else None,
         "seconds": round(time.perf_counter() - started, 2),
+        "tokens_per_second": sorted(speeds[1:] or speeds)[len(speeds[1:] or speeds) // 2]
+        if speeds else None,
     }
 
 

@@ -237,6 +237,7 @@ def build_model(
     dtype: str = DEFAULT_DTYPE,
     seed: int = 0,
     tokenizer_dir: str | os.PathLike | None = None,
+    tie_word_embeddings: bool = True,
 ) -> Path:
     """Write a random-initialised llama model (mlx-lm layout) into out_dir and return it.
 
@@ -245,6 +246,8 @@ def build_model(
     tokenizer's size; a larger one pads the embedding (ids past the tokenizer are never produced
     by it). quantize_bits (2, 3, 4, 5, 6 or 8) quantizes every Linear and the embedding whose
     input width group_size divides, and records it in config.json as mlx-lm does.
+    tie_word_embeddings False gives the model its own output matrix (lm_head), as Llama 3 8B
+    and most larger models have; tied, the embedding doubles as the output matrix.
     """
     import mlx.core as mx
     from mlx.utils import tree_flatten
@@ -294,7 +297,7 @@ def build_model(
             "rope_theta": 10000.0,
             "rope_traditional": False,
             "max_position_embeddings": 2048,
-            "tie_word_embeddings": True,
+            "tie_word_embeddings": tie_word_embeddings,
             "attention_bias": False,
             "mlp_bias": False,
             "hidden_act": "silu",

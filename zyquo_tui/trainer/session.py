@@ -16,23 +16,42 @@ from pathlib import Path
 from typing import Any
 
 from zyquo_tui import __version__
+from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.events import protocol as ev
-from zyquo_tui.core.runs.failures import Failure, failure, looks_like_oom
+from zyquo_tui.core.formatting import fmt_bytes
+from zyquo_tui.core.runs.failures import (
+    Failure,
+    failure,
+    looks_like_lost_rank,
+    looks_like_oom,
+)
 from zyquo_tui.core.runs.mlx_config import dump_mlx_yaml, run_to_mlx_config
 from zyquo_tui.core.runs.problems import errors_in
 from zyquo_tui.core.runs.run import ALLOWED_TRANSITIONS, Run, RunState
 from zyquo_tui.core.runs.settings import SETTINGS, Method
-from zyquo_tui.core.runs.stopping import DIVERGED, EARLY_STOPPING, DivergenceWatch, EarlyStopping
-from zyquo_tui.core.store.store import CONFIG_FILE, EVENTS_FILE, RunStore
+from zyquo_tui.core.runs.stopping import (
+    DIVERGED,
+    EARLY_STOPPING,
+    DivergenceWatch,
+    EarlyStopping,
+)
+from zyquo_tui.core.store.logs import rotate_if_large
+from zyquo_tui.core.store.store import CONFIG_FILE, EVENTS_FILE, LOG_FILE, RunStore
 from zyquo_tui.core.store.user_settings import Settings
+from zyquo_tui.core.system.disk_space import free_bytes
+from zyquo_tui.trainer.checkpoints import CheckpointWriteError
+from zyquo_tui.core.system.machine import peak_resident_bytes, resident_bytes
 from zyquo_tui.trainer.loading import TrainerFailure, fail
 
 EXIT_DONE = 0
 EXIT_FAILED = 1
+EXIT_RANK_LOST = 3  # another rank of a distributed run is gone
 
 
 class TrainingSession:
     """Trains the run in `run_dir` from its record, from scratch or from a saved step."""
+
+    primary = True  # rank 0 of a distributed run, or the only process: it writes the files
 
     def __init__(self, run_dir: Path, stop) -> None:
         self.run_dir = run_dir
@@ -50,6 +69,10 @@ class TrainingSession:
         self.stop_reason: str | None = None
         self.stop_message = ""
         self.sampler = None  # trainer/samples.py Sampler, with --sample-prompts
+        self.settings = Settings()
+        # Why the loop was asked to stop: None for a cancel (a signal), "disk" for the floor.
+        self.stop_cause: str | None = None
+        self.checkpoint_bytes = 0  # one more checkpoint: estimated, then as last written
 
     # -- run.json ----------------------------------------------------------------------------
 
@@ -71,12 +94,17 @@ class TrainingSession:
     # -- events ------------------------------------------------------------------------------
 
     def _on_train(self, info: dict[str, Any]) -> None:
+        rss = peak_resident_bytes()
+        if rss is not None:
+            info = {**info, "peak_rss_bytes": rss}
         self.events.write(ev.TRAIN, **info)
         self.step = info["iteration"]
         self.summary.update(step=self.step, last_train_loss=info["train_loss"],
                             tokens_per_second=info["tokens_per_second"],
                             peak_memory_bytes=max(info["peak_memory_bytes"],
                                                   self.summary.get("peak_memory_bytes", 0)))
+        if rss is not None:
+            self.summary["peak_rss_bytes"] = max(rss, self.summary.get("peak_rss_bytes", 0))
         print(f"step {info['iteration']}: train loss {info['train_loss']:.4f}, "
               f"lr {info['learning_rate']:.3g}, {info['tokens_per_second']:.0f} tok/s", flush=True)
         self._watch_divergence(info["iteration"], info["train_loss"])
@@ -121,6 +149,10 @@ class TrainingSession:
 
     def _on_checkpoint(self, info: dict[str, Any]) -> None:
         self.events.write(ev.CHECKPOINT, **info)
+        try:  # the next one takes as much again, and adapters.safetensors is rewritten beside it
+            self.checkpoint_bytes = info["bytes"] + os.path.getsize(info["latest"])
+        except OSError:
+            pass
         self.summary["latest_checkpoint_step"] = info["iteration"]
         self.step = max(self.step, info["iteration"])
         self._update()
@@ -128,6 +160,74 @@ class TrainingSession:
     def _warn(self, code: str, message: str, **fields: Any) -> None:
         self.events.write(ev.WARNING, code=code, message=message, **fields)
         print(f"warning: {message}", flush=True)
+
+    # -- between steps: the disk's floor and the log's bound ----------------------------------
+
+    def _between_steps(self) -> bool:
+        """The loop's should_stop: bound trainer.log, then stop for a cancel, a stopping rule
+        or a full disk."""
+        self._bound_log()
+        if self._should_stop():  # a cancel, or a rule the user chose (early stopping...)
+            return True
+        if self._disk_low() is not None:
+            self.stop_cause = "disk"
+            return True
+        return False
+
+    def _disk_low(self) -> int | None:
+        """The free bytes of the store's disk when they are under the floor plus one more
+        checkpoint (config.toml [disk] floor_bytes), else None."""
+        free = free_bytes(self.run_dir)
+        if free is None or free >= self.settings.disk_floor_bytes + self.checkpoint_bytes:
+            return None
+        return free
+
+    def _bound_log(self) -> None:
+        """Rotate trainer.log at its size (config.toml [logs]). Only when our output goes to
+        it (the runner's way of starting us): we then point stdout and stderr, ours and
+        MLX's alike, at the new file, between steps, so no line is lost or split."""
+        log = self.run_dir / LOG_FILE
+        try:
+            if os.fstat(1).st_ino != os.stat(log).st_ino:
+                return
+        except OSError:
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if not rotate_if_large(log, self.settings.log_max_bytes, self.settings.log_backups):
+            return
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+
+    def _estimate_checkpoint_bytes(self, run: Run) -> int:
+        """One checkpoint and the latest weights, from the model's headers (core's disk
+        verdict), until a real checkpoint says how big they are."""
+        try:
+            from zyquo_tui.core.memory.disk_verdict import checkpoint_bytes
+            from zyquo_tui.core.memory.estimate import TrainingConfig
+            from zyquo_tui.core.memory.facts import ModelFacts
+
+            one, weights = checkpoint_bytes(ModelFacts.from_folder(run.model),
+                                            TrainingConfig.from_run(run))
+            return one + weights
+        except (OSError, UserError, ValueError, KeyError):  # a figure, never a reason to fail
+            return 0
+
+    def _stopped_for_disk(self, checkpoint: dict[str, Any] | None) -> int:
+        free = free_bytes(self.run_dir) or 0
+        saved = (f"with a checkpoint at step {checkpoint['iteration']}" if checkpoint
+                 else "without a new checkpoint")
+        cause = failure("disk", f"The store's disk has {fmt_bytes(free)} free, under its floor "
+                        f"of {fmt_bytes(self.settings.disk_floor_bytes)} plus one checkpoint "
+                        f"({fmt_bytes(self.checkpoint_bytes)}): the run stopped at step "
+                        f"{self.step} {saved}.")
+        self._update(RunState.FAILED, failure=cause.to_dict())
+        self.events.write(ev.FAILED, iteration=self.step, **cause.to_dict(), traceback=[],
+                          checkpoint=checkpoint["iteration"] if checkpoint else None)
+        print(f"stopped ({cause.cause}): {cause.message}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
 
     # -- the session -------------------------------------------------------------------------
 
@@ -138,6 +238,11 @@ class TrainingSession:
             return self._train(run)
         except TrainerFailure as error:
             return self._failed(error.failure, error)
+        except CheckpointWriteError as error:
+            free = free_bytes(self.run_dir)
+            room = f"; {fmt_bytes(free)} is free on the store's disk" if free is not None else ""
+            return self._failed(failure("disk", f"The checkpoint of step {error.step} could not "
+                                        f"be written ({error}){room}."), error)
         except MemoryError as error:
             return self._failed(failure("oom", "The trainer ran out of memory."), error)
         except ImportError as error:
@@ -145,6 +250,8 @@ class TrainingSession:
                 failure("dependency", f"A package the trainer needs is missing: {error}."), error)
         except Exception as error:  # anything else is a bug or an unforeseen input: say so
             text = str(error)
+            if looks_like_lost_rank(text):
+                return self._rank_lost(text)
             if looks_like_oom(text):
                 return self._failed(failure("oom", f"The trainer ran out of memory ({text})."),
                                     error)
@@ -169,6 +276,13 @@ class TrainingSession:
         print(f"failed ({cause.cause}): {cause.message}", file=sys.stderr, flush=True)
         return EXIT_FAILED
 
+    def _rank_lost(self, text: str) -> int:
+        """Another rank of a distributed run is gone: no terminal event, so the runner records
+        the run as interrupted (with the rank mlx.launch names) and a resume continues it."""
+        self._warn("rank_lost", f"Another process of this distributed run stopped ({text}); "
+                   "this one stops too.")
+        return EXIT_RANK_LOST
+
     def _cancelled(self, checkpoint: dict[str, Any] | None) -> int:
         self._update(RunState.CANCELLED)
         self.events.write(ev.CANCELLED, iteration=self.step,
@@ -180,36 +294,49 @@ class TrainingSession:
         errors = errors_in(run.problems())
         if errors:
             raise fail("config", errors[0].sentence)
+        try:
+            self.settings = Settings.load(self.store.home)
+        except UserError as error:
+            raise fail("config", error.message) from None
         adapters = self.store.adapters_dir(run.id)
         adapters.mkdir(exist_ok=True)
         config = run_to_mlx_config(run, adapter_path=str(adapters))
-        (self.run_dir / CONFIG_FILE).write_text(dump_mlx_yaml(config), encoding="utf-8")
+        if self.primary:
+            (self.run_dir / CONFIG_FILE).write_text(dump_mlx_yaml(config), encoding="utf-8")
 
         from zyquo_tui.trainer import loading
 
         loading.check_model_folder(run)  # fail fast, before mlx is imported
         for problem in loading.check_dataset(run):
             self._warn("dataset", str(problem), file=problem.file, line=problem.line)
+        import mlx_lm  # the libraries first: the footprint before the model is not training's
+
+        start_rss = resident_bytes()
+        if start_rss is not None:
+            self.summary["start_rss_bytes"] = start_rss
         model, tokenizer = loading.load_model(run)
-        train_rows, valid_rows, sizes = loading.load_datasets(run, tokenizer)
+        hp = run.hyperparameters
+        if SETTINGS["objective"].get(hp) == "sft":
+            train_set, val_set, sizes, train_lengths, val_lengths = loading.load_sft_data(
+                run, tokenizer)
+        else:
+            train_set, val_set, sizes, train_lengths, val_lengths = \
+                loading.load_preference_data(run, tokenizer)
         if self.stop.requested:
             return self._cancelled(None)
 
         import mlx.core as mx
-        import mlx_lm
         import numpy as np
-        from mlx_lm.tuner.datasets import CacheDataset
 
-        hp = run.hyperparameters
-        data = Path(run.data)
-        train_set = CacheDataset(train_rows)
-        train_lengths = loading.tokenize_all(train_set, data / "train.jsonl")
-        val_set = CacheDataset(valid_rows) if valid_rows else []
-        val_lengths = loading.tokenize_all(val_set, data / "valid.jsonl") if val_set else []
         self._truncation_warnings(hp, train_lengths, val_lengths)
         if sizes["valid"] and sizes["valid"] < hp.batch_size:
             val_set = []  # mlx-lm would stop at its first validation; skip it instead
 
+        from zyquo_tui.trainer.distributed import World, record_ranks
+
+        world = World.join()  # the other ranks of a distributed run (mlx.launch), if any
+        if world.distributed:
+            record_ranks(self.store, self.run_id, world)
         mx.random.seed(hp.seed)
         np.random.seed(hp.seed)
         optimizer = self._prepare_model(model, run, config, adapters)
@@ -219,10 +346,13 @@ class TrainingSession:
         self._prepare_stopping(run, resumed_from=run.resume_from_step)
         self._prepare_samples(run, model, tokenizer, has_validation=bool(val_set))
         hooks = LoopHooks(self._on_train, self._on_val, self._on_checkpoint,
-                          should_stop=self._should_stop, should_save=self._should_save)
+                          should_stop=self._between_steps, should_save=self._should_save)
         # The settings config.yaml was written from, as they are: nothing copied by hand.
+        from zyquo_tui.trainer.objectives import objective_for
+
         loop = self.loop = TrainingLoop(model, optimizer, train_set, val_set, hp, adapters,
-                                        hooks)
+                                        hooks, objective_for(hp, model, run.model),
+                                        world=world)
         resumed_from = run.resume_from_step
         if resumed_from is not None:
             loop.restore(resumed_from)
@@ -244,19 +374,25 @@ class TrainingSession:
             parameters={"total": int(get_total_parameters(model)), "trainable": int(trainable)},
             dataset={"train": sizes["train"], "valid": sizes["valid"]},
             iters=hp.iters, resumed_from_step=resumed_from, config=config,
-            loss_chunk_tokens=loop.loss_chunk_tokens,
+            loss_chunk_tokens=loop.objective.loss_chunk_tokens,
+            world_size=world.size,
         )
-        self.summary["loss_chunk_tokens"] = loop.loss_chunk_tokens
-        if loop.loss_slicing_note:
-            self._warn("loss_chunk_tokens", loop.loss_slicing_note)
+        self.summary["loss_chunk_tokens"] = loop.objective.loss_chunk_tokens
+        if loop.objective.slicing_note:
+            self._warn("loss_chunk_tokens", loop.objective.slicing_note)
         self.summary["iters"] = hp.iters
         self.summary.setdefault("started_at", time.time())
         self.summary.pop("ended_at", None)
         self._update(RunState.RUNNING, resume_from_step=None)
         if self.stop.requested:
             return self._cancelled(None)
+        self.checkpoint_bytes = self._estimate_checkpoint_bytes(run)
+        if self._disk_low() is not None:
+            return self._stopped_for_disk(None)  # resumed before space was freed
 
         result = loop.run()
+        if result.stopped and self.stop_cause == "disk":
+            return self._stopped_for_disk(result.checkpoint)
         if result.stopped and (self.stop.requested or self.stop_reason is None):
             return self._cancelled(result.checkpoint)
         if result.stopped:  # by early stopping or divergence: the run is done

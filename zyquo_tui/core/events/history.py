@@ -24,16 +24,23 @@ from zyquo_tui.core.events import protocol as ev
 from zyquo_tui.core.events.fast_reader import (
     FLOATS,
     INTEGERS,
+    TRAIN_LINE_FIELDS,
     ParsedLines,
     TrainColumnReader,
     parse_lines,
     type_marker,
 )
 from zyquo_tui.core.events.metrics import SERIES_FIELDS, RunMetrics, Series
-from zyquo_tui.core.system.file_workers import FileWorkers, WorkerFailed, line_aligned_ranges
+from zyquo_tui.core.system.file_workers import (
+    FileWorkers,
+    WorkerFailed,
+    line_aligned_ranges,
+)
 
 # Series filled from train lines: (field, series name); steps come from `iteration`.
-_TRAIN_SERIES = [(key, name) for name, (kind, key) in SERIES_FIELDS.items() if kind == ev.TRAIN]
+# The series every train line holds (a preference run's optional ones come the careful way).
+_TRAIN_SERIES = [(key, name) for name, (kind, key) in SERIES_FIELDS.items()
+                 if kind == ev.TRAIN and key in TRAIN_LINE_FIELDS]
 _READER = TrainColumnReader({"iteration": INTEGERS, **{key: FLOATS for key, _ in _TRAIN_SERIES}})
 _STARTED = type_marker(ev.STARTED)
 

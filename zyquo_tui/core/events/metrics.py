@@ -45,9 +45,13 @@ SERIES_FIELDS = {
     "learning_rate": (ev.TRAIN, "learning_rate"),
     "tokens_per_second": (ev.TRAIN, "tokens_per_second"),
     "peak_memory_bytes": (ev.TRAIN, "peak_memory_bytes"),
+    "peak_rss_bytes": (ev.TRAIN, "peak_rss_bytes"),
     "iterations_per_second": (ev.TRAIN, "iterations_per_second"),
     "trained_tokens": (ev.TRAIN, "trained_tokens"),
     "val_loss": (ev.VAL, "val_loss"),
+    # A preference run's: train means by report, and validation's as val_<name>.
+    **{name: (ev.TRAIN, name) for name in ev.PREFERENCE_METRICS},
+    **{f"val_{name}": (ev.VAL, name) for name in ev.PREFERENCE_METRICS},
 }
 
 
@@ -189,6 +193,7 @@ class RunMetrics:
             "best_val_step": best[0] if best else None,
             "tokens_per_second": self.series["tokens_per_second"].last,
             "peak_memory_bytes": max(self.series["peak_memory_bytes"].values, default=None),
+            "peak_rss_bytes": max(self.series["peak_rss_bytes"].values, default=None),
             "learning_rate": self.series["learning_rate"].last,
             "eta_seconds": self.eta_seconds(),
             "elapsed_seconds": self.elapsed_seconds(),

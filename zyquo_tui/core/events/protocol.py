@@ -33,7 +33,8 @@ TERMINAL_TYPES = frozenset({COMPLETED, FAILED, CANCELLED})
 KNOWN_TYPES = frozenset({STARTED, TRAIN, VAL, CHECKPOINT, WARNING, SAMPLE}) | TERMINAL_TYPES
 
 # Failure causes carried by `failed` events and run.json.
-FAILURE_CAUSES = ("oom", "nan", "data", "config", "dependency", "internal", "killed")
+FAILURE_CAUSES = ("oom", "nan", "data", "config", "dependency", "internal", "killed", "disk",
+                  "rank_lost")
 
 # What the writer puts between items and between a key and its value (json.dumps' defaults,
 # named because a fast reader matches the written text).
@@ -56,19 +57,30 @@ class Field:
 _INT, _FLOAT, _STR = (int,), (float,), (str,)
 _NONE = type(None)
 
+# What a preference run (objective dpo or orpo) adds to its train and val events: means over
+# the report window (train) or the validation batches (val) of per-row figures.
+PREFERENCE_METRICS = ("reward_margin", "reward_accuracy", "chosen_reward", "rejected_reward")
+PREFERENCE_FIELDS = tuple(Field(name, _FLOAT, optional=True) for name in PREFERENCE_METRICS)
+
 # Each type's fields, after the envelope, in the order they are written.
 EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
     STARTED: (
         Field("pid", _INT), Field("host", _STR), Field("versions", (dict,)),
         Field("device", _STR), Field("parameters", (dict,)), Field("dataset", (dict,)),
         Field("iters", _INT), Field("resumed_from_step", (int, _NONE)), Field("config", (dict,)),
+        # the processes training the run together (mlx.launch); left out by older writers
+        Field("world_size", _INT, optional=True),
     ),
     TRAIN: (
         Field("iteration", _INT), Field("train_loss", _FLOAT), Field("learning_rate", _FLOAT),
         Field("iterations_per_second", _FLOAT), Field("tokens_per_second", _FLOAT),
         Field("trained_tokens", _INT), Field("peak_memory_bytes", _INT),
+        # the process's peak resident footprint (getrusage); absent where it cannot be read
+        Field("peak_rss_bytes", _INT, optional=True),
+        *PREFERENCE_FIELDS,
     ),
-    VAL: (Field("iteration", _INT), Field("val_loss", _FLOAT), Field("val_time", _FLOAT)),
+    VAL: (Field("iteration", _INT), Field("val_loss", _FLOAT), Field("val_time", _FLOAT),
+          *PREFERENCE_FIELDS),
     CHECKPOINT: (
         Field("iteration", _INT), Field("adapter_file", _STR), Field("latest", _STR),
         Field("state_files", (list,)), Field("bytes", _INT),
@@ -92,6 +104,8 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
     FAILED: (
         Field("iteration", _INT), Field("cause", _STR), Field("message", _STR),
         Field("suggestion", _STR), Field("traceback", (list,)),
+        # cause "disk": the step of the checkpoint saved before stopping (None: none saved)
+        Field("checkpoint", (int, _NONE), optional=True),
     ),
     CANCELLED: (
         Field("iteration", _INT), Field("checkpoint", (int, _NONE)),
@@ -192,3 +206,25 @@ class EventReader:
 def read_events(path: Path) -> list[dict[str, Any]]:
     """All complete events in the file (a partial last line is left out)."""
     return EventReader(path).read_new()
+
+
+def last_event(path: Path, type_: str, tail_bytes: int = 64 * 1024) -> dict[str, Any] | None:
+    """The last complete event of `type_` among the file's last `tail_bytes` (a live figure,
+    such as a running trainer's peaks, without reading the whole history); None if none."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(handle.seek(0, os.SEEK_END) - tail_bytes, 0))
+            data = handle.read()
+    except OSError:
+        return None
+    marker = (json.dumps("type") + KEY_SEPARATOR + json.dumps(type_)).encode()
+    for line in reversed(data.split(b"\n")[1:-1] if len(data) >= tail_bytes
+                         else data.split(b"\n")[:-1]):
+        if marker in line:
+            try:
+                event = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(event, dict) and event.get("type") == type_:
+                return event
+    return None

@@ -25,7 +25,10 @@ from typing import Any
 
 from zyquo_tui.core.library.dataset_files import FileReport, RowHashes, validate_file
 from zyquo_tui.core.library.folder_search import find_folders
-from zyquo_tui.core.library.parallel_validation import default_workers, validate_file_parallel
+from zyquo_tui.core.library.parallel_validation import (
+    default_workers,
+    validate_file_parallel,
+)
 from zyquo_tui.core.library.rows import (
     ERROR,
     WARNING,

@@ -19,7 +19,11 @@ from zyquo_tui.core.library.dataset_files import (
     scan_rows,
 )
 from zyquo_tui.core.library.rows import CHAT, ERROR, TOOLS, WARNING, Problem, RowChecker
-from zyquo_tui.core.system.file_workers import FileWorkers, WorkerFailed, line_aligned_ranges
+from zyquo_tui.core.system.file_workers import (
+    FileWorkers,
+    WorkerFailed,
+    line_aligned_ranges,
+)
 
 # Below this much data, starting worker processes costs more than it saves.
 PARALLEL_MIN_BYTES = 64 * 1024 * 1024

@@ -23,17 +23,31 @@ PREFERENCE = "preference"
 FORMATS = (COMPLETIONS, CHAT, TOOLS, TEXT, PREFERENCE)
 
 
-def training_refusal(data_format: str | None) -> str | None:
-    """Why mlx-lm's LoRA trainer cannot train rows of this format; None when it can.
+def objectives_for(data_format: str | None) -> tuple[str, ...]:
+    """The objectives rows of this format train: preference pairs dpo and orpo, the other
+    formats sft."""
+    if data_format is None:
+        return ()
+    return ("dpo", "orpo") if data_format == PREFERENCE else ("sft",)
 
-    Preference rows are valid data (for DPO-style training), so validation passes them; only
-    training refuses them, here, in one place: the trainer, the setup form and `data check`.
+
+def training_refusal(data_format: str | None, objective: str | None = None) -> str | None:
+    """Why a run of `objective` cannot train rows of this format; None when it can. Without
+    an objective: None when some objective trains them.
+
+    One place for the trainer, `runs new`, the setup form and `data check`.
     """
+    if data_format is None:
+        return None
+    trains = objectives_for(data_format)
+    if objective is None or objective in trains:
+        return None
     if data_format == PREFERENCE:
-        return ("preference rows (prompt, chosen, rejected) are for preference training, "
-                "which mlx-lm's LoRA trainer does not do; train on chat, completions or text "
-                "rows instead")
-    return None
+        return (f"preference rows (prompt, chosen, rejected) train the dpo or orpo objective, "
+                f"not {objective}; choose --objective dpo or orpo")
+    return (f"the {objective} objective needs preference rows (prompt, chosen, rejected), and "
+            f"these are {data_format} rows; train them with the sft objective, or pick a "
+            "preference dataset")
 
 
 def feature_keys(extra_config: dict[str, Any]) -> dict[str, Any]:
@@ -50,7 +64,7 @@ REQUIRED_KEYS = {
     CHAT: ("messages",),
     TOOLS: ("messages",),
     TEXT: ("text",),
-    PREFERENCE: ("prompt", "chosen", "rejected"),
+    PREFERENCE: ("chosen", "rejected"),  # and a prompt, unless both are chat messages
 }
 
 BOM = b"\xef\xbb\xbf"
@@ -84,7 +98,7 @@ def row_format(row: dict[str, Any]) -> str | None:
         return TOOLS if "tools" in row else CHAT
     if "text" in row:
         return TEXT
-    if "prompt" in row and "chosen" in row and "rejected" in row:
+    if "chosen" in row and "rejected" in row:  # with a prompt, or a chat pair
         return PREFERENCE
     return None
 
@@ -207,10 +221,13 @@ def _check_text(row: dict[str, Any]) -> _Findings:
 
 
 def _check_preference(row: dict[str, Any]) -> _Findings:
-    # Each of prompt, chosen and rejected is a string, or (the conversational form preference
-    # trainers also read) a list of messages: the prompt's turns, then the answer's.
+    # A pair is a prompt with two answers (each a string, or the conversational form preference
+    # trainers also read: a list of messages), or a chat pair: two conversations that share
+    # their prompt turns and differ in the answer.
     findings: list[tuple[Severity, str]] = []
-    for key, empty in (("prompt", WARNING), ("chosen", ERROR), ("rejected", ERROR)):
+    sides = ("chosen", "rejected")
+    keys = (("prompt", WARNING),) if "prompt" in row else ()
+    for key, empty in (*keys, ("chosen", ERROR), ("rejected", ERROR)):
         value = row[key]
         if type(value) is not list:
             _check_string(findings, row, key, empty)
@@ -223,10 +240,34 @@ def _check_preference(row: dict[str, Any]) -> _Findings:
                            else _content_problem(message, role))
                 if problem:
                     findings.append((ERROR, f"{key}[{index}]: {problem}"))
+    if "prompt" not in row and not findings:
+        if not all(type(row[side]) is list for side in sides):
+            findings.append((ERROR, "'prompt' is missing: a pair of answers needs the prompt "
+                                    "they answer (or give chosen and rejected as two chat "
+                                    "conversations that share their prompt turns)"))
+        else:
+            shared = chat_pair_prefix(row["chosen"], row["rejected"])
+            if shared == 0:
+                findings.append((ERROR, "'chosen' and 'rejected' do not share their prompt "
+                                        "turns (they differ from the first message); a chat "
+                                        "pair is one conversation with two different answers"))
+            elif shared in (len(row["chosen"]), len(row["rejected"])):
+                findings.append((ERROR, f"one side of the chat pair has no answer after the "
+                                        f"{shared} shared messages"))
     if row["chosen"] == row["rejected"]:
         findings.append((WARNING, "'chosen' and 'rejected' are the same: the pair teaches "
                                   "nothing"))
     return findings or None
+
+
+def chat_pair_prefix(chosen: list, rejected: list) -> int:
+    """How many leading messages two conversations share (a chat pair's prompt turns)."""
+    shared = 0
+    for a, b in zip(chosen, rejected):
+        if a != b:
+            break
+        shared += 1
+    return shared
 
 
 def _check_tools(findings: list, row: dict[str, Any]) -> None:

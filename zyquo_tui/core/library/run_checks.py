@@ -139,7 +139,7 @@ def problems_with_data(hp: Hyperparameters, data: DataTraits) -> list[Problem]:
         return [Problem("dataset", f"{data.path} has no train.jsonl, which training needs; "
                                    "give the folder that holds it.")]
     found = []
-    refusal = training_refusal(data.format)
+    refusal = training_refusal(data.format, SETTINGS["objective"].get(hp))
     if refusal:
         found.append(Problem("dataset", f"{data.name}: {refusal}."))
     batch = hp.batch_size

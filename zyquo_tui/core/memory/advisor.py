@@ -25,12 +25,19 @@ from zyquo_tui.core.memory.estimate import (
 )
 from zyquo_tui.core.memory.facts import GIB, MIB, ModelFacts
 from zyquo_tui.core.memory.history import MemoryHistory
+from zyquo_tui.core.memory.measure import Measurement
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import DEFAULT_LOSS_CHUNK_TOKENS, Method
 
-# Verdict thresholds (docs/memory.md). Within TIGHT_FRACTION of the budget the estimate's own
-# error (within 15% when calibrated) could cross it.
-TIGHT_FRACTION = 0.85
+
+def tight_fraction(coefficients: Coefficients) -> float:
+    """The share of the budget above which a config is tight (docs/memory.md): within the
+    estimate's held-out error of the limit, a model it was not fitted to could cross it."""
+    return 1 - coefficients.held_out_error
+
+
+# The calibrated CPU's (each device's terms carry their own).
+TIGHT_FRACTION = tight_fraction(CPU_COEFFICIENTS)
 
 
 class Verdict(str, enum.Enum):
@@ -203,11 +210,11 @@ class MemoryAdvisor:
             verdict = Verdict.WONT_FIT
             reason = (f"needs about {fmt_bytes(need)}, more than the {fmt_bytes(limit)} "
                       f"training may use here ({where}).")
-        elif need > TIGHT_FRACTION * limit:
+        elif need > tight_fraction(self.coefficients) * limit:
             verdict = Verdict.TIGHT
             reason = (f"needs about {fmt_bytes(need)}, {need / limit:.0%} of the "
                       f"{fmt_bytes(limit)} training may use here ({where}): within the "
-                      "estimate's error of the limit.")
+                      f"estimate's error ({self.coefficients.held_out_error:.0%}) of the limit.")
         elif need > budget.available_bytes:
             verdict = Verdict.TIGHT
             reason = (f"needs about {fmt_bytes(need)} of the {fmt_bytes(limit)} budget, but "
@@ -306,12 +313,15 @@ class MemoryAdvisor:
 
     # -- measured history ------------------------------------------------------------------------
 
-    def record_measurement(self, model: ModelFacts, estimate: Estimate, measured_peak: int,
-                           source: str = "measure", run_id: str | None = None) -> None:
+    def record_measurement(self, model: ModelFacts, estimate: Estimate,
+                           measured: Measurement) -> None:
+        """Add a `plan --measure` (or the setup form's) measurement beside its estimate."""
         self.history.append({
             "device": estimate.device, "model": model.path, "method": estimate.config.method.value,
             "settings": estimate.config.settings(), "estimate_bytes": estimate.model_bytes,
-            "measured_peak_bytes": int(measured_peak), "source": source, "run_id": run_id,
+            "measured_peak_bytes": measured.training_peak_bytes,
+            "mlx_peak_bytes": measured.peak_bytes, "peak_rss_bytes": measured.peak_rss_bytes,
+            "start_rss_bytes": measured.start_rss_bytes, "source": "measure", "run_id": None,
         })
 
 

@@ -21,6 +21,21 @@ HISTORY_MIN_EFFECT = 0.02  # ratios closer to 1 than this leave the estimate alo
 HISTORY_CLAMP = (0.5, 2.0)
 
 
+def training_peak(mlx_peak: int, peak_rss: int | None = None,
+                  start_rss: int | None = None) -> int:
+    """The peak a measurement or a run compares with its estimate: the larger of MLX's peak
+    and the process's peak resident footprint above its footprint before the model loaded.
+
+    MLX's figure can miss memory the process really holds (buffers MLX does not count, the
+    allocator's slack: mlx issues 3896 and 3993), and the resident figure includes the
+    interpreter and the libraries, which no estimate of training counts; so the resident peak
+    counts from the footprint the process had before loading the model.
+    """
+    if peak_rss is None or start_rss is None:
+        return int(mlx_peak)
+    return max(int(mlx_peak), int(peak_rss) - int(start_rss))
+
+
 @dataclass
 class HistoryCorrection:
     """A factor from this machine's measured peaks against their estimates."""
@@ -39,7 +54,10 @@ class MemoryHistory:
     """This machine's measured peaks beside their estimates: memory_history.jsonl.
 
     One JSON object per line: time, host, device, model, method, settings, estimate_bytes (the
-    uncorrected model estimate), measured_peak_bytes, source ("measure" or "run") and run_id.
+    uncorrected model estimate), measured_peak_bytes (`training_peak`: the larger of the
+    two figures that follow), mlx_peak_bytes (MLX's peak), peak_rss_bytes and start_rss_bytes
+    (the process's peak resident footprint, and its footprint before the model loaded; absent
+    where they could not be read), source ("measure" or "run") and run_id.
     `plan --measure` appends; finished runs are added by `record_run` (the supervisor calls it
     when a run ends) or `import_runs` (a scan of the store).
     """
@@ -100,7 +118,8 @@ class MemoryHistory:
         Returns whether a record was added.
         """
         memory = run.memory or {}
-        peak = (run.summary or {}).get("peak_memory_bytes")
+        summary = run.summary or {}
+        peak = summary.get("peak_memory_bytes")
         estimate = memory.get("model_estimate_bytes")
         if not peak or not estimate or not memory.get("exact_sequence"):
             return False
@@ -109,10 +128,13 @@ class MemoryHistory:
         host = (run.process or {}).get("host")
         if host and host != socket.gethostname():
             return False
+        rss, start = summary.get("peak_rss_bytes"), summary.get("start_rss_bytes")
         self.append({"device": memory.get("device", CPU), "model": run.model,
                      "method": run.method.value, "settings": memory.get("settings"),
-                     "estimate_bytes": int(estimate), "measured_peak_bytes": int(peak),
-                     "source": "run", "run_id": run.id})
+                     "estimate_bytes": int(estimate),
+                     "measured_peak_bytes": training_peak(peak, rss, start),
+                     "mlx_peak_bytes": int(peak), "peak_rss_bytes": rss,
+                     "start_rss_bytes": start, "source": "run", "run_id": run.id})
         return True
 
     def import_runs(self, runs: Iterable[Any]) -> int:

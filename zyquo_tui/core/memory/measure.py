@@ -11,6 +11,7 @@ from typing import Any
 from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
 from zyquo_tui.core.memory.budget import CPU, GPU
 from zyquo_tui.core.memory.estimate import TrainingConfig
+from zyquo_tui.core.memory.history import training_peak
 from zyquo_tui.core.runs.settings import Hyperparameters
 from zyquo_tui.core.system.child_process import run_child
 from zyquo_tui.core.system.entry_points import MEASURE, python_command
@@ -18,13 +19,22 @@ from zyquo_tui.core.system.entry_points import MEASURE, python_command
 
 @dataclass
 class Measurement:
-    """The peak MLX memory of a few real training steps of a config."""
+    """The peak memory of a few real training steps of a config: MLX's figure, and the
+    process's peak resident footprint with its footprint before the model loaded."""
 
-    peak_bytes: int
+    peak_bytes: int  # MLX's peak (mx.get_peak_memory())
     batch_width: int
     seconds: float
     device: str
     longest_row_tokens: int | None = None
+    tokens_per_second: float | None = None  # the median step's, after the first (compiling)
+    peak_rss_bytes: int | None = None
+    start_rss_bytes: int | None = None
+
+    @property
+    def training_peak_bytes(self) -> int:
+        """The larger of the two figures (core.memory.history.training_peak)."""
+        return training_peak(self.peak_bytes, self.peak_rss_bytes, self.start_rss_bytes)
 
 
 def _subprocess_json(command: list[str], spec: dict[str, Any], timeout: float,
@@ -72,5 +82,8 @@ def measure_peak(model_path: str, config: TrainingConfig, *, data: str | None = 
     return Measurement(peak_bytes=int(result["peak_memory_bytes"]),
                        batch_width=int(result["batch_width"]),
                        seconds=float(result.get("seconds", 0.0)), device=device,
-                       longest_row_tokens=result.get("longest_row_tokens"))
+                       longest_row_tokens=result.get("longest_row_tokens"),
+                       peak_rss_bytes=result.get("peak_rss_bytes"),
+                       start_rss_bytes=result.get("start_rss_bytes"),
+                       tokens_per_second=result.get("tokens_per_second"))
 

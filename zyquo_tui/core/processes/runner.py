@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -19,8 +20,10 @@ import time
 from pathlib import Path
 
 from zyquo_tui.core.events import protocol as ev
-from zyquo_tui.core.runs.failures import classify_exit
+from zyquo_tui.core.processes import distributed_launch
+from zyquo_tui.core.runs.failures import classify_exit, failure
 from zyquo_tui.core.runs.run import Run, RunState
+from zyquo_tui.core.store.logs import read_tail
 from zyquo_tui.core.store.queue import RunQueue
 from zyquo_tui.core.store.store import EVENTS_FILE, LOG_FILE, RunStore
 from zyquo_tui.core.store.user_settings import Settings
@@ -33,13 +36,8 @@ LOG_TAIL_BYTES = 16_384
 
 
 def log_tail(path: Path, size: int = LOG_TAIL_BYTES) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - size))
-            return handle.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        return ""
+    """The end of trainer.log, across a rotation (core/store/logs.py)."""
+    return read_tail(path, size)
 
 
 def terminal_event(path: Path) -> dict | None:
@@ -102,11 +100,25 @@ class Runner:
             print(f"runner: cannot start {run_id}: {error}", flush=True)
             return
         run_dir = self.store.run_dir(run_id)
+        argv = python_command(TRAINER, str(run_dir))
+        distribution = preexec = None
+        try:  # one run on several processes: mlx.launch starts a trainer per rank
+            run = self.store.get(run_id)
+            distribution = distributed_launch.distribution_for(run)
+            if distribution is not None:
+                argv = distributed_launch.distributed_command(self.store, run, distribution, argv)
+                preexec = distributed_launch.ignore_stop_signals
+                distributed_launch.trainer_log_note(
+                    run_dir / LOG_FILE, f"{distributed_launch.LAUNCHER_MARKER} "
+                    f"{distribution.world_size} processes: {shlex.join(argv)}")
+        except distributed_launch.LaunchError as error:
+            self._fail_before_start(run_id, str(error))
+            return
         with open(run_dir / LOG_FILE, "ab") as log:
             trainer = subprocess.Popen(
-                [*caffeinate_prefix(), *python_command(TRAINER, str(run_dir))],
+                [*caffeinate_prefix(), *argv],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, pass_fds=(self.lock_fd,),
+                start_new_session=True, pass_fds=(self.lock_fd,), preexec_fn=preexec,
             )
         started = identity(trainer.pid)
 
@@ -114,13 +126,27 @@ class Runner:
             run.process = {**(run.process or {}), "pid": started["pid"],
                            "start_time": started["start_time"]}
         self.store.update(run_id, record)
-        returncode = self._wait(run_id, trainer)
+        returncode = self._wait(run_id, trainer, distributed=distribution is not None)
         self._settle(run_id, returncode)
 
-    def _wait(self, run_id: str, trainer: subprocess.Popen) -> int:
+    def _fail_before_start(self, run_id: str, message: str) -> None:
+        """A run that could not be launched: failed, with the sentence that says why."""
+        cause = failure("config", message)
+        writer = ev.EventWriter(self.store.events_path(run_id))
+        writer.write(ev.FAILED, iteration=0, **cause.to_dict(), traceback=[])
+        writer.close()
+
+        def failed(run):
+            run.failure = cause.to_dict()
+            run.set_state(RunState.FAILED)
+        self.store.update(run_id, failed)
+        print(f"runner: {run_id} not started: {message}", flush=True)
+
+    def _wait(self, run_id: str, trainer: subprocess.Popen, distributed: bool = False) -> int:
         """Wait for the trainer; carry out a cancel request, killing it after the grace period."""
         grace = self.settings.cancel_grace_seconds
         terminated = killed = False
+        rank_zero_gone_at = None
         while True:
             try:
                 return trainer.wait(timeout=POLL_SECONDS)
@@ -129,9 +155,22 @@ class Runner:
             if killed:
                 continue
             try:
-                asked = (self.store.get(run_id).process or {}).get("cancel_requested_at")
+                process = self.store.get(run_id).process or {}
             except Exception:
-                asked = None
+                process = {}
+            asked = process.get("cancel_requested_at")
+            if distributed and rank_zero_gone_at is None and \
+                    distributed_launch.rank_zero_gone(process):
+                rank_zero_gone_at = time.time()
+            if rank_zero_gone_at and time.time() - rank_zero_gone_at > \
+                    distributed_launch.RANK_GRACE_SECONDS:
+                # Rank 0 has ended and the launcher still waits on a rank: nothing is left
+                # for them to do, and a rank stuck in a collective would wait forever.
+                print(f"runner: {run_id}: rank 0 ended and other ranks remain; stopping them",
+                      flush=True)
+                signal_group(trainer.pid, signal.SIGKILL)
+                killed = True
+                continue
             if not asked:
                 continue
             if not terminated:

@@ -17,10 +17,12 @@ from typing import AsyncIterator
 
 from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.events import protocol as ev
+from zyquo_tui.core.processes.distributed_launch import world_size_refusal
 from zyquo_tui.core.processes.runner import record_end
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.store.checkpoints import adapter_file, list_checkpoints
 from zyquo_tui.core.store.index import listing_rows
+from zyquo_tui.core.store.logs import rotate_if_large
 from zyquo_tui.core.store.queue import RunQueue
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.store.user_settings import Settings
@@ -67,7 +69,9 @@ class Supervisor:
         argv = python_command(RUNNER, "--home", str(self.store.home), "--lock-fd", str(lock_fd))
         if run_id:
             argv.append(run_id)
-        with open(self.store.home / RUNNER_LOG, "ab") as log:
+        log_path = self.store.home / RUNNER_LOG
+        rotate_if_large(log_path, self.settings.log_max_bytes, self.settings.log_backups)
+        with open(log_path, "ab") as log:
             launcher = subprocess.Popen(argv, pass_fds=(lock_fd,), stdin=subprocess.DEVNULL,
                                         stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
@@ -77,10 +81,11 @@ class Supervisor:
     # -- starting ----------------------------------------------------------------------------
 
     def start(self, run_id: str, *, queue_if_busy: bool = False,
-              override_memory: bool = False) -> Run:
+              override_memory: bool = False, override_disk: bool = False) -> Run:
         """Start a configured run now; when another run is active, queue it or refuse.
 
-        A run whose memory verdict is "won't fit" is refused unless `override_memory`.
+        A run whose memory verdict is "won't fit" is refused unless `override_memory`, one
+        whose checkpoints won't fit on the store's disk unless `override_disk`.
         """
         run = self.refresh(self.store.get(run_id))
         if run.state is not RunState.CONFIGURED:
@@ -92,6 +97,7 @@ class Supervisor:
             raise UserError(f"Run {run_id} is {run.state.value} and cannot be started: {hint}.")
         self._check_settings(run)
         self.check_memory(run, override=override_memory)
+        self.check_disk(run, override=override_disk)
         return self._launch(run, queue_if_busy)
 
     def _check_settings(self, run: Run) -> None:
@@ -131,6 +137,14 @@ class Supervisor:
             gate(run, advisor, override=override, longest_row_tokens=max(lengths, default=None))
         return run
 
+    def check_disk(self, run: Run, *, override: bool = False) -> Run:
+        """The disk gate (core/memory/disk_verdict.py): put the verdict in `run.disk`; refuse
+        "won't fit" without override. Saved with the state change, as the memory verdict."""
+        from zyquo_tui.core.memory.disk_verdict import disk_gate
+
+        disk_gate(run, self.store, override=override)
+        return run
+
     def _wait_for_winding_down_runner(self, timeout: float = 10.0) -> None:
         """A runner whose last run just ended holds the machine for a moment more (it records
         the exit and looks at the queue); don't call the machine busy because of that."""
@@ -151,7 +165,7 @@ class Supervisor:
                         f"{self._active_run_words()} is active on this machine, so run {run.id} "
                         "was not started; try again when it ends, or add --queue-if-busy to "
                         "queue it.")
-                self._mark_queued(run.id, run.memory)
+                self._mark_queued(run.id, run.memory, run.disk)
                 order.append(run.id)
                 return self.store.get(run.id)
             try:
@@ -159,6 +173,7 @@ class Supervisor:
                     r.set_state(RunState.STARTING)
                     r.process = {"requested_at": time.time(), "host": os.uname().nodename}
                     r.memory = run.memory or r.memory
+                    r.disk = run.disk or r.disk
                 self.store.update(run.id, starting)
             except BaseException:
                 os.close(fd)
@@ -173,14 +188,17 @@ class Supervisor:
                 return f"Run {row['id']} ({row['name']})"
         return "Another run"  # its runner is between runs, or its record is being written
 
-    def _mark_queued(self, run_id: str, memory: dict | None = None) -> None:
+    def _mark_queued(self, run_id: str, memory: dict | None = None,
+                     disk: dict | None = None) -> None:
         def queued(r: Run) -> None:
             r.set_state(RunState.QUEUED)
             r.memory = memory or r.memory
+            r.disk = disk or r.disk
             r.queued_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.store.update(run_id, queued)
 
-    def enqueue(self, run_id: str, *, override_memory: bool = False) -> Run:
+    def enqueue(self, run_id: str, *, override_memory: bool = False,
+                override_disk: bool = False) -> Run:
         """Add a configured run to the end of the queue; start the queue if the machine is free."""
         run = self.refresh(self.store.get(run_id))
         if run.state is RunState.QUEUED:
@@ -191,12 +209,14 @@ class Supervisor:
                             "queued (resume or fork the others).")
         self._check_settings(run)
         self.check_memory(run, override=override_memory)
-        self._queue_and_kick(run_id, run.memory)
+        self.check_disk(run, override=override_disk)
+        self._queue_and_kick(run_id, run.memory, run.disk)
         return self.store.get(run_id)
 
-    def _queue_and_kick(self, run_id: str, memory: dict | None = None) -> None:
+    def _queue_and_kick(self, run_id: str, memory: dict | None = None,
+                        disk: dict | None = None) -> None:
         with self.queue.locked() as order:
-            self._mark_queued(run_id, memory)
+            self._mark_queued(run_id, memory, disk)
             order.append(run_id)
             fd = self._try_take_machine()
             if fd is not None:
@@ -260,6 +280,9 @@ class Supervisor:
             raise UserError(f"Run {run_id} has no resumable checkpoint at step {step}; "
                             f"it has {', '.join(map(str, steps))}.")
         self._check_settings(run)
+        refusal = world_size_refusal(self.store, run, step)
+        if refusal:
+            raise UserError(refusal)
 
         def from_step(r: Run) -> None:
             r.resume_from_step = step
@@ -282,6 +305,73 @@ class Supervisor:
         child.lineage = {"parent": parent.id, "step": step, "adapter_file": str(weights)}
         return self.store.create(child)
 
+    # -- after a reboot ------------------------------------------------------------------------
+
+    def recover(self) -> dict:
+        """Bring the store back after the machine went down (the service runs this at boot).
+
+        Runs marked active whose trainer and runner are gone become interrupted; those that
+        no runner saw end (`lost_at`: they died with the machine) are resumed exactly from
+        their latest checkpoint when config.toml's `auto_resume` allows (else left for the
+        user); then the queue goes on. Idempotent: each lost run is claimed (`recovered_at`,
+        under its lock) by one recover only, and a live run is never touched.
+        """
+        report: dict = {"interrupted": [], "resumed": [], "not_resumed": [],
+                        "queue_started": False}
+        lost = []
+        for run in self.store.iter_runs():
+            if not isinstance(run, Run):
+                continue  # damaged: listed by `runs list`, never touched
+            was_active = run.state.is_active
+            run = self.refresh(run)
+            if was_active and run.state is RunState.INTERRUPTED:
+                report["interrupted"].append(run.id)
+            process = run.process or {}
+            if (run.state is RunState.INTERRUPTED and process.get("lost_at")
+                    and not process.get("recovered_at")):
+                lost.append(run.id)
+        for run_id in lost:
+            if not self._claim_lost(run_id):
+                continue  # another recover took it
+            if not self.settings.auto_resume:
+                report["not_resumed"].append({"id": run_id, "reason": "auto_resume is off in "
+                                              "config.toml"})
+                continue
+            try:
+                run = self.resume(run_id, queue_if_busy=True)
+            except UserError as error:
+                report["not_resumed"].append({"id": run_id, "reason": error.message})
+                continue
+            report["resumed"].append({"id": run_id, "step": run.resume_from_step,
+                                      "state": run.state.value})
+        report["queue_started"] = self._continue_queue()
+        report["queue"] = self.queue.ids()
+        return report
+
+    def _claim_lost(self, run_id: str) -> bool:
+        claimed = []
+
+        def claim(r: Run) -> None:
+            process = r.process or {}
+            if (r.state is RunState.INTERRUPTED and process.get("lost_at")
+                    and not process.get("recovered_at")):
+                r.process = {**process, "recovered_at": time.time()}
+                claimed.append(True)
+        self.store.update(run_id, claim)
+        return bool(claimed)
+
+    def _continue_queue(self) -> bool:
+        """Start a runner for the queue when runs wait and the machine is free."""
+        self._wait_for_winding_down_runner()
+        with self.queue.locked() as order:
+            if not order:
+                return False
+            fd = self._try_take_machine()
+            if fd is None:
+                return False  # a runner is at work: it drains the queue
+            self._spawn_runner(fd, None)
+            return True
+
     # -- reading the truth ---------------------------------------------------------------------
 
     def refresh(self, run: Run) -> Run:
@@ -303,6 +393,10 @@ class Supervisor:
         def settle(r: Run) -> None:
             if r.state.is_active:
                 record_end(r, run_dir, None)
+                if r.state is RunState.INTERRUPTED:
+                    # No runner saw the end: the machine went down (or both were killed).
+                    # `recover` resumes such a run, once.
+                    r.process = {**(r.process or {}), "lost_at": time.time()}
         return self.store.update(run.id, settle)
 
     def get(self, run_id: str) -> Run:

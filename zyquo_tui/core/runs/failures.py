@@ -6,6 +6,7 @@ its exit status and the tail of trainer.log).
 
 from __future__ import annotations
 
+import re
 import signal
 from dataclasses import asdict, dataclass
 
@@ -27,8 +28,12 @@ SUGGESTIONS = {
     "config": "change the run's settings as the message says, then start it again",
     "dependency": "reinstall zyquo-tui in its virtual environment (pip install -U zyquo-tui)",
     "internal": "read trainer.log (`zyquo-tui runs logs ID`) and report it with that log",
+    "disk": "free space on the store's disk (or lower config.toml [disk] floor_bytes), then "
+            "resume the run: it continues exactly from its last checkpoint",
     "killed": "something outside zyquo-tui stopped the trainer; resume the run from its latest "
               "checkpoint",
+    "rank_lost": "check that host (memory, network, `zyquo-tui hosts check`), then resume the "
+                 "run from its latest checkpoint with the same hosts",
 }
 
 
@@ -48,6 +53,36 @@ def failure(cause: str, message: str, suggestion: str | None = None) -> Failure:
     return Failure(cause, message, suggestion or SUGGESTIONS[cause])
 
 
+# Text of MLX's errors when another rank of a distributed run is gone.
+_LOST_RANK_MARKERS = ("[ring]", "[jaccl]", "[mpi]", "connection to a peer was lost")
+
+
+def looks_like_lost_rank(text: str) -> bool:
+    return any(marker in text for marker in _LOST_RANK_MARKERS)
+
+
+# What mlx.launch prints for a rank that ended badly (the others follow it: the first counts).
+_LAUNCHER_RANK_LINE = re.compile(
+    r"Node with rank (\d+) (?:exited with code (-?\d+)|was killed)")
+# The line the runner writes before each distributed launch (core/system/cluster.py).
+LAUNCH_MARKER = "runner: launching"
+
+
+def lost_rank(log_tail: str) -> Failure | None:
+    """The rank of a distributed run that ended first, as mlx.launch told it in the log of
+    the latest launch; None when no rank did."""
+    latest = log_tail[log_tail.rfind(LAUNCH_MARKER):] if LAUNCH_MARKER in log_tail else ""
+    found = _LAUNCHER_RANK_LINE.search(latest)
+    if found is None:
+        return None
+    rank, code = found.group(1), found.group(2)
+    how = "was killed" if code is None else f"ended with exit status {code}"
+    if code is not None and int(code) < 0 and -int(code) in signal.Signals._value2member_map_:
+        how = f"was stopped by {signal.Signals(-int(code)).name}"
+    return failure("rank_lost", f"Rank {rank} of the distributed run {how}, so the other "
+                   "ranks were stopped.")
+
+
 def looks_like_oom(text: str) -> bool:
     return any(marker in text for marker in _OOM_MARKERS)
 
@@ -56,6 +91,9 @@ def classify_exit(returncode: int | None, log_tail: str) -> Failure:
     """The cause of a trainer that ended without a terminal event, from its exit and its log."""
     if looks_like_oom(log_tail):
         return failure("oom", "The trainer ran out of memory.")
+    rank = lost_rank(log_tail)
+    if rank is not None:
+        return rank
     if returncode is not None and returncode < 0:
         signum = -returncode
         if signum == signal.SIGKILL:

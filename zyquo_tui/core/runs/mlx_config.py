@@ -19,6 +19,7 @@ from zyquo_tui.core.runs.config_keys import normalize_config
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import (
     COUNT_OR_FILE,
+    FILE,
     OWN_KEY,
     SETTINGS,
     Hyperparameters,
@@ -120,8 +121,51 @@ def run_to_mlx_config(run: Run, adapter_path: str | None = None) -> dict[str, An
     }
     if run.lineage and run.lineage.get("adapter_file"):
         config["resume_adapter_file"] = run.lineage["adapter_file"]
+    config.update(mlx_lm_lora_keys(run))
     config.update(run.extra_config)
     return config
+
+
+# mlx-lm trains SFT only. A preference run's config also carries the keys mlx-lm-lora's trainer
+# (`mlx_lm_lora.train -c`) reads for the same run; `import-config` reads them back.
+# docs/CLI.md lists the mapping.
+MLX_LM_LORA_KEYS = ("train_mode", "train_type", "beta", "dpo_cpo_loss_type",
+                    "reference_model_path", "gradient_accumulation_steps", "fuse")
+
+
+def mlx_lm_lora_keys(run: Run) -> dict[str, Any]:
+    hp = run.hyperparameters
+    objective = SETTINGS["objective"].get(hp)
+    if objective == "sft":
+        return {}
+    reference = SETTINGS["reference"].get(hp)
+    return {
+        "train_mode": objective,
+        "train_type": run.method.fine_tune_type,
+        "beta": SETTINGS["beta"].get(hp),
+        "dpo_cpo_loss_type": SETTINGS["dpo_loss"].get(hp),
+        "reference_model_path": None if reference == "base" else reference,
+        "gradient_accumulation_steps": hp.grad_accumulation_steps,
+        "fuse": False,  # mlx-lm-lora fuses after training by default; a run keeps adapters
+    }
+
+
+def _read_mlx_lm_lora_keys(config: dict[str, Any], hp: Hyperparameters) -> None:
+    """An mlx-lm-lora config's preference settings as ours (train_mode dpo or orpo only: its
+    other modes are not ours to train, and stay unknown keys)."""
+    mode = config.get("train_mode")
+    if mode not in ("dpo", "orpo"):
+        return
+    SETTINGS["objective"].set(hp, mode)
+    if config.get("beta") is not None:
+        SETTINGS["beta"].set(hp, config["beta"])
+    if config.get("dpo_cpo_loss_type") is not None:
+        SETTINGS["dpo_loss"].set(hp, config["dpo_cpo_loss_type"])
+    if config.get("reference_model_path"):
+        SETTINGS["reference"].set(hp, config["reference_model_path"])
+    if config.get("gradient_accumulation_steps") is not None \
+            and "grad_accumulation_steps" not in config:
+        hp.grad_accumulation_steps = config["gradient_accumulation_steps"]
 
 
 def dump_mlx_yaml(config: dict[str, Any]) -> str:
@@ -153,7 +197,7 @@ def run_from_mlx_config(
     if base_dir is not None:
         model = _resolve(model, base_dir)
         data = _resolve(data, base_dir)
-    fine_tune_type = config.get("fine_tune_type", "lora")
+    fine_tune_type = config.get("fine_tune_type", config.get("train_type", "lora"))
     if fine_tune_type not in ("lora", "dora", "full"):
         raise UserError(
             f"{source}: fine_tune_type {fine_tune_type!r} is unknown; use lora, dora or full."
@@ -163,7 +207,10 @@ def run_from_mlx_config(
         method = Method.QLORA
     settings = setting_keys()
     hp = Hyperparameters.from_dict({k: v for k, v in config.items() if k in settings})
-    unknown = {k: v for k, v in config.items() if k not in settings and k not in _RUN_KEYS}
+    _read_mlx_lm_lora_keys(config, hp)
+    preference = config.get("train_mode") in ("dpo", "orpo")
+    unknown = {k: v for k, v in config.items() if k not in settings and k not in _RUN_KEYS
+               and not (preference and k in MLX_LM_LORA_KEYS)}
     if base_dir is not None:
         _resolve_own_files(hp, base_dir)
     run = Run.new(model=model, data=data, method=method, hyperparameters=hp)
@@ -180,7 +227,7 @@ def _resolve_own_files(hp: Hyperparameters, base_dir: Path) -> None:
     """A file named by one of our settings (sample_prompts) beside the config file."""
     for setting in SETTINGS.values():
         value = setting.get(hp)
-        if setting.kind == COUNT_OR_FILE and isinstance(value, str) and value:
+        if setting.kind in (COUNT_OR_FILE, FILE) and isinstance(value, str) and value:
             setting.set(hp, _resolve(value, base_dir))
 
 

@@ -17,7 +17,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from zyquo_tui.core.runs.problems import Problem
-from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.runs.settings import (
+    PREFERENCE_OBJECTIVES,
+    SETTINGS,
+    Hyperparameters,
+    Method,
+)
 
 SCHEMA_VERSION = 1
 
@@ -117,8 +122,13 @@ class Run:
     extra_config: dict[str, Any] = field(default_factory=dict)
     # The memory verdict at start, and whether the user overrode a "won't fit".
     memory: dict[str, Any] | None = None
+    # The disk verdict at start (its checkpoints against the store's free space), and whether
+    # the user overrode a "won't fit".
+    disk: dict[str, Any] | None = None
     # When the run entered the queue (queue order is kept in the store's queue file).
     queued_at: str | None = None
+    # The grid it was made in (`runs grid`): its runs share this id.
+    group: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     @classmethod
@@ -140,6 +150,15 @@ class Run:
     def default_name(model: str, method: Method) -> str:
         """The model folder's name and the method: `zyquo-tiny qlora`."""
         return f"{os.path.basename(str(model).rstrip('/'))} {Method(method).value}"
+
+    @property
+    def objective(self) -> str:
+        """What the run learns: sft, or a preference objective (dpo, orpo)."""
+        return str(SETTINGS["objective"].get(self.hyperparameters))
+
+    @property
+    def is_preference(self) -> bool:
+        return self.objective in PREFERENCE_OBJECTIVES
 
     def set_state(self, new: RunState) -> None:
         check_transition(self.state, new)

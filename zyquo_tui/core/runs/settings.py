@@ -18,15 +18,23 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from zyquo_tui.core.runs.hosts import (
+    BACKENDS,
+    HostfileCheck,
+    HostNames,
+    distribution_problems,
+)
 from zyquo_tui.core.runs.problems import WARNING, Problem
 from zyquo_tui.core.runs.value_checks import (
     INT_TEXT,
     OFF_TEXT,
     AnyNumber,
+    BaseOrModelFolder,
     CountOrFile,
     CountOrOff,
     Fraction,
@@ -66,6 +74,7 @@ WEIGHT_DECAY_DEFAULTS = {"adamw": 0.01, "muon": 0.01, "sgd": 0.0, "adafactor": 0
 BASIC = "basic"
 ADVANCED = "advanced"
 SCHEDULE = "schedule"
+PREFERENCE = "preference"  # shown for preference objectives only (dpo, orpo)
 
 # Kinds of value.
 INT = "int"
@@ -81,6 +90,14 @@ COUNT_OR_OFF = "count_or_off"  # a whole number, or off
 # with a 151,936-token vocabulary a slice is 0.16 GB of float32 logits, and about four such
 # arrays live while it is computed.
 DEFAULT_LOSS_CHUNK_TOKENS = 256
+
+BASE_OR_PATH = "base_or_path"  # the word base, or the path of a model folder
+
+# What a run learns: from responses (sft), or to prefer chosen over rejected ones.
+OBJECTIVES = ("sft", "dpo", "orpo")
+PREFERENCE_OBJECTIVES = ("dpo", "orpo")
+DPO_LOSSES = ("sigmoid", "ipo", "hinge")
+FILE = "file"  # the path of a file
 
 # zyquo-tui's own settings (mlx-lm has no such keys) live under this key of the config, so an
 # exported YAML still trains with `mlx_lm lora -c` (mlx-lm ignores a key it does not know)
@@ -101,6 +118,8 @@ class Setting:
     optimizer_config. `called` is how problem sentences name it (default: its key). An
     `optional` setting is left out unless given (None: mlx-lm's or MLX's own behaviour);
     `in_form` is False for the few the form has no field for (the YAML and the CLI set them).
+    `objectives` are the objectives that use it (empty: every one), as `lora_only` says for
+    methods: the form shows beta for dpo and orpo, the DPO loss and reference for dpo.
     """
 
     key: str
@@ -117,6 +136,7 @@ class Setting:
     optional: bool = False
     in_form: bool = True
     called: str = ""
+    objectives: tuple[str, ...] = ()
 
     @property
     def spoken(self) -> str:
@@ -133,6 +153,10 @@ class Setting:
     def applies_to(self, method: Method | None) -> bool:
         """Whether a run of this method uses the setting (LoRA's own ones not for full)."""
         return not (self.lora_only and method is Method.FULL)
+
+    def used_by(self, objective: str | None) -> bool:
+        """Whether a run of this objective uses the setting (beta not for sft)."""
+        return not self.objectives or objective in self.objectives
 
     def path(self, hp: "Hyperparameters") -> tuple[str, ...]:
         return tuple(str(hp.optimizer) if part == "{optimizer}" else part
@@ -199,6 +223,9 @@ class Setting:
             return words.get(stripped.lower(), stripped)
         if self.kind == NAMES:
             return [part.strip() for part in stripped.split(",") if part.strip()]
+        if self.kind == BASE_OR_PATH:
+            return stripped if stripped == "base" else os.path.abspath(
+                os.path.expanduser(stripped))
         if self.kind == COUNT_OR_FILE:
             plain = stripped.replace("_", "")
             if INT_TEXT.match(plain):
@@ -209,6 +236,8 @@ class Setting:
             if INT_TEXT.match(plain):
                 return int(plain)
             return OFF_TEXT if stripped.lower() == OFF_TEXT else stripped
+        if self.kind == FILE:
+            return os.path.abspath(os.path.expanduser(stripped))
         if self.kind == CHOICE and self.optional and stripped == NONE_TEXT:
             return None
         return stripped
@@ -302,6 +331,21 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
             "Sample prompts", "at each validation, answers to N validation prompts, or to a "
             "file's prompts (one a line); unset, none", ADVANCED, "--sample-prompts",
             CountOrFile(), optional=True, called="sample_prompts"),
+    Setting("objective", f"{OWN_KEY}.objective", CHOICE, "sft", "Objective",
+            "sft learns the responses; dpo and orpo learn to prefer chosen over rejected "
+            "(preference data)", BASIC, "--objective", OneOf(OBJECTIVES), choices=OBJECTIVES,
+            in_form=False),
+    Setting("beta", f"{OWN_KEY}.beta", FLOAT, 0.1, "Beta",
+            "dpo: how far the policy may move from the reference; orpo: the weight of the "
+            "odds-ratio term", PREFERENCE, "--beta", LearningRate(high=math.inf),
+            objectives=PREFERENCE_OBJECTIVES),
+    Setting("dpo_loss", f"{OWN_KEY}.dpo_loss", CHOICE, "sigmoid", "DPO loss",
+            "sigmoid (DPO), ipo or hinge", PREFERENCE, "--dpo-loss", OneOf(DPO_LOSSES),
+            choices=DPO_LOSSES, objectives=("dpo",)),
+    Setting("reference", f"{OWN_KEY}.reference", BASE_OR_PATH, "base", "Reference",
+            "dpo's reference: base (the model before training; for full fine-tuning a frozen "
+            "copy in memory) or a model folder", PREFERENCE, "--reference",
+            BaseOrModelFolder(), objectives=("dpo",)),
     Setting("sample_max_tokens", f"{OWN_KEY}.sample_max_tokens", INT, 64, "Sample length",
             "at most this many tokens in each sample answer", ADVANCED, "--sample-max-tokens",
             WholeNumber(), in_form=False, called="sample_max_tokens"),
@@ -311,6 +355,23 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
             "no more): the same losses in far less memory with large vocabularies; off "
             "computes the whole batch's logits, as mlx-lm does", ADVANCED,
             "--loss-chunk-tokens", CountOrOff(), in_form=False, called="loss_chunk_tokens"),
+    # One run across several processes with mlx.launch (core/runs/hosts.py, docs/distributed.md).
+    Setting("ranks", f"{OWN_KEY}.ranks", INT, None, "Ranks",
+            "N processes on this machine train one run (mlx.launch -n N): a way to test "
+            "distributed training here, useful nowhere else", ADVANCED, "--ranks",
+            WholeNumber(), optional=True, in_form=False, called="ranks"),
+    Setting("hosts", f"{OWN_KEY}.hosts", NAMES, None, "Hosts",
+            "Macs that train one run together, one process each, this one first (reachable "
+            "by SSH without a password; `zyquo-tui hosts check`)", ADVANCED, "--hosts",
+            HostNames(), optional=True, in_form=False, called="hosts"),
+    Setting("hostfile", f"{OWN_KEY}.hostfile", FILE, None, "Hostfile",
+            "mlx.launch's hostfile (as mlx.distributed_config writes it), this machine first",
+            ADVANCED, "--hostfile", HostfileCheck(), optional=True, in_form=False,
+            called="hostfile"),
+    Setting("backend", f"{OWN_KEY}.backend", CHOICE, None, "Backend",
+            "MLX's distributed backend: ring (Ethernet or Thunderbolt), jaccl (RDMA over "
+            "Thunderbolt) or mpi; unset, ring", ADVANCED, "--backend", OneOf(BACKENDS),
+            choices=BACKENDS, optional=True, in_form=False, called="backend"),
 )}
 
 
@@ -476,7 +537,12 @@ def _interval_past_the_end(key: str, what: str) -> Callable[[Hyperparameters], l
     return check
 
 
+def _batch_splits_across_ranks(hp: Hyperparameters) -> list[Problem]:
+    return distribution_problems(hp.batch_size, hp.zyquo_tui)
+
+
 CROSS_CHECKS: tuple[CrossCheck, ...] = (
+    CrossCheck(("batch_size", "ranks", "hosts", "hostfile"), _batch_splits_across_ranks),
     CrossCheck(("schedule",), _schedule_shape),
     CrossCheck(("optimizer",), _optimizer_config_shape),
     CrossCheck(("rank",), _lora_parameters_shape),

@@ -208,3 +208,17 @@ class CountOrOff:
             return [(ERROR, f"{called} must be a whole number of at least 1 or off, not "
                             f"{value!r}.")]
         return []
+
+
+class BaseOrModelFolder:
+    """`base`, or the path of a model folder (one holding config.json)."""
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if value == "base":
+            return []
+        if not isinstance(value, str) or not value.strip():
+            return [(ERROR, f"{called} must be base or a model folder, not {value!r}.")]
+        if not os.path.isfile(os.path.join(os.path.expanduser(value), "config.json")):
+            return [(ERROR, f"{called}: {value} is no model folder (no config.json); give base "
+                            "(the model before training) or a model folder.")]
+        return []

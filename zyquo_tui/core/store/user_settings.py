@@ -1,4 +1,5 @@
-"""User settings from $ZYQUO_HOME/config.toml: model folders, notifications, cancel grace.
+"""User settings from $ZYQUO_HOME/config.toml: model folders, notifications, run control, the
+disk's floor and the logs' size.
 
 One run trains at a time on a machine, always: runs share the unified memory the memory
 verdict was made for, so a second one would invalidate it. More runs wait in the queue.
@@ -24,6 +25,25 @@ def toml_error_line(error: tomllib.TOMLDecodeError, text: str) -> int:
     return int(match.group(1)) if match else max(1, len(text.splitlines()))
 
 
+DEFAULT_DISK_FLOOR_BYTES = 2 << 30
+DEFAULT_LOG_MAX_BYTES = 10 << 20
+DEFAULT_LOG_BACKUPS = 3
+
+
+def _typed(path: Path, table: dict, section: str, key: str, kind: type, default, *,
+           minimum: int | None = None):
+    """`[section] key` of config.toml, checked: one sentence naming the key when it is wrong."""
+    value = table.get(key, default)
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok or (minimum is not None and value < minimum):
+        wanted = "true or false" if kind is bool else "a whole number"
+        if minimum is not None:
+            wanted += f" of at least {minimum}"
+        raise UserError(f"{path}: [{section}] {key} must be {wanted}, not {value!r}; "
+                        "fix the file.")
+    return value
+
+
 @dataclass
 class Settings:
     """What a user can set in config.toml. Missing keys take these defaults."""
@@ -34,6 +54,14 @@ class Settings:
     # A train loss that diverges always raises a warning; this decides whether it also
     # stops the run ([runs] stop_on_divergence; core/runs/stopping.py has the rule).
     stop_on_divergence: bool = False
+    # `runs recover` (at boot) resumes the runs that died with the machine.
+    auto_resume: bool = True
+    # Free space the trainer leaves on the store's disk: it stops (cause `disk`) while the
+    # disk still holds this much plus one more checkpoint.
+    disk_floor_bytes: int = DEFAULT_DISK_FLOOR_BYTES
+    # trainer.log and runner.log are rotated at this size, keeping this many older files.
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
+    log_backups: int = DEFAULT_LOG_BACKUPS
 
     @classmethod
     def load(cls, home: Path | None = None) -> "Settings":
@@ -59,6 +87,15 @@ class Settings:
             raise UserError(f"{path}: runs.stop_on_divergence must be true or false, not "
                             f"{stop!r}; fix the file.")
         settings.stop_on_divergence = stop
+        settings.auto_resume = _typed(path, runs, "runs", "auto_resume", bool, True)
+        disk = data.get("disk", {})
+        settings.disk_floor_bytes = _typed(path, disk, "disk", "floor_bytes", int,
+                                           DEFAULT_DISK_FLOOR_BYTES, minimum=0)
+        logs = data.get("logs", {})
+        settings.log_max_bytes = _typed(path, logs, "logs", "max_bytes", int,
+                                        DEFAULT_LOG_MAX_BYTES, minimum=4096)
+        settings.log_backups = _typed(path, logs, "logs", "backups", int,
+                                      DEFAULT_LOG_BACKUPS, minimum=1)
         return settings
 
     def save(self, home: Path | None = None) -> None:

@@ -125,6 +125,29 @@ def memory_facts() -> MemoryFacts:
     )
 
 
+def peak_resident_bytes(max_rss: int | None = None, platform: str = sys.platform) -> int | None:
+    """This process's peak resident footprint in bytes (getrusage's ru_maxrss).
+
+    ru_maxrss is in bytes on macOS and in KiB on Linux (and the other Unixes); `max_rss` and
+    `platform` let a test give a recorded figure. None where getrusage is missing.
+    """
+    if max_rss is None:
+        try:
+            import resource
+        except ImportError:  # not a Unix
+            return None
+        max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(max_rss) if platform == "darwin" else int(max_rss) * 1024
+
+
+def resident_bytes() -> int | None:
+    """This process's resident footprint now, in bytes."""
+    try:
+        return int(psutil.Process().memory_info().rss)
+    except psutil.Error:
+        return None
+
+
 def cpu_load() -> float | None:
     try:
         return os.getloadavg()[0]

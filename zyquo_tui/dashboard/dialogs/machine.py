@@ -4,7 +4,8 @@ A panel over whatever screen is open (`m` from anywhere, esc closes). Every two 
 worker thread reads: total and available memory, the MLX budget training may use (and where
 it comes from), swap in use, the CPU load, and on macOS the memory pressure
 (`memory_pressure`) and GPU use (`macmon pipe`, when installed; no sudo). Each figure that
-cannot be read here says so instead. Below: the resident memory of each active run's trainer.
+cannot be read here says so instead. Below: the resident memory of each active run's trainer, and the peaks its last train event
+reported (MLX's, and the process's resident footprint's).
 """
 
 from __future__ import annotations
@@ -93,6 +94,11 @@ def machine_table(reading: MachineReading) -> Table:
                 lines.append("\n")
             lines.append(fmt_bytes(use.rss_bytes), style="bold")
             lines.append(f" resident: {use.run_name} (pid {use.pid})")
+            if use.peak_memory_bytes is not None or use.peak_rss_bytes is not None:
+                peaks = [f"{fmt_bytes(value)} {what}" for value, what in (
+                    (use.peak_memory_bytes, "MLX"), (use.peak_rss_bytes, "resident"))
+                    if value is not None]
+                lines.append(f"\npeak so far: {', '.join(peaks)}", style="dim")
         table.add_row("Trainer", lines)
     else:
         table.add_row("Trainer", Text("no run is training now", style="dim"))

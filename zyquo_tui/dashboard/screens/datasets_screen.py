@@ -4,12 +4,16 @@ For the highlighted dataset: the validation report (format, rows per split, ever
 file:line), then, on `t`, token statistics under a chosen model's own tokenizer and chat
 template (rows, min, median, p95, max, total, rows max_seq_length cuts) and one row as
 training sees it with mask_prompt: the masked prompt, the trained tokens, the cut tail. `[`
-and `]` preview the previous or next row. Validation and counting run in worker threads, and
-counting is cancelled when the dataset or model changes.
+and `]` preview the previous or next row. A preference dataset shows one pair side by side
+(the prompt, then chosen and rejected next to each other), and `[` `]` move through the pairs.
+Validation and counting run in worker threads, and counting is cancelled when the dataset or
+model changes.
 """
 
 from __future__ import annotations
 
+import json
+from itertools import islice
 from pathlib import Path
 
 from rich.table import Table
@@ -25,9 +29,15 @@ from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.formatting import DASH, fmt_bytes
 from zyquo_tui.core.library.datasets import DatasetInfo, DatasetReport
 from zyquo_tui.core.library.models import ModelInfo
+from zyquo_tui.core.library.rows import PREFERENCE
 from zyquo_tui.core.library.token_stats import DEFAULT_MAX_SEQ_LENGTH, TokenStats
 from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
-from zyquo_tui.dashboard.library_text import dataset_problems, dataset_summary, model_label
+from zyquo_tui.dashboard.library_text import (
+    dataset_problems,
+    dataset_summary,
+    model_label,
+    pair_preview,
+)
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
 from zyquo_tui.dashboard.screens.zyquo_screen import ZyquoScreen
 from zyquo_tui.dashboard.setup_sources import setup_sources
@@ -122,6 +132,7 @@ class DatasetsScreen(ZyquoScreen):
             yield Static("Validation", classes="section", id="validation-title")
             yield Static("", id="validation", markup=False)
             yield Static("", id="problems", markup=False)
+            yield Static("", id="pair", markup=False)
             yield Static("Tokens", classes="section")
             with Horizontal(classes="tokens-line"):
                 yield Static("Tokenize with", classes="field-label")
@@ -206,6 +217,7 @@ class DatasetsScreen(ZyquoScreen):
         problems = self.query_one("#problems", Static)
         problems.update("")
         problems.display = False
+        self.query_one("#pair", Static).display = False
         self._show_tokens_hint()
         if info is None:
             validation.update("No datasets found: put folders with train.jsonl (and "
@@ -242,7 +254,27 @@ class DatasetsScreen(ZyquoScreen):
         problems = self.query_one("#problems", Static)
         problems.update(dataset_problems(report, limit=200) if report.problems else "")
         problems.display = bool(report.problems)
+        self._show_pair()
         self._show_tokens_hint()
+
+    def _show_pair(self) -> None:
+        """A preference dataset's pair at the preview line, side by side."""
+        pair = self.query_one("#pair", Static)
+        info = self.current()
+        if info is None or self.report is None or self.report.format != PREFERENCE:
+            pair.display = False
+            return
+        where = f"train.jsonl line {self.preview_line}"
+        try:
+            with open(info.path / "train.jsonl", encoding="utf-8") as handle:
+                line = next(islice(handle, self.preview_line - 1, None), "")
+            row = json.loads(line)
+        except (OSError, ValueError) as error:
+            pair.update(Text(f"{where}: cannot read it ({error}).", style="dim"))
+        else:
+            pair.update(pair_preview(row, where) if isinstance(row, dict)
+                        else Text(f"{where}: not a preference pair.", style="dim"))
+        pair.display = True
 
     def _show_tokens_hint(self) -> None:
         tokens = self.query_one("#tokens", Static)
@@ -325,7 +357,10 @@ class DatasetsScreen(ZyquoScreen):
         if line < 1 or (rows and line > rows):
             return
         self.preview_line = line
-        self.action_count_tokens()
+        self._show_pair()
+        if self.model_path is not None or self.report is None or \
+                self.report.format != PREFERENCE:
+            self.action_count_tokens()
 
     # -- other keys -----------------------------------------------------------------------------
 

@@ -1,4 +1,9 @@
-"""LiveMetricsScreen: one run's metrics as they arrive."""
+"""LiveMetricsScreen: one run's metrics as they arrive.
+
+A preference run (dpo, orpo) shows its reward margin and reward accuracy as two more
+sparklines, and `v` switches the chart between the loss and the reward margin (train and
+validation, as the loss).
+"""
 
 from __future__ import annotations
 
@@ -31,8 +36,28 @@ SPARKLINES = (
     ("val_loss", "val loss", fmt_loss),
     ("tokens_per_second", "tokens/s", fmt_rate),
     ("learning_rate", "learn rate", fmt_number),
-    ("peak_memory_bytes", "peak memory", fmt_bytes),
+    ("peak_memory_bytes", "peak MLX", fmt_bytes),
+    # The trainer process's peak resident footprint (RSS): MLX's figure can miss memory it
+    # really holds.
+    ("peak_rss_bytes", "peak RSS", fmt_bytes),
 )
+
+
+def fmt_fraction(value: float | None) -> str:
+    return fmt_number(value) if value is None else f"{value * 100:.0f}%"
+
+
+# A preference run's own, after the others: how far chosen answers score above rejected ones
+# (the implicit reward: beta times the log-ratio against the reference), and how often.
+PREFERENCE_SPARKLINES = (
+    ("reward_margin", "margin", fmt_loss),
+    ("reward_accuracy", "reward acc", fmt_fraction),
+)
+# What the chart can show: (title, train series, validation series).
+CHART_VIEWS = {
+    "loss": ("Loss", "train_loss", "val_loss"),
+    "margin": ("Reward margin", "reward_margin", "val_reward_margin"),
+}
 
 
 class LiveMetricsScreen(RunViewScreen):
@@ -46,6 +71,10 @@ class LiveMetricsScreen(RunViewScreen):
         Binding("s", "toggle_smoothing", "Smoothing", id="run.smoothing",
                 tooltip="Smooth train loss and tokens/s (raw stays faintly behind; the "
                         "learning rate is never smoothed)"),
+        # Only a preference run has it (check_action).
+        Binding("v", "toggle_chart", "Margin", id="run.chart",
+                tooltip="Chart the reward margin instead of the loss, or the loss again "
+                        "(preference runs)"),
         VERB_BINDINGS["cancel"], VERB_BINDINGS["resume"], VERB_BINDINGS["checkpoints"],
         VERB_BINDINGS["logs"],
         Binding("escape", "back", "Back", id="app.back", tooltip="Back to the runs"),
@@ -68,6 +97,8 @@ class LiveMetricsScreen(RunViewScreen):
         self._drawn_loaded = False
         self._redraw_timer: Timer | None = None
         self.sample_step: int | None = None  # None: follow the latest samples
+        self.chart_view = "loss"  # or "margin" (a preference run's, with v)
+        self.preference: bool | None = None  # the run's objective, once read
 
     def action_try_latest(self) -> None:
         from zyquo_tui.core.store.checkpoints import list_checkpoints
@@ -84,6 +115,8 @@ class LiveMetricsScreen(RunViewScreen):
         with Vertical(id="sparklines"):
             for key, label, _ in SPARKLINES:
                 yield MetricSparkline(label, id=f"spark-{key}")
+            for key, label, _ in PREFERENCE_SPARKLINES:
+                yield MetricSparkline(label, id=f"spark-{key}", classes="-preference")
         yield LossChart(id="loss-chart")
         yield SamplesPanel(id="samples")
         yield RecentEvents(id="events")
@@ -91,6 +124,8 @@ class LiveMetricsScreen(RunViewScreen):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
+        for sparkline in self.query(".-preference"):
+            sparkline.display = False  # shown for a preference run
         self.feed = self.service.open_feed(self.run_id)
         self.redraw()
 
@@ -126,6 +161,13 @@ class LiveMetricsScreen(RunViewScreen):
         run = self.show_title("Run")
         if run is None:
             return
+        if run.is_preference != self.preference:
+            self.preference = run.is_preference
+            for sparkline in self.query(".-preference"):
+                sparkline.display = self.preference
+            if not self.preference:
+                self.chart_view = "loss"
+            self.refresh_bindings()
         service = self.service
         feed = service.feed(self.run_id) or self.feed
         loaded = feed is not None and feed.loaded
@@ -140,7 +182,8 @@ class LiveMetricsScreen(RunViewScreen):
             # compete with the worker reading the history for the one core Python gives us.
             chart.show_message("reading the run's events…")
             return
-        for key, _, formatting in SPARKLINES:
+        sparklines = SPARKLINES + (PREFERENCE_SPARKLINES if self.preference else ())
+        for key, _, formatting in sparklines:
             display = feed.display[key]
             if smoothing and key in SMOOTHABLE:
                 values = [value for _, value in display.smoothed()]
@@ -149,8 +192,10 @@ class LiveMetricsScreen(RunViewScreen):
             current = metrics.series[key].last
             self.query_one(f"#spark-{key}", MetricSparkline).show(
                 values, formatting(current), key=(feed.version, smoothing))
-        chart.set_data(feed.display["train_loss"], feed.display["val_loss"],
-                       metrics.iters or run.hyperparameters.iters, smoothing, feed.version)
+        title, train, val = CHART_VIEWS[self.chart_view]
+        chart.set_data(feed.display[train], feed.display[val],
+                       metrics.iters or run.hyperparameters.iters, smoothing, feed.version,
+                       title=title)
         self.query_one(SamplesPanel).show(metrics.samples, self.sample_step)
         self.query_one(RecentEvents).show(feed.recent)
         failure = run.failure if run.state.is_terminal else None
@@ -177,10 +222,16 @@ class LiveMetricsScreen(RunViewScreen):
         self._step_samples(+1)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "toggle_chart":
+            return bool(self.preference)
         if action in ("earlier_samples", "later_samples"):
             panels = self.query(SamplesPanel)
             return bool(panels and panels.first().steps)
         return super().check_action(action, parameters)
+
+    def action_toggle_chart(self) -> None:
+        self.chart_view = "margin" if self.chart_view == "loss" else "loss"
+        self.redraw()
 
     def action_toggle_smoothing(self) -> None:
         self.app.smoothing = not self.app.smoothing

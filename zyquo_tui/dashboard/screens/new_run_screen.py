@@ -37,9 +37,10 @@ from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.formatting import basename
 from zyquo_tui.core.library.datasets import DatasetInfo, DatasetReport, describe_dataset
 from zyquo_tui.core.library.models import ModelInfo, inspect_model
-from zyquo_tui.core.library.rows import training_refusal
+from zyquo_tui.core.library.rows import objectives_for, training_refusal
 from zyquo_tui.core.library.run_checks import DataTraits, check_run, fit_default_layers
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict
+from zyquo_tui.core.memory.disk_verdict import DiskAssessment, assess_disk
 from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.runs.mlx_config import (
@@ -49,10 +50,11 @@ from zyquo_tui.core.runs.mlx_config import (
     run_to_mlx_config,
 )
 from zyquo_tui.core.runs.run import Run, RunState
-from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
+from zyquo_tui.core.runs.settings import OBJECTIVES, SETTINGS, Hyperparameters, Method
 from zyquo_tui.core.runs.value_checks import value_text
 from zyquo_tui.core.store.paths import presets_dir
 from zyquo_tui.core.store.presets import Preset, list_presets, load_preset, save_preset
+from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
 from zyquo_tui.dashboard.dialogs.preset_picker import PresetPickerDialog
 from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
@@ -67,6 +69,7 @@ from zyquo_tui.dashboard.library_text import (
 from zyquo_tui.dashboard.messages import SampleChanged
 from zyquo_tui.dashboard.screens.zyquo_screen import ZyquoScreen
 from zyquo_tui.dashboard.setup_sources import setup_sources
+from zyquo_tui.dashboard.widgets.choice_picker import ChoicePicker
 from zyquo_tui.dashboard.widgets.hyperparameter_form import (
     FIELD_KEYS,
     FieldInput,
@@ -89,7 +92,12 @@ CONTROL_HELP = {
     "dataset": "Folders with train.jsonl: $ZYQUO_HOME/datasets and the samples (D lists them)",
     "method": "← → choose: lora and dora adapt a full-precision base, qlora a quantized one; "
               "full trains every weight",
+    "objective": "← → choose: dpo learns to prefer chosen over rejected against a reference; "
+                 "orpo does so with no reference, beside the chosen answers' loss",
 }
+# Why an objective is not offered for a dataset of preference rows (the others train sft only,
+# and the objective line is hidden for them).
+SFT_NOT_OFFERED = "sft is not offered: preference rows train dpo or orpo."
 
 
 def slug(name: str) -> str:
@@ -148,6 +156,7 @@ class NewRunScreen(ZyquoScreen):
         self.report: DatasetReport | None = None
         self.report_error: str | None = None
         self.method = Method.LORA
+        self.objective = "sft"
         self.advisor: MemoryAdvisor | None = None
         self.advisor_error: str | None = None
         self.lengths: list[int] | None = None
@@ -158,6 +167,9 @@ class NewRunScreen(ZyquoScreen):
         self.name_touched = False
         self.hp = Hyperparameters()
         self.plan: Plan | None = None
+        self.disk: DiskAssessment | None = None  # the disk verdict beside the memory one
+        self.disk_free: int | None = None
+        self.disk_settings: Settings | None = None
         self.field_errors: dict[str, str] = {}
         self.field_warnings: dict[str, str] = {}
         self.measure_state = MeasureState()
@@ -187,6 +199,10 @@ class NewRunScreen(ZyquoScreen):
                 with LabeledLine("Method", classes="setup-line"):
                     yield MethodPicker(id="method")
                 yield PanelText("", id="method-note", classes="setup-detail", markup=False)
+                # Shown for a preference dataset only: other data trains sft alone.
+                with LabeledLine("Objective", classes="setup-line", id="objective-line"):
+                    yield ChoicePicker(OBJECTIVES, id="objective")
+                yield PanelText("", id="objective-note", classes="setup-detail", markup=False)
                 yield HyperparameterForm(id="hp", on_edit=self.hyperparameters_edited)
             yield MemoryPanel(id="memory")
         yield Static("", id="focus-help", markup=False)
@@ -226,6 +242,8 @@ class NewRunScreen(ZyquoScreen):
     def on_mount(self) -> None:
         for detail in self.query(".setup-detail"):
             detail.display = False  # shown when they have something to say
+        self.query_one("#objective-line").display = False
+        self.form.set_objective(self.objective)
         self.panel.show_message("reading this machine",
                                 "The memory budget comes from a short MLX probe the first "
                                 "time (seconds); it is remembered afterwards.")
@@ -339,6 +357,7 @@ class NewRunScreen(ZyquoScreen):
 
     def _make_advisor(self) -> None:
         try:
+            self.disk_free, self.disk_settings = self.sources.disk()
             advisor = self.sources.advisor()
         except Exception as error:
             self.app.call_from_thread(self._advisor_made, None, str(error))
@@ -426,6 +445,7 @@ class NewRunScreen(ZyquoScreen):
         self._detail("dataset-problems", "")
         if path is None:
             self._detail("dataset-summary", "")
+            self._update_objectives()
             return
         cached = self.sources.cached_validation(path)
         if cached is not None:
@@ -454,6 +474,7 @@ class NewRunScreen(ZyquoScreen):
             self._detail("dataset-problems", dataset_problems(
                 report, more_hint=" (the Datasets screen lists them all)")
                 if report.problems else "")
+        self._update_objectives()
         self._start_lengths()
         self.recompute()
 
@@ -485,6 +506,24 @@ class NewRunScreen(ZyquoScreen):
             if self.method is Method.QLORA:
                 self.set_method(Method.LORA)
         self._show_method_problem(self.field_errors.get("method"))
+
+    def _update_objectives(self) -> None:
+        """Offer the objectives the dataset trains: dpo (the default) and orpo for preference
+        rows, with why sft is not; sft alone, and no objective line, for other rows."""
+        data_format = self.report.format if self.report is not None else None
+        offered = objectives_for(data_format) or ("sft",)
+        preference = "sft" not in offered
+        picker = self.query_one("#objective", ChoicePicker)
+        picker.allowed = frozenset(offered)
+        self.query_one("#objective-line").display = preference
+        self._detail("objective-note", SFT_NOT_OFFERED if preference else "")
+        if self.objective not in offered:
+            self.set_objective(offered[0])
+
+    def set_objective(self, objective: str) -> None:
+        self.objective = objective
+        self.query_one("#objective", ChoicePicker).choose(objective)
+        self.form.set_objective(objective)
 
     def set_method(self, method: Method) -> None:
         self.method = method
@@ -578,6 +617,11 @@ class NewRunScreen(ZyquoScreen):
             config = TrainingConfig.from_hyperparameters(self.method, hp, longest)
             plan = self.advisor.plan(self.facts, config, self.lengths)
         self.plan = plan
+        self.disk = None
+        if plan is not None and self.disk_settings is not None:
+            self.disk = assess_disk(self.facts, plan.estimate.config, hp,
+                                    home=self.service.store.home, settings=self.disk_settings,
+                                    free=self.disk_free)
         self.field_errors = errors
         self.field_warnings = warnings
         self.form.show_problems({k: v for k, v in errors.items() if k in FIELD_KEYS},
@@ -615,7 +659,7 @@ class NewRunScreen(ZyquoScreen):
         applicable = [not s.config.quantize_base for s in plan.suggestions]
         panel.show_plan(plan, rows_line=self._rows_line(plan),
                         suggestion_keys=list(SUGGESTION_KEYS), applicable=applicable,
-                        measure=self.measure_state)
+                        measure=self.measure_state, disk=self.disk)
 
     def _rows_line(self, plan: Plan) -> str:
         width = plan.estimate.batch_width
@@ -647,6 +691,11 @@ class NewRunScreen(ZyquoScreen):
     @on(MethodPicker.Changed)
     def method_chosen(self, event: MethodPicker.Changed) -> None:
         self.set_method(event.method)
+        self.recompute()
+
+    @on(ChoicePicker.Changed, "#objective")
+    def objective_chosen(self, event: ChoicePicker.Changed) -> None:
+        self.set_objective(event.value)
         self.recompute()
 
     @on(Input.Changed, "#run-name")
@@ -755,6 +804,8 @@ class NewRunScreen(ZyquoScreen):
             self.query_one(f"#{key}").focus()
         elif key == "method":
             self.query_one(MethodPicker).focus()
+        elif key == "objective":
+            self.query_one("#objective", ChoicePicker).focus()
         elif key in FIELD_KEYS:
             async def reveal_and_focus() -> None:
                 (await self.form.reveal(key)).control.focus()
@@ -788,12 +839,13 @@ class NewRunScreen(ZyquoScreen):
             return
         run = self.build_run()
         plan = self.plan
+        verb = "Start" if how == "start" else "Queue"
+        disk_wont_fit = self.disk is not None and self.disk.verdict is Verdict.WONT_FIT
         if how != "draft" and plan is not None and plan.assessment.verdict is Verdict.WONT_FIT:
-            verb = "Start" if how == "start" else "Queue"
 
             def answered(confirmed: bool | None) -> None:
                 if confirmed:
-                    self._submit(run, how, override=True)
+                    self._submit(run, how, override=True, override_disk=disk_wont_fit)
             if plan.suggestions:
                 fix = (f"Key 1 in the form makes it fit: {plan.suggestions[0].title}.")
             else:
@@ -804,9 +856,23 @@ class NewRunScreen(ZyquoScreen):
                 f"freeze the machine or crash the GPU driver. {fix}",
                 confirm_label=f"{verb} anyway", keep_label="Back to the form"), answered)
             return
+        if how != "draft" and disk_wont_fit:
+            assert self.disk is not None
+
+            def disk_answered(confirmed: bool | None) -> None:
+                if confirmed:
+                    self._submit(run, how, override=False, override_disk=True)
+            self.app.push_screen(ConfirmDialog(
+                f"{run.name} won't fit on disk. {verb} it anyway?",
+                f"It {self.disk.reason} The trainer will stop with a last checkpoint when the "
+                "disk reaches its floor; free space, then resume it. A larger save_every "
+                "saves fewer checkpoints.",
+                confirm_label=f"{verb} anyway", keep_label="Back to the form"), disk_answered)
+            return
         self._submit(run, how, override=False)
 
-    def _submit(self, run: Run, how: str, *, override: bool) -> None:
+    def _submit(self, run: Run, how: str, *, override: bool,
+                override_disk: bool = False) -> None:
         service = self.service
         store = service.store
         supervisor = service.supervisor
@@ -821,8 +887,10 @@ class NewRunScreen(ZyquoScreen):
                 try:
                     if how == "start":
                         return supervisor.start(run.id, queue_if_busy=True,
-                                                override_memory=override)
-                    return supervisor.enqueue(run.id, override_memory=override)
+                                                override_memory=override,
+                                                override_disk=override_disk)
+                    return supervisor.enqueue(run.id, override_memory=override,
+                                              override_disk=override_disk)
                 except UserError:
                     # Refused before anything started: the form still holds the settings,
                     # so leave no half-made run behind.
@@ -905,7 +973,7 @@ class NewRunScreen(ZyquoScreen):
             else:
                 state = MeasureState(measurement=measured, estimate_bytes=estimate.total_bytes)
                 try:
-                    advisor.record_measurement(facts, estimate, measured.peak_bytes)
+                    advisor.record_measurement(facts, estimate, measured)
                 except OSError:
                     pass  # an unwritable history costs future corrections only
             if not worker.is_cancelled:
@@ -931,6 +999,8 @@ class NewRunScreen(ZyquoScreen):
         self.base_hp = Hyperparameters.from_dict(hp.to_dict())
         self.extra_config = dict(extra or {})
         self.form.load(hp, touched=FIELD_KEYS)
+        # The dataset's report, when it arrives, keeps this objective if it trains it.
+        self.set_objective(SETTINGS["objective"].get(hp))
         if model:
             self.choose_model(model)
         if data:

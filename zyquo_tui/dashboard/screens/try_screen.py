@@ -108,6 +108,8 @@ class TryScreen(RunViewScreen):
         self.ready = False
         self.waiting = 0  # prompts sent and not yet answered
         self.closing = False
+        self.early_prompt: str | None = None  # asked while the model loaded: sent once ready
+        self.failed = False
 
     def compose(self) -> ComposeResult:
         yield TitleBar("try", id="title")
@@ -157,6 +159,9 @@ class TryScreen(RunViewScreen):
             self.request = self.session.request
             self.ready = True
             self._say_ready()
+            if self.early_prompt is not None:
+                prompt, self.early_prompt = self.early_prompt, None
+                self._send(prompt)
         elif kind in ("text", "answer"):
             exchange = self.exchanges.get(event.get("index", -1))
             if exchange is not None:
@@ -182,6 +187,7 @@ class TryScreen(RunViewScreen):
 
     def _failed(self, message: str) -> None:
         self.ready = False
+        self.failed = True
         self._status(message, error=True)
 
     # -- asking -----------------------------------------------------------------------------------
@@ -189,17 +195,22 @@ class TryScreen(RunViewScreen):
     @on(Input.Submitted, "#try-prompt")
     def ask(self, event: Input.Submitted) -> None:
         prompt = event.value.strip()
-        if not prompt:
+        if not prompt or self.failed:  # the status line says why nothing can be asked
             return
+        event.input.value = ""
         if not self.ready:
-            self.notify("The model is still loading; ask again in a moment.", timeout=3)
+            self.early_prompt = prompt
+            self._status("Loading the model and the adapter… your question goes as soon as "
+                         "they are ready")
             return
+        self._send(prompt)
+
+    def _send(self, prompt: str) -> None:
         try:
             index = self.session.ask(prompt)
         except UserError as error:
             self._failed(error.message)
             return
-        event.input.value = ""
         request = self.session.request
         exchange = Exchange(prompt, request.step, request.base)
         self.exchanges[index] = exchange

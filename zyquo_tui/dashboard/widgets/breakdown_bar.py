@@ -23,6 +23,7 @@ TERM_STYLES: tuple[tuple[str, str, str], ...] = (
     ("activations", "activ", "#d8b23f"),
     ("attention", "attn", "#e08a3c"),
     ("loss", "loss", "#6cbf5a"),
+    ("reference", "reference", "#7f9fbf"),  # a DPO reference's copy, when there is one
     ("overhead", "other", "#9aa0a6"),
     ("history_correction", "history", "#b0b0b0"),
 )

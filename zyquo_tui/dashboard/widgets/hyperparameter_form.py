@@ -29,6 +29,7 @@ from zyquo_tui.core.runs.settings import (
     BOOL,
     CHOICE,
     NUMBERS,
+    PREFERENCE,
     SCHEDULE,
     SETTINGS,
     Hyperparameters,
@@ -38,7 +39,11 @@ from zyquo_tui.core.runs.settings import (
     form_settings,
 )
 from zyquo_tui.core.runs.value_checks import is_number, is_whole, value_text
-from zyquo_tui.dashboard.widgets.static_update import OneLayoutPass, PanelText, update_static
+from zyquo_tui.dashboard.widgets.static_update import (
+    OneLayoutPass,
+    PanelText,
+    update_static,
+)
 
 NO_SCHEDULE = "none"  # the schedule field's choice for no lr_schedule: a constant rate
 
@@ -84,14 +89,20 @@ def _field_text(values: dict[str, Any], key: str) -> str:
     return "" if value is None else str(value)
 
 
-def hyperparameters_from(values: dict[str, Any], base: Hyperparameters | None = None
-                         ) -> Hyperparameters:
+def hyperparameters_from(values: dict[str, Any], base: Hyperparameters | None = None,
+                         objective: str | None = None) -> Hyperparameters:
     """Hyperparameters from form values, on top of `base` (keeps what the form has no field
     for, such as optimizer_config). A text that is no value of its field's kind is kept as it
-    is, for the definition's check to name."""
+    is, for the definition's check to name. With an `objective`, it is the run's, and the
+    settings it does not use (beta for sft) are left at their defaults."""
     hp = Hyperparameters.from_dict((base or Hyperparameters()).to_dict())
+    if objective is not None:
+        SETTINGS["objective"].set(hp, objective)
     for setting in form_settings():
         if setting.group == SCHEDULE:
+            continue
+        if objective is not None and not setting.used_by(objective):
+            setting.set(hp, setting.default_value())
             continue
         value = values.get(setting.key)
         if setting.kind == BOOL:
@@ -307,7 +318,12 @@ class HyperparameterForm(OneLayoutPass, Vertical):
         self._rows: dict[str, FieldRow] = {}  # the rows mounted so far
         self._problems: dict[str, tuple[str, bool]] = {}
         self._filled: set[str] = {BASIC}
-        self._hidden: set[str] = set()  # lora-only rows for full fine-tuning
+        self._hidden: set[str] = set()  # lora-only rows for full fine-tuning, and so on
+        self._hidden_for_method: set[str] = set()
+        self._hidden_for_objective: set[str] = {
+            spec.key for spec in form_settings() if not spec.used_by("sft")}
+        self._hidden = self._hidden_for_method | self._hidden_for_objective
+        self.objective: str | None = None  # None: whatever `base` holds (see hyperparameters)
 
     # -- building -------------------------------------------------------------------------------
 
@@ -337,9 +353,12 @@ class HyperparameterForm(OneLayoutPass, Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("Hyperparameters", classes="form-heading")
-        for spec in form_settings():
-            if spec.group == BASIC:
-                yield self._row(spec)
+        # A preference objective's own settings first: shown only for dpo and orpo, where
+        # they matter most.
+        for group in (PREFERENCE, BASIC):
+            for spec in form_settings():
+                if spec.group == group:
+                    yield self._row(spec)
         for group, title in GROUP_TITLES.items():
             yield Collapsible(title=title, id=group, collapsed=True)
 
@@ -361,14 +380,14 @@ class HyperparameterForm(OneLayoutPass, Vertical):
     async def reveal(self, key: str) -> FieldRow:
         """The row of `key`, its group opened (and filled) first."""
         group = SETTINGS[key].group
-        if group != BASIC:
+        if group in GROUP_TITLES:
             self.query_one(f"#{group}", Collapsible).collapsed = False
             await self.fill(group)
         return self._rows[key]
 
     def open_group_of(self, key: str) -> None:
         group = SETTINGS[key].group
-        if group != BASIC:
+        if group in GROUP_TITLES:
             self.query_one(f"#{group}", Collapsible).collapsed = False
 
     # -- reading and writing --------------------------------------------------------------------
@@ -391,7 +410,7 @@ class HyperparameterForm(OneLayoutPass, Vertical):
         return row.help_text if row is not None else SETTINGS[key].help
 
     def hyperparameters(self, base: Hyperparameters | None = None) -> Hyperparameters:
-        return hyperparameters_from(self.values, base)
+        return hyperparameters_from(self.values, base, self.objective)
 
     def load(self, hp: Hyperparameters, *, touched: Iterable[str] = ()) -> None:
         """Show these hyperparameters in every field (no Edited per field: one at the end)."""
@@ -432,16 +451,26 @@ class HyperparameterForm(OneLayoutPass, Vertical):
 
     def set_method(self, method: Method | None) -> None:
         """LoRA's own fields are hidden for full fine-tuning."""
-        full = method is Method.FULL
-        for spec in form_settings():
-            if spec.lora_only:
-                if full:
-                    self._hidden.add(spec.key)
-                else:
-                    self._hidden.discard(spec.key)
-                row = self._rows.get(spec.key)
-                if row is not None:
-                    row.display = not full
+        self._hidden_for_method = {spec.key for spec in form_settings()
+                                   if not spec.applies_to(method)}
+        self._show_rows()
+
+    def set_objective(self, objective: str) -> None:
+        """The objective's own fields (beta, the DPO loss, the reference) are shown for the
+        objectives that use them; the run is built with this objective."""
+        self.objective = objective
+        self._hidden_for_objective = {spec.key for spec in form_settings()
+                                      if not spec.used_by(objective)}
+        self._show_rows()
+
+    def _show_rows(self) -> None:
+        self._hidden = self._hidden_for_method | self._hidden_for_objective
+        for key, row in self._rows.items():
+            if key in ("schedule_arguments", "warmup", "warmup_init"):
+                continue  # the schedule decides those
+            shown = key not in self._hidden
+            if row.display != shown:
+                row.display = shown
 
     def show_problems(self, errors: dict[str, str], warnings: dict[str, str]) -> None:
         """Mark each field with its error (or else its warning); clear the others."""
@@ -452,7 +481,7 @@ class HyperparameterForm(OneLayoutPass, Vertical):
             row.show_problem(*problems.get(key, (None, False)))
         # An error in a folded group opens it, so the mark is seen.
         for key in errors:
-            if key in FIELD_KEYS and SETTINGS[key].group != BASIC:
+            if key in FIELD_KEYS and SETTINGS[key].group in GROUP_TITLES:
                 self.open_group_of(key)
 
     # -- events ---------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""LossChart: train and validation loss on the same axes, drawn with braille dots."""
+"""LossChart: train and validation loss on the same axes, drawn with braille dots (or another
+figure with a train and a validation series: a preference run's reward margin)."""
 
 from __future__ import annotations
 
@@ -170,17 +171,21 @@ class LossChart(Widget):
         self._key: tuple | None = None
         self._strips: list[Strip] | None = None
         self.message: str | None = None
-        self.border_title = "Loss"
+        self.title = "Loss"
+        self.border_title = self.title
 
     def on_mount(self) -> None:
         self._update_legend()
 
     def set_data(self, train: DisplaySeries, val: DisplaySeries, x_max: int | None,
-                 smoothing: bool, version: int) -> None:
-        key = (version, x_max, smoothing)
+                 smoothing: bool, version: int, title: str = "Loss") -> None:
+        """`title` names the figure charted (its border title): Loss, or Reward margin."""
+        key = (version, x_max, smoothing, title)
         if key == self._key:
             return
         self._key = key
+        if title != self.title:
+            self.title = self.border_title = title
         self.message = None
         self.train, self.val = train, val
         self.x_max = x_max or 0
@@ -236,7 +241,7 @@ class LossChart(Widget):
         ranges = [r for r in (train.value_range() if train else None,
                               val.value_range() if val else None) if r]
         if not ranges or width < 12 or height < 3:
-            return [text_line("waiting for the first loss…")]
+            return [text_line(f"waiting for the first {self.title.lower()}…")]
         low = min(r[0] for r in ranges)
         high = max(r[1] for r in ranges)
         if high - low < 1e-12:

@@ -1,7 +1,7 @@
 """MemoryPanel: the memory verdict of the run being set up, beside the form.
 
 It shows the verdict (✓ fits, ! tight, ✗ won't fit) with its reason, the estimate against the
-budget, the breakdown as a bar with a legend, how wide batches are assumed to be, the
+budget, the disk verdict (the run's checkpoints against the store's free space), the breakdown as a bar with a legend, how wide batches are assumed to be, the
 suggestions that fit (each with the key that applies it), and a measured peak beside the
 estimate once one was measured. It draws what it is given; the screen does the planning.
 """
@@ -18,6 +18,7 @@ from textual.widgets import Static
 
 from zyquo_tui.core.formatting import fmt_bytes
 from zyquo_tui.core.memory.advisor import Plan, Verdict
+from zyquo_tui.core.memory.disk_verdict import DiskAssessment
 from zyquo_tui.core.memory.measure import Measurement
 from zyquo_tui.dashboard.widgets.breakdown_bar import BreakdownBar, BudgetBar, legend
 from zyquo_tui.dashboard.widgets.static_update import PanelText, update_static
@@ -93,7 +94,8 @@ class MemoryPanel(VerticalScroll):
         self.measure_text = ""
 
     def show_plan(self, plan: Plan, *, rows_line: str, suggestion_keys: list[str],
-                  applicable: list[bool], measure: MeasureState) -> None:
+                  applicable: list[bool], measure: MeasureState,
+                  disk: DiskAssessment | None = None) -> None:
         assessment = plan.assessment
         estimate = plan.estimate
         budget = assessment.budget
@@ -121,17 +123,18 @@ class MemoryPanel(VerticalScroll):
         notes = [n for n in estimate.notes if not n.startswith(_ROWS_NOTE)]
         self._set("details", self._details(
             legend(estimate.breakdown, inner if inner > 10 else 26), rows_line, reason,
+            disk_line(disk),
             self._suggestions(plan, suggestion_keys, applicable), self.measure_text,
             "\n".join(f"· {note}" for note in notes[:3])))
 
-    def _details(self, legend_text: Text, rows_line: str, reason: str, suggestions: Text,
-                 measure: str, notes: str) -> Text:
-        """The legend, the rows line, the reason, then the suggestions, the measurement and
-        the notes, each after a blank line; empty parts take no room."""
+    def _details(self, legend_text: Text, rows_line: str, reason: str, disk: Text,
+                 suggestions: Text, measure: str, notes: str) -> Text:
+        """The legend, the rows line, the reason, then the suggestions, the disk verdict, the
+        measurement and the notes, each after a blank line; empty parts take no room."""
         muted = self._muted
         text = Text()
         for part, gap in ((legend_text, False), (Text(rows_line), False),
-                          (Text(reason, style=muted), False), (suggestions, True),
+                          (Text(reason, style=muted), False), (suggestions, True), (disk, True),
                           (Text(measure), True), (Text(notes, style=muted), True)):
             if not part.plain:
                 continue
@@ -155,6 +158,24 @@ class MemoryPanel(VerticalScroll):
             if index < len(applicable) and not applicable[index]:
                 text.append(" (convert first)", style="dim")
         return text
+
+
+def disk_line(disk: DiskAssessment | None) -> Text:
+    """The disk verdict beside the memory one: its checkpoints against the store's disk."""
+    text = Text()
+    if disk is None:
+        return text
+    if disk.verdict is None:
+        text.append("Disk · unknown", style="bold")
+    else:
+        word, _ = VERDICT_LOOK[disk.verdict]
+        text.append(f"Disk · {word}", style=f"bold {GAUGE_STYLE[disk.verdict]}")
+    text.append(f"\n{fmt_bytes(disk.disk_bytes)} of checkpoints ({disk.checkpoints} × "
+                f"{fmt_bytes(disk.checkpoint_bytes)})")
+    if disk.free_bytes is not None:
+        text.append(f"; {fmt_bytes(disk.free_bytes)} free, "
+                    f"{fmt_bytes(disk.floor_bytes)} kept", style="dim")
+    return text
 
 
 def measure_line(state: MeasureState) -> str:

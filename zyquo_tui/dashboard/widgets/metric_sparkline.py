@@ -33,8 +33,9 @@ class MetricSparkline(Widget):
     MetricSparkline > .metric-sparkline--max-color { color: $primary; }
     """
 
-    def __init__(self, label: str, *, id: str | None = None) -> None:
-        super().__init__(id=id)
+    def __init__(self, label: str, *, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
         self.label = label
         self.values: list[float] = []
         self.current = "–"

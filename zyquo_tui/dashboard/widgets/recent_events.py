@@ -15,6 +15,17 @@ EVENT_STYLES = {ev.STARTED: "cyan", ev.TRAIN: "", ev.VAL: "yellow", ev.CHECKPOIN
                 ev.CANCELLED: "yellow"}
 
 
+def _rewards(event: dict) -> str:
+    """A preference run's margin and accuracy (empty for other runs)."""
+    margin, accuracy = event.get("reward_margin"), event.get("reward_accuracy")
+    if not isinstance(margin, (int, float)):
+        return ""
+    text = f"  margin {fmt_loss(margin)}"
+    if isinstance(accuracy, (int, float)):
+        text += f" acc {accuracy * 100:.0f}%"
+    return text
+
+
 def describe(event: dict[str, Any]) -> str:
     """One line for an event, in words."""
     kind = event.get("type", "?")
@@ -27,11 +38,11 @@ def describe(event: dict[str, Any]) -> str:
         rows = f", {dataset.get('train')} train rows" if dataset.get("train") else ""
         return f"started {event.get('iters', '?')} steps{rows}"
     if kind == ev.TRAIN:
-        return (f"step {step}  train loss {fmt_loss(event.get('train_loss'))}  "
-                f"{fmt_rate(event.get('tokens_per_second'))} tok/s")
+        return (f"step {step}  train loss {fmt_loss(event.get('train_loss'))}"
+                f"{_rewards(event)}  {fmt_rate(event.get('tokens_per_second'))} tok/s")
     if kind == ev.VAL:
         took = event.get("val_time")
-        return (f"step {step}  val loss {fmt_loss(event.get('val_loss'))}"
+        return (f"step {step}  val loss {fmt_loss(event.get('val_loss'))}{_rewards(event)}"
                 + (f"  ({took:.1f} s)" if isinstance(took, (int, float)) else ""))
     if kind == ev.CHECKPOINT:
         size = event.get("bytes")

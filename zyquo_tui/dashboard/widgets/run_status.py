@@ -10,7 +10,6 @@ from zyquo_tui.core.runs.run import Run
 from zyquo_tui.dashboard.widgets.live_text import LiveText
 from zyquo_tui.dashboard.widgets.runs_table import STATE_LOOK
 
-
 STOP_WORDS = {"early_stopping": "stopped early", "diverged": "stopped: diverging"}
 
 
@@ -40,7 +39,9 @@ class RunStatus(LiveText):
             first.append(f" #{queue_position}", style=style)
         first.append("  ")
         first.append(run.name, style="bold")
-        first.append(f"  {run.method.value} · {basename(run.model)} · {basename(run.data)}"
+        objective = f" {run.objective}" if run.is_preference else ""
+        first.append(f"  {run.method.value}{objective} · {basename(run.model)} · "
+                     f"{basename(run.data)}"
                      f" · {run.id}", style="dim")
 
         iters = run.hyperparameters.iters

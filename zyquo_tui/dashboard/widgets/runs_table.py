@@ -10,7 +10,14 @@ from textual.binding import Binding
 from textual.geometry import Size
 from textual.widgets import DataTable
 
-from zyquo_tui.core.formatting import DASH, basename, fmt_duration, fmt_loss, fmt_rate, progress_bar
+from zyquo_tui.core.formatting import (
+    DASH,
+    basename,
+    fmt_duration,
+    fmt_loss,
+    fmt_rate,
+    progress_bar,
+)
 from zyquo_tui.dashboard.run_service import RunRow
 
 # State shown as a symbol and a word, so it reads without colour (NO_COLOR) too.
@@ -78,7 +85,15 @@ def progress_cell(row: RunRow) -> Text:
 
 
 def name_cell(row: RunRow, marked: bool) -> str | Text:
-    return Text(MARK + row.name, style="bold") if marked else row.name
+    """The name; a preference run's objective before it (`dpo helpful`), so it reads apart
+    from SFT runs at a glance (SFT runs show their name alone)."""
+    if row.objective == "sft":
+        return Text(MARK + row.name, style="bold") if marked else row.name
+    text = Text(MARK, style="bold") if marked else Text()
+    text.append(row.objective, style="magenta")
+    text.append(" ")
+    text.append(row.name, style="bold" if marked else "")
+    return text
 
 
 def row_cells(row: RunRow, marked: bool = False) -> tuple:
@@ -104,8 +119,8 @@ def row_cells(row: RunRow, marked: bool = False) -> tuple:
 
 
 def matches(row: RunRow, words: list[str]) -> bool:
-    haystack = " ".join((row.id, row.name, row.state, row.method, basename(row.model),
-                         basename(row.data))).lower()
+    haystack = " ".join((row.id, row.name, row.state, row.method, row.objective,
+                         basename(row.model), basename(row.data))).lower()
     return all(word in haystack for word in words)
 
 

@@ -1,0 +1,169 @@
+"""Beyond one run: `hosts check` before a distributed run, `runs grid` into the queue, and
+`plan`'s duration from this machine's finished runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from conftest import SAMPLE_DATA, our_processes, zyquo_cli
+from helpers import FAST, make_run
+
+from zyquo_tui.core.events.protocol import read_events
+from zyquo_tui.core.processes.supervisor import Supervisor
+from zyquo_tui.core.runs.run import RunState
+from zyquo_tui.core.store.store import RunStore
+
+# -- hosts check ----------------------------------------------------------------------------
+
+
+def test_this_machine_is_ready_without_ssh(tiny_model):
+    done = zyquo_cli("hosts", "check", "--hosts", "localhost", "--model", str(tiny_model),
+                     "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["ready"] is True
+    [host] = report["hosts"]
+    assert host["local"] is True and host["paths"] == {str(tiny_model): True}
+    assert set(host["packages"]) == {"zyquo-tui", "mlx", "mlx-lm"}
+
+
+def test_an_unreachable_host_is_not_ready_in_one_sentence():
+    done = zyquo_cli("hosts", "check", "--hosts", "no-such-host.invalid")
+    assert done.returncode == 1
+    [line] = done.stdout.strip().splitlines()
+    assert line.startswith("no-such-host.invalid  not ready: ")
+    assert "SSH" in line or "ssh" in line
+
+
+def test_a_missing_model_path_is_named(tmp_path):
+    done = zyquo_cli("hosts", "check", "--model", str(tmp_path / "gone"))
+    assert done.returncode == 1
+    assert f"has no {tmp_path / 'gone'}" in done.stdout
+
+
+# -- runs grid ------------------------------------------------------------------------------
+
+
+def test_a_two_by_two_grid_queues_four_runs_that_run_one_after_another(tiny_model):
+    done = zyquo_cli("runs", "grid", "--model", str(tiny_model), "--data",
+                     str(SAMPLE_DATA / "completions"), "--learning-rate", "1e-4,3e-4",
+                     "--rank", "4,8", "--iters", "6", "--num-layers", "-1",
+                     "--steps-per-eval", "6", "--val-batches", "1", "--save-every", "6",
+                     "--queue", "--json")
+    assert done.returncode == 0, done.stderr
+    made = json.loads(done.stdout)
+    assert len(made["runs"]) == 4 and made["queued"] is True
+    assert {(r["values"]["learning_rate"], r["values"]["rank"]) for r in made["runs"]} == \
+        {(1e-4, 4), (1e-4, 8), (3e-4, 4), (3e-4, 8)}
+    store = RunStore()
+    supervisor = Supervisor(store)
+    try:
+        ended = [asyncio.run(supervisor.wait(r["id"], timeout=600)) for r in made["runs"]]
+    finally:
+        for process in our_processes(str(store.home)):
+            process.kill()
+    assert all(run.state is RunState.COMPLETED for run in ended)
+    assert {run.group for run in ended} == {made["group"]}
+    assert ended[0].name.endswith("learning_rate=0.0001 rank=4")
+    assert ended[1].hyperparameters.rank == 8
+    # One after another: each started after the one before it ended.
+    spans = sorted((run.summary["started_at"], run.summary["ended_at"]) for run in ended)
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        assert start >= end
+
+
+def test_a_bad_value_in_a_grid_makes_no_run(tiny_model, isolated_home):
+    done = zyquo_cli("runs", "grid", "--model", str(tiny_model), "--data",
+                     str(SAMPLE_DATA / "completions"), "--learning-rate", "1e-4,fast")
+    assert done.returncode == 2
+    assert "learning_rate must be a number, not 'fast'" in done.stderr
+    assert not list((isolated_home / "runs").glob("*/run.json"))
+
+
+# -- duration -------------------------------------------------------------------------------
+
+
+def plan_json(*args: str) -> dict:
+    done = zyquo_cli("plan", *args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_without_a_finished_run_the_duration_is_unknown(tiny_model):
+    planned = plan_json("--model", str(tiny_model), "--num-layers", "-1", "--iters", "50")
+    assert planned["duration_seconds"] is None
+    assert planned["duration_basis"]["source"] is None
+    assert "no finished run" in planned["duration_basis"]["sentence"]
+
+
+def test_after_one_run_the_plan_says_how_long_the_next_takes_within_a_quarter(tiny_model):
+    data = SAMPLE_DATA / "completions"
+    store, first = make_run(tiny_model, data, iters=20)
+    supervisor = Supervisor(store)
+    supervisor.start(first.id)
+    assert asyncio.run(supervisor.wait(first.id, timeout=600)).state is RunState.COMPLETED
+
+    iters = 60
+    planned = plan_json("--model", str(tiny_model), "--data", str(data), "--iters", str(iters),
+                        "--num-layers", str(FAST["num_layers"]),
+                        "--batch-size", str(FAST["batch_size"]),
+                        "--steps-per-eval", str(FAST["steps_per_eval"]),
+                        "--val-batches", str(FAST["val_batches"]))
+    basis = planned["duration_basis"]
+    assert basis["source"] == "history" and basis["run_id"] == first.id
+    assert basis["same_model"] is True and basis["iters"] == iters
+
+    store, second = make_run(tiny_model, data, store=store, iters=iters)
+    supervisor.start(second.id)
+    done = asyncio.run(supervisor.wait(second.id, timeout=600))
+    assert done.state is RunState.COMPLETED
+    end = read_events(store.events_path(second.id))[-1]["time"]
+    took = end - done.process["requested_at"]
+    assert abs(planned["duration_seconds"] - took) <= 0.25 * took, (planned, took)
+
+
+# -- what mlx.launch is given ---------------------------------------------------------------
+
+
+def test_this_machine_is_rank_zero_without_ssh_and_others_keep_their_names(tmp_path):
+    import pytest
+
+    from zyquo_tui.core.runs.hosts import distribution_of
+    from zyquo_tui.core.system.cluster import LaunchError, launch_command, own_names
+
+    mine = next((name for name in own_names() if name.count(".") == 3
+                 and not name.startswith("127.")), None)
+    if mine is None:
+        pytest.skip("this machine has no IPv4 address besides loopback")
+    found = distribution_of({"hosts": [mine, "10.255.0.2"]})
+    argv = launch_command(found, tmp_path, ["python", "-m", "zyquo_tui.trainer", "RUN"])
+    assert argv[argv.index("--") + 1:] == ["python", "-m", "zyquo_tui.trainer", "RUN"]
+    written = json.loads((tmp_path / "hostfile.json").read_text())
+    assert written["backend"] == "ring"
+    assert written["hosts"] == [{"ssh": "127.0.0.1", "ips": [mine]},
+                                {"ssh": "10.255.0.2", "ips": ["10.255.0.2"]}]
+
+    with pytest.raises(LaunchError, match="is not this machine"):
+        launch_command(distribution_of({"hosts": ["10.255.0.2", mine]}), tmp_path, ["x"])
+    with pytest.raises(LaunchError, match="the other hosts cannot reach"):
+        launch_command(distribution_of({"hosts": ["localhost", "10.255.0.2"]}), tmp_path,
+                       ["x"])
+
+
+def test_a_hostfile_in_mlx_format_names_the_ranks(tmp_path):
+    from zyquo_tui.core.runs.hosts import distribution_of, world_size_of
+
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text(json.dumps({"backend": "jaccl", "envs": ["MLX_METAL_FAST_SYNCH=1"],
+                                    "hosts": [{"ssh": "a", "ips": ["10.0.0.1"]},
+                                              {"ssh": "b", "ips": ["10.0.0.2"]},
+                                              {"ssh": "c", "ips": ["10.0.0.3"]}]}))
+    found = distribution_of({"hostfile": str(hostfile)})
+    assert found.world_size == 3 and found.backend == "jaccl"
+    assert found.envs == ["MLX_METAL_FAST_SYNCH=1"]
+    assert world_size_of({"hostfile": str(hostfile)}) == 3
+    hostfile.write_text("[{\"ips\": []}]")
+    done = zyquo_cli("hosts", "check", "--hostfile", str(hostfile))
+    assert done.returncode == 2
+    assert 'host 1 has no "ssh" name' in done.stderr

@@ -1,0 +1,176 @@
+"""The boot service: a launchd plist and a systemd unit checked against their formats, and the
+service managers' answers read from recorded outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import plistlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zyquo_tui.core.processes import service
+
+from conftest import zyquo_cli
+
+DATA = Path(__file__).parent / "data"
+
+
+def recorded(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def test_the_launchd_agent_is_a_valid_plist_in_the_users_launch_agents(tmp_path):
+    plan = service.service_plan(platform="darwin", user_home=Path("/Users/mini"),
+                                python="/Users/mini/zyquo/.venv/bin/python",
+                                store_home=Path("/Users/mini/.zyquo"), uid=501)
+
+    assert plan.kind == service.LAUNCHD_AGENT
+    assert plan.path == Path("/Users/mini/Library/LaunchAgents/com.zyquo-tui.recover.plist")
+    job = plistlib.loads(plan.content.encode())
+    assert plistlib.dumps(job).decode() == plan.content  # the round trip changes nothing
+    assert job["Label"] == "com.zyquo-tui.recover"
+    assert job["ProgramArguments"] == ["/Users/mini/zyquo/.venv/bin/python", "-m",
+                                       "zyquo_tui.__main__", "runs", "recover"]
+    assert job["RunAtLoad"] is True and job["AbandonProcessGroup"] is True
+    assert job["EnvironmentVariables"] == {"ZYQUO_HOME": "/Users/mini/.zyquo"}
+    assert job["StandardOutPath"] == "/Users/mini/.zyquo/service.log"
+    assert "UserName" not in job
+    assert plan.install_commands == [["launchctl", "bootstrap", "gui/501", str(plan.path)]]
+    assert plan.uninstall_commands == [["launchctl", "bootout",
+                                        "gui/501/com.zyquo-tui.recover"]]
+    assert "automatic login" in plan.notes[0] and "--daemon" in plan.notes[0]
+
+
+def test_the_launch_daemon_variant_runs_as_the_user_from_boot():
+    plan = service.service_plan(platform="darwin", daemon=True, user="mini",
+                                python="/usr/local/bin/python3",
+                                store_home=Path("/Users/mini/.zyquo"))
+
+    assert plan.kind == service.LAUNCHD_DAEMON
+    assert plan.path == Path("/Library/LaunchDaemons/com.zyquo-tui.recover.plist")
+    job = plistlib.loads(plan.content.encode())
+    assert job["UserName"] == "mini" and job["RunAtLoad"] is True
+    assert plan.install_commands[0][:3] == ["launchctl", "bootstrap", "system"]
+
+
+def test_the_systemd_unit_passes_systemd_analyze_verify(tmp_path):
+    plan = service.service_plan(platform="linux", user_home=tmp_path, python=sys.executable,
+                                store_home=tmp_path / "store with space", user="me")
+
+    assert plan.path == tmp_path / ".config/systemd/user/zyquo-tui-recover.service"
+    assert f"ExecStart={sys.executable} -m zyquo_tui.__main__ runs recover" in plan.content
+    assert f'Environment="ZYQUO_HOME={tmp_path}/store with space"' in plan.content
+    assert "KillMode=process" in plan.content and "WantedBy=default.target" in plan.content
+    assert "loginctl enable-linger me" in plan.notes[0]
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed here")
+    unit = tmp_path / service.UNIT
+    unit.write_text(plan.content)
+    done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True,
+                          text=True, check=False)
+    # verify exits 0 even for unknown keys and values it ignores: those print a line each.
+    assert done.returncode == 0 and done.stdout + done.stderr == "", done.stderr
+
+    broken = tmp_path / "broken.service"
+    broken.write_text(plan.content.replace("Type=oneshot", "Type=oneshoot"))
+    done = subprocess.run(["systemd-analyze", "verify", str(broken)], capture_output=True,
+                          text=True, check=False)
+    assert "oneshoot" in done.stderr, "the check must be able to fail"
+
+
+def test_launchctl_print_is_read_from_recorded_outputs():
+    loaded = service.parse_launchctl_print((0, recorded("macos/launchctl_print_loaded.txt")))
+    assert loaded == {"loaded": True, "state": "not running", "last_exit_code": "0",
+                      "runs": "1", "path": "/Users/mini/Library/LaunchAgents/"
+                                           "com.zyquo-tui.recover.plist"}
+    missing = service.parse_launchctl_print((113, recorded("macos/launchctl_print_missing.txt")))
+    assert missing == {"loaded": False}
+    assert service.parse_launchctl_print(None) is None  # launchctl missing: unknown
+
+
+def test_systemctl_show_is_read_from_recorded_outputs():
+    enabled = service.parse_systemctl_show((0, recorded("linux/systemctl_show_enabled.txt")))
+    assert enabled == {"loaded": True, "enabled": True, "active_state": "active",
+                       "last_exit_status": "0"}
+    missing = service.parse_systemctl_show((0, recorded("linux/systemctl_show_missing.txt")))
+    assert missing["loaded"] is False and missing["enabled"] is False
+    assert service.parse_systemctl_show((1, "Failed to connect to bus: No medium found")) \
+        is None
+
+
+def test_status_on_a_mac_says_installed_and_loaded(tmp_path, monkeypatch):
+    plan = service.service_plan(platform="darwin", user_home=tmp_path, python="python3",
+                                store_home=tmp_path, uid=501)
+    plan.path.parent.mkdir(parents=True)
+    plan.path.write_text(plan.content)
+    asked = []
+
+    def launchctl_print(target):
+        asked.append(target)
+        return 0, recorded("macos/launchctl_print_loaded.txt")
+    monkeypatch.setattr(service, "launchctl_print", launchctl_print)
+
+    status = service.service_status(plan)
+
+    assert asked == ["gui/501/com.zyquo-tui.recover"]
+    assert status["installed"] is True and status["loaded"] is True
+    assert status["details"]["last_exit_code"] == "0"
+
+
+def test_cli_dry_run_prints_the_unit_and_changes_nothing(tmp_path):
+    home = tmp_path / "user"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home)}
+    done = subprocess.run([sys.executable, "-m", "zyquo_tui", "service", "install",
+                           "--dry-run", "--json"], capture_output=True, text=True, env=env,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["dry_run"] is True
+    if sys.platform == "darwin":
+        assert plan["kind"] == service.LAUNCHD_AGENT
+        plistlib.loads(plan["content"].encode())
+    else:
+        assert plan["kind"] == service.SYSTEMD_USER
+        assert plan["content"].startswith("[Unit]\n")
+    assert plan["path"].startswith(str(home))
+    assert not any(home.iterdir()), "a dry run writes nothing"
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="installs into the real launchd")
+def test_cli_install_writes_the_unit_says_what_the_manager_said_and_uninstall_removes_it(
+        tmp_path):
+    env = {**os.environ, "HOME": str(tmp_path)}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "zyquo_tui", "service", *args],
+                              capture_output=True, text=True, env=env, check=False)
+
+    installed = cli("install")
+    unit = tmp_path / ".config/systemd/user/zyquo-tui-recover.service"
+    assert unit.is_file() and "runs recover" in unit.read_text()
+    if installed.returncode == 1:  # no user service manager here (a container, CI)
+        assert "warning: `systemctl --user " in installed.stderr
+    else:
+        assert installed.returncode == 0, installed.stderr
+    status = cli("status", "--json")
+    assert json.loads(status.stdout)["installed"] is True
+
+    removed = cli("uninstall")
+    assert removed.returncode == 0 and not unit.exists()
+    assert json.loads(cli("status", "--json").stdout)["installed"] is False
+    again = cli("uninstall")
+    assert again.returncode == 0 and "not installed" in again.stdout
+
+
+def test_daemon_on_linux_is_refused_in_one_sentence():
+    if sys.platform == "darwin":
+        pytest.skip("the LaunchDaemon exists on macOS")
+    done = zyquo_cli("service", "install", "--daemon")
+    assert done.returncode == 2 and "loginctl enable-linger" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

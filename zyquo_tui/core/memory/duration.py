@@ -1,0 +1,234 @@
+"""How long a run will take, from this machine's own measurements (`plan --iters`).
+
+The basis is the nearest finished run on this machine: the same model first, else the nearest
+model size, then the same method and the nearest max_seq_length. From its events come its
+training speed (tokens per second over its steps), its tokens per step, how long a validation
+took, how long it took to start (imports and loading) and the rest of its time per step
+(reports, checkpoints). The new run's duration is then
+
+    startup + iters x tokens per step / tokens per second + validations x one validation's time
+    + iters x the rest per step
+
+with its tokens per step from the dataset's rows (or the basis run's, for the same data and
+batch), and the speed scaled by the models' sizes when the basis is another model. `plan
+--measure` replaces the speed with the one it measured. Without either, the duration is
+unknown (None), and the basis says why.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from zyquo_tui.core.events import protocol as ev
+from zyquo_tui.core.memory.facts import ModelFacts
+from zyquo_tui.core.runs.hosts import world_size_of
+from zyquo_tui.core.runs.run import Run, RunState
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.store.store import RunStore
+
+
+@dataclass
+class DurationEstimate:
+    """Seconds from start to end (None when nothing measured says), and what they rest on."""
+
+    seconds: float | None
+    basis: dict[str, Any] = field(default_factory=dict)
+
+    def sentence(self) -> str:
+        return self.basis.get("sentence", "")
+
+
+@dataclass
+class _Speed:
+    """What one finished run measured."""
+
+    run: Run
+    tokens_per_second: float
+    tokens_per_step: float
+    steps: int
+    validation_seconds: float | None  # one validation, of its val_batches
+    startup_seconds: float
+    other_seconds_per_step: float
+
+
+def model_size(facts: ModelFacts) -> float:
+    """About the parameters a step computes with (llama-like blocks and the output layer)."""
+    block = facts.hidden_size * (4 * facts.hidden_size + 3 * facts.intermediate_size)
+    return float(facts.num_layers * block + facts.vocab_size * facts.hidden_size) or 1.0
+
+
+def _facts(path: str, cache: dict[str, ModelFacts | None]) -> ModelFacts | None:
+    if path not in cache:
+        try:
+            cache[path] = ModelFacts.from_folder(path)
+        except Exception:  # a basis whose model is gone is no basis
+            cache[path] = None
+    return cache[path]
+
+
+def _speed_of(store: RunStore, run: Run) -> _Speed | None:
+    """The figures of a finished run's last session, from its events."""
+    events = ev.read_events(store.events_path(run.id))
+    starts = [i for i, e in enumerate(events) if e["type"] == ev.STARTED]
+    if not starts:
+        return None
+    session = events[starts[-1]:]
+    started, end = session[0], session[-1]
+    if end["type"] != ev.COMPLETED:
+        return None
+    tokens = seconds = 0.0
+    steps = 0
+    previous_step = started.get("resumed_from_step") or 0
+    previous_tokens = None
+    for event in session:
+        if event["type"] != ev.TRAIN:
+            continue
+        count = event["iteration"] - previous_step
+        rate = event.get("iterations_per_second") or 0
+        if count <= 0 or rate <= 0:
+            continue
+        step_seconds = count / rate
+        done = event["tokens_per_second"] * step_seconds
+        if previous_tokens is not None:
+            done = event["trained_tokens"] - previous_tokens
+        previous_step, previous_tokens = event["iteration"], event["trained_tokens"]
+        tokens += done
+        seconds += step_seconds
+        steps += count
+    if steps == 0 or seconds <= 0 or tokens <= 0:
+        return None
+    val_times = [e["val_time"] for e in session if e["type"] == ev.VAL]
+    val_total = sum(val_times)
+    requested = (run.process or {}).get("requested_at")
+    startup = max(0.0, started["time"] - requested) if requested and not starts[:-1] else 0.0
+    other = max(0.0, end["time"] - started["time"] - seconds - val_total)
+    return _Speed(run, tokens / seconds, tokens / steps, steps,
+                  val_total / len(val_times) if val_times else None, startup, other / steps)
+
+
+def _distance(run: Run, model: str, size: float, method: Method, max_seq: int, world: int,
+              cache: dict[str, ModelFacts | None]) -> float | None:
+    """How far a finished run is from the planned one (smaller is nearer)."""
+    same_model = os.path.realpath(run.model) == os.path.realpath(model)
+    if same_model:
+        distance = 0.0
+    else:
+        facts = _facts(run.model, cache)
+        if facts is None:
+            return None
+        distance = 1.0 + abs(math.log(model_size(facts) / size))
+    if run.method is not method:
+        distance += 0.5
+    if world_size_of(run.hyperparameters.zyquo_tui) != world:
+        distance += 0.5  # several processes share the work differently
+    hist_seq = run.hyperparameters.max_seq_length
+    if isinstance(hist_seq, int) and hist_seq > 0 and max_seq > 0:
+        distance += 0.25 * abs(math.log(hist_seq / max_seq))
+    return distance
+
+
+def validations(iters: int, steps_per_eval: int) -> int:
+    """How many validations a run of `iters` steps makes (step 1, every steps_per_eval, last)."""
+    if iters < 1 or steps_per_eval < 1:
+        return 0
+    return len({1, iters, *range(steps_per_eval, iters + 1, steps_per_eval)})
+
+
+def estimate_duration(store: RunStore, model: str, facts: ModelFacts, method: Method,
+                      hp: Hyperparameters, data: str | None, lengths: list[int] | None,
+                      measured_tokens_per_second: float | None = None) -> DurationEstimate:
+    """The planned run's duration in seconds, with its basis (see the module docstring)."""
+    size = model_size(facts)
+    cache: dict[str, ModelFacts | None] = {}
+    candidates = []
+    for run in store.iter_runs():
+        if not isinstance(run, Run) or run.state is not RunState.COMPLETED:
+            continue
+        distance = _distance(run, model, size, method, hp.max_seq_length,
+                             world_size_of(hp.zyquo_tui), cache)
+        if distance is not None:
+            candidates.append((distance, run.id, run))
+    speed = None
+    # The nearest first, and of runs as near, the latest (ids sort by creation time).
+    candidates.sort(key=lambda c: c[1], reverse=True)
+    candidates.sort(key=lambda c: c[0])
+    for _distance_, _id, run in candidates:
+        speed = _speed_of(store, run)
+        if speed is not None:
+            break
+
+    iters = int(hp.iters)
+    per_step = _tokens_per_step(hp, data, lengths, speed)
+    if measured_tokens_per_second:
+        rate, source = measured_tokens_per_second, "measured"
+    elif speed is not None:
+        basis_facts = _facts(speed.run.model, cache)
+        scale = model_size(basis_facts) / size if basis_facts is not None else 1.0
+        rate, source = speed.tokens_per_second * scale, "history"
+    else:
+        return DurationEstimate(None, {
+            "source": None, "sentence": "unknown: no finished run on this machine to measure "
+                                        "from; finish one, or add --measure"})
+    if per_step is None:
+        return DurationEstimate(None, {
+            "source": source, "sentence": "unknown: give --data to count the tokens of a step"})
+
+    training = iters * per_step / rate
+    val_count = validations(iters, hp.steps_per_eval) if _has_validation(data, hp) else 0
+    one_validation = 0.0
+    if speed is not None and speed.validation_seconds is not None:
+        hist_batches = speed.run.hyperparameters.val_batches
+        one_validation = speed.validation_seconds
+        if hist_batches > 0 and hp.val_batches > 0:
+            one_validation *= hp.val_batches / hist_batches
+    startup = speed.startup_seconds if speed is not None else 0.0
+    other = iters * speed.other_seconds_per_step if speed is not None else 0.0
+    total = startup + training + val_count * one_validation + other
+    basis: dict[str, Any] = {
+        "source": source,
+        "tokens_per_second": round(rate, 1),
+        "tokens_per_step": round(per_step, 1),
+        "iters": iters,
+        "training_seconds": round(training, 1),
+        "validations": val_count,
+        "validation_seconds": round(val_count * one_validation, 1),
+        "startup_seconds": round(startup, 1),
+        "other_seconds": round(other, 1),
+    }
+    if speed is not None:
+        basis.update(run_id=speed.run.id, run_name=speed.run.name, run_model=speed.run.model,
+                     same_model=os.path.realpath(speed.run.model) == os.path.realpath(model))
+    origin = ("measured by --measure" if source == "measured" else
+              f"from run {speed.run.id}" + (" (same model)" if basis["same_model"] else
+                                            f" ({os.path.basename(speed.run.model)}, scaled "
+                                            "by model size)"))
+    basis["sentence"] = (f"{iters} steps x {per_step:,.0f} tokens at {rate:,.0f} tokens/s "
+                         f"{origin}; plus {startup:.0f} s to start, {val_count} validations "
+                         f"and {other:.0f} s of reports and checkpoints")
+    return DurationEstimate(total, basis)
+
+
+def _has_validation(data: str | None, hp: Hyperparameters) -> bool:
+    return data is None or os.path.isfile(os.path.join(data, "valid.jsonl"))
+
+
+def _tokens_per_step(hp: Hyperparameters, data: str | None, lengths: list[int] | None,
+                     speed: _Speed | None) -> float | None:
+    """Tokens a step trains on: the basis run's when it trained the same data the same way,
+    else from the rows' lengths, else the basis run's scaled by the batch size."""
+    if speed is not None:
+        then = speed.run.hyperparameters
+        same_data = data is not None and os.path.realpath(speed.run.data) == \
+            os.path.realpath(data)
+        if same_data and then.batch_size == hp.batch_size and \
+                then.max_seq_length == hp.max_seq_length and then.mask_prompt == hp.mask_prompt:
+            return speed.tokens_per_step
+    if lengths:
+        cut = [min(n, hp.max_seq_length) - 1 for n in lengths]
+        return hp.batch_size * max(1.0, sum(cut) / len(cut))
+    if speed is not None and speed.run.hyperparameters.batch_size:
+        return speed.tokens_per_step * hp.batch_size / speed.run.hyperparameters.batch_size
+    return None

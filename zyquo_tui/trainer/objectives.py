@@ -1,0 +1,173 @@
+"""What a run learns, as the training loop sees it: its batches, its step and its validation.
+
+`SftObjective` is mlx-lm's SFT (its batch order, its loss, its `evaluate`). `PreferenceObjective`
+trains DPO or ORPO (trainer/losses.py) on preference pairs (trainer/preference_data.py), with
+the reference of DPO scored by `Reference`, which the step-level client uses too.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.tuner.trainer import default_loss, evaluate
+
+from zyquo_tui.core.events.protocol import PREFERENCE_METRICS
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters
+from zyquo_tui.trainer import losses
+from zyquo_tui.trainer.batches import BatchStream
+from zyquo_tui.trainer.chunked_loss import loss_slicing, with_slices
+from zyquo_tui.trainer.engine import StepEngine, adapters_disabled, has_adapters
+
+
+class LossSlicing:
+    """The sliced loss (trainer/chunked_loss.py) an objective trains with, unless the run
+    turned it off or the model cannot have it (`slicing_note` then says why)."""
+
+    sliced = None
+    slicing_note: str | None = None
+
+    def _slice_losses(self, settings: Hyperparameters, model) -> None:
+        if model is not None:
+            self.sliced, self.slicing_note = loss_slicing(
+                model, SETTINGS["loss_chunk_tokens"].get(settings))
+
+    @property
+    def loss_chunk_tokens(self) -> int | str:
+        """What the run trains with: tokens per slice of the loss, or "off"."""
+        return self.sliced.chunk_tokens if self.sliced is not None else "off"
+
+    def _sliced_for(self, tokens: mx.array) -> bool:
+        return self.sliced is not None and self.sliced.worth_it(tokens)
+
+
+class SftObjective(LossSlicing):
+    metric_names: tuple[str, ...] = ()
+
+    def __init__(self, settings: Hyperparameters, model=None) -> None:
+        self.settings = settings
+        self._slice_losses(settings, model)
+        self.sliced_loss = (with_slices(losses.sft_objective, self.sliced)
+                            if self.sliced is not None else None)
+
+    def batches(self, train_set, world) -> BatchStream:
+        return BatchStream(train_set, self.settings.batch_size, self.settings.max_seq_length,
+                           world.rank, world.size)
+
+    def forward_backward(self, engine: StepEngine, batch):
+        if self._sliced_for(batch[0]):
+            return engine.forward_backward(self.sliced_loss, *batch)
+        return engine.forward_backward(losses.sft_objective, *batch)
+
+    def validate(self, model, val_set) -> tuple[float, dict[str, float]]:
+        s = self.settings
+        loss = (default_loss if self.sliced is None
+                else partial(losses.sft_validation_loss, sliced=self.sliced))
+        loss = evaluate(model=model, dataset=val_set, loss=loss,
+                        batch_size=s.batch_size, num_batches=s.val_batches,
+                        max_seq_length=s.max_seq_length)
+        model.train()
+        return loss, {}
+
+
+class Reference:
+    """DPO's reference log-probabilities: the base (the trained model with its adapters
+    switched off; for full fine-tuning a frozen copy loaded once), or another model folder."""
+
+    def __init__(self, model, base_path: str, reference: str = "base") -> None:
+        self.model = model
+        self.base_path = base_path
+        self.reference = reference
+        self._loaded = None
+
+    @property
+    def needs_copy(self) -> bool:
+        return self.reference != "base" or not has_adapters(self.model)
+
+    def _other(self):
+        if self._loaded is None:
+            from mlx_lm import load
+
+            model, _ = load(self.base_path if self.reference == "base" else self.reference)
+            model.freeze()
+            model.eval()
+            self._loaded = model
+        return self._loaded
+
+    def scores(self, tokens: mx.array, lengths: mx.array, variant: str) -> mx.array:
+        """Per row: the summed log-probability of its trained tokens (length-normalized for
+        ipo), evaluated, with no gradient."""
+        if self.needs_copy:
+            scores, counts = losses.sequence_logprobs(self._other(), tokens, lengths)
+        else:
+            with adapters_disabled(self.model):
+                scores, counts = losses.sequence_logprobs(self.model, tokens, lengths)
+        if variant == "ipo":
+            scores = scores / mx.maximum(counts, 1)
+        scores = mx.stop_gradient(scores)
+        mx.eval(scores)
+        return scores
+
+
+class PreferenceObjective(LossSlicing):
+    metric_names = PREFERENCE_METRICS
+
+    def __init__(self, settings: Hyperparameters, model, base_path: str) -> None:
+        self.settings = settings
+        self._slice_losses(settings, model)
+        self.kind = SETTINGS["objective"].get(settings)
+        self.beta = float(SETTINGS["beta"].get(settings))
+        self.variant = SETTINGS["dpo_loss"].get(settings)
+        self.reference = (Reference(model, base_path, SETTINGS["reference"].get(settings))
+                          if self.kind == "dpo" else None)
+        if self.kind == "dpo":
+            self.loss = partial(losses.dpo_objective, beta=self.beta, variant=self.variant)
+        else:
+            self.loss = partial(losses.orpo_objective, beta=self.beta)
+        self.key = (self.kind, self.beta, self.variant)
+        self.sliced_loss = (with_slices(self.loss.func, self.sliced, **self.loss.keywords)
+                            if self.sliced is not None else None)
+
+    def batches(self, train_set, world):
+        from zyquo_tui.trainer.preference_data import PreferenceBatchStream
+
+        return PreferenceBatchStream(train_set, self.settings.batch_size,
+                                     self.settings.max_seq_length, world.rank, world.size)
+
+    def _arrays(self, tokens: mx.array, lengths: mx.array) -> tuple[mx.array, ...]:
+        if self.reference is None:
+            return tokens, lengths
+        return tokens, lengths, self.reference.scores(tokens, lengths, self.variant)
+
+    def forward_backward(self, engine: StepEngine, batch):
+        if self._sliced_for(batch[0]):
+            return engine.forward_backward(self.sliced_loss, *self._arrays(*batch),
+                                           key=(*self.key, "sliced"))
+        return engine.forward_backward(self.loss, *self._arrays(*batch), key=self.key)
+
+    def validate(self, model, val_set) -> tuple[float, dict[str, float]]:
+        """The mean loss and metrics over the validation batches, dropout off."""
+        from zyquo_tui.trainer.preference_data import validation_batches
+
+        s = self.settings
+        model.eval()
+        totals: dict[str, Any] = {}
+        count = 0
+        for tokens, lengths in validation_batches(val_set, s.batch_size, s.val_batches,
+                                                  s.max_seq_length):
+            loss, _, metrics = self.loss(model, *self._arrays(tokens, lengths))
+            for name, value in {"loss": loss, **metrics}.items():
+                totals[name] = totals.get(name, 0) + value
+            mx.eval(totals)
+            count += 1
+        model.train()
+        means = {name: float(value.item()) / count for name, value in totals.items()}
+        loss = means.pop("loss")
+        return loss, {name: means[name] for name in self.metric_names}
+
+
+def objective_for(settings: Hyperparameters, model, base_path: str):
+    if SETTINGS["objective"].get(settings) == "sft":
+        return SftObjective(settings, model)
+    return PreferenceObjective(settings, model, base_path)
