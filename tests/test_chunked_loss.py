@@ -19,8 +19,8 @@ def _lora_model(path):
 
     model, _ = load(str(path))
     model.freeze()
+    mx.random.seed(1)  # A is drawn at random too: the same adapters every time
     linear_to_lora_layers(model, 2, {"rank": 4, "dropout": 0.0, "scale": 20.0})
-    mx.random.seed(1)
     for _, module in model.named_modules():
         if hasattr(module, "lora_b"):  # B = 0 would make every adapter gradient but B's 0
             module.lora_b = mx.random.normal(module.lora_b.shape) * 0.01
@@ -79,6 +79,16 @@ def test_sliced_sft_and_logprobs_equal_the_whole_batch(sample_models, which):
     whole, ntoks, _ = losses.sft_objective(model, tokens, lengths)
     loss, count = losses.sft_validation_loss(model, tokens, lengths, sliced)
     assert loss.item() == pytest.approx(whole.item(), abs=1e-5) and count.item() == ntoks.item()
+    # DPO, with its reference scored in slices too (the base: adapters off)
+    from zyquo_tui.trainer.objectives import Reference
+
+    references = [Reference(model, str(sample_models[which]), "base", chunk)
+                  .scores(tokens, lengths, "sigmoid") for chunk in ("off", 16)]
+    assert mx.abs(references[0] - references[1]).max().item() <= 1e-4
+    _assert_same(model, partial(losses.dpo_objective, reference_scores=references[0], beta=0.1,
+                                variant="sigmoid"),
+                 partial(losses.dpo_objective, reference_scores=references[0], beta=0.1,
+                         variant="sigmoid", sliced=sliced), vocab)
 
 
 def test_an_untied_quantized_lm_head_is_sliced_too():
@@ -151,10 +161,12 @@ def test_runs_train_to_the_same_losses_with_and_without_slices(tiny_model, mask_
 @pytest.mark.slow
 def test_a_large_vocabulary_trains_to_the_same_losses_over_100_steps(tmp_path):
     """151,936 tokens (a Qwen-sized vocabulary), through the step engine."""
+    from functools import partial
+
     import mlx.optimizers as optim
 
     from zyquo_tui.trainer import losses
-    from zyquo_tui.trainer.chunked_loss import sliced_cross_entropy, with_slices
+    from zyquo_tui.trainer.chunked_loss import sliced_cross_entropy
     from zyquo_tui.trainer.engine import StepEngine
     from zyquo_tui.trainer.sample_model import build_model
 
@@ -165,7 +177,7 @@ def test_a_large_vocabulary_trains_to_the_same_losses_over_100_steps(tmp_path):
         engine = StepEngine(model, optim.Adam(learning_rate=1e-4))
         objective = losses.sft_objective
         if sliced_on:
-            objective = with_slices(objective, sliced_cross_entropy(model, 16))
+            objective = partial(objective, sliced=sliced_cross_entropy(model, 16))
         curve = []
         for step in range(100):
             mx.random.seed(100 + step)

@@ -357,15 +357,21 @@ def test_the_loss_term_is_batch_times_tokens_times_vocabulary():
     assert small == pytest.approx(CPU_COEFFICIENTS.loss * 4 * 511 * VOCAB * 2, rel=1e-6)
 
 
-def test_with_the_chunked_loss_the_loss_term_is_one_slice_of_tokens_times_vocabulary():
+def test_with_the_chunked_loss_the_loss_term_is_the_slices_alive_at_once():
     a = advisor()
+    tokens = 4 * 511
     sliced = a.estimate(facts(), config(loss_chunk_tokens=256)).breakdown["loss"]
-    assert sliced == pytest.approx(CPU_COEFFICIENTS.loss * 256 * VOCAB * 2, rel=1e-6)
+    # 8 slices, about 6.5 of them queued at once, two logit-sized arrays each; and the
+    # gradient of every hidden state
+    assert sliced == pytest.approx(6.5 * 2 * 256 * VOCAB * 2 + tokens * HIDDEN * 2, rel=1e-6)
     assert config().loss_chunk_tokens == 256  # on by default
+    # fewer slices than that: all of them
+    few = a.estimate(facts(), config(loss_chunk_tokens=1024)).breakdown["loss"]
+    assert few == pytest.approx(2 * 2 * 1024 * VOCAB * 2 + tokens * HIDDEN * 2, rel=1e-6)
     # a batch of no more predictions than a slice is not sliced: the whole batch's term
     short = config(loss_chunk_tokens=4096)
     assert a.estimate(facts(), short).breakdown["loss"] == pytest.approx(
-        CPU_COEFFICIENTS.loss * 4 * 511 * VOCAB * 2, rel=1e-6)
+        CPU_COEFFICIENTS.loss * tokens * VOCAB * 2, rel=1e-6)
 
 
 def test_chunked_loss_is_the_first_suggestion_when_it_is_off_and_would_make_the_run_fit():
@@ -411,7 +417,8 @@ def test_every_fitted_quantity_has_a_multiplier_on_every_device():
         "calibrated", "held_out_error", "loss_overlap"}  # not multipliers of a quantity
     fitted = {k for k in quantities if not k.startswith("_")} - {
         "base_weights", "trainable_parameters", "gradients", "optimizer_state",
-        "reference"}  # exact: a DPO reference's frozen copy of the weights
+        "reference",  # exact: a DPO reference's frozen copy of the weights
+        "chunked_loss"}  # derived: the chunked loss's slices (estimate.chunked_loss_bytes)
     assert fitted == fields
     for name in fields:
         assert getattr(GPU_COEFFICIENTS, name) >= 0 and getattr(CPU_COEFFICIENTS, name) >= 0

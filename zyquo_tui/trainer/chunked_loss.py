@@ -1,39 +1,32 @@
 """Cross-entropy over the output projection a slice of tokens at a time (issue 17).
 
 mlx-lm computes the logits of the whole batch at once, (batch, tokens, vocabulary), and keeps
-them, their float32 softmax and their gradient until the backward pass: for a 151,936-token
-vocabulary at 4 x 1,024 tokens that is gigabytes. Here the backbone's hidden states are computed
-as usual, and then for each slice of at most `chunk_tokens` target tokens the projection, the
-cross-entropy and its gradient with respect to the hidden states are computed and evaluated
-before the next slice starts, so only one slice's logits ever exist. The gradient of each
-token's cross-entropy depends on that token's hidden state alone, so it is kept per token (the
-size of the hidden states) and scaled by whatever weight the loss gives the token when the
-backward pass arrives (`mx.custom_function`'s vjp): no logits are recomputed, and the same
-slices serve SFT, DPO, ORPO and policy gradients.
+them, their softmax and their gradient until the backward pass: for a 151,936-token vocabulary
+at 4 x 1,024 tokens that is gigabytes. Here the backbone's hidden states are computed as usual,
+and then, slice by slice of at most `chunk_tokens` tokens, the projection, the cross-entropy and
+its gradient with respect to the hidden states are computed together in the forward pass (as
+Liger's fused linear cross-entropy and Apple's Cut Cross-Entropy do): a slice's logits are
+dropped as soon as its loss and gradient exist, and nothing is recomputed. The gradient of a
+token's cross-entropy depends on that token's hidden state alone (the output weight is frozen),
+so it is kept per token (the size of the hidden states) and scaled by whatever weight the loss
+gives the token when the backward pass arrives (`mx.custom_function`'s vjp): the same slices
+serve SFT, DPO, ORPO and policy gradients, and the whole step stays one compiled function.
 
-Tokens outside the loss's mask are never projected (their cross-entropy is 0, as the mask
-makes it in mlx-lm), so prompts under mask_prompt and padding cost nothing.
-
-Why the slices are evaluated one by one: MLX schedules work ahead of the device, allocating
-every output when an operation is queued, so a lazy graph of slices holds all their logits at
-once however it is ordered. Evaluating inside the loss needs two things: the step is not
-compiled (mx.compile forbids evaluation; the slice itself is compiled), and the slice works on
-a copy of the hidden states that is no tracer of the gradient transform, or MLX would keep
-every slice's logits alive for the backward pass.
+A slice's gradient is written out (softmax minus the target's one-hot, then back through the
+head) rather than differentiated, which holds two logit-sized arrays per slice instead of the
+four of MLX's own backward. Each slice's input depends on the previous slice's outputs
+(`mx.depends`), so slices run in order; MLX still queues some operations ahead of the device
+and allocates their outputs when it queues them, so a few slices' logits can exist at once
+(docs/memory.md has the measured peaks).
 """
 
 from __future__ import annotations
 
-from functools import partial
-from typing import Callable
+from collections.abc import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
-import numpy as np
 from mlx.utils import tree_flatten
-
-# Marks an objective that evaluates inside itself: the step engine runs it uncompiled.
-EAGER_ATTRIBUTE = "evaluates_in_slices"
 
 
 def output_head(model: nn.Module) -> tuple[Callable, Callable] | None:
@@ -75,95 +68,92 @@ def _same_logits(model: nn.Module, backbone: Callable, head: Callable) -> bool:
         model.train(training)
 
 
-def _untraced(array: mx.array) -> mx.array:
-    """An evaluated copy of `array` that is no tracer of a gradient transform (a round trip
-    through NumPy, in float32 for bfloat16's sake; exact for every float dtype)."""
-    if array.dtype in (mx.float32, mx.int32, mx.bool_):
-        return mx.array(np.array(array))
-    return mx.array(np.array(array.astype(mx.float32))).astype(array.dtype)
+def _slice_loss_and_gradient(head: Callable, hidden: mx.array, targets: mx.array
+                              ) -> tuple[mx.array, mx.array]:
+    """One slice's cross-entropy per token (as nn.losses.cross_entropy computes it, in the
+    logits' dtype) and its gradient with respect to `hidden` (softmax minus one-hot, back
+    through the head: for a quantized or tied head the same vjp MLX would take)."""
+    logits = head(hidden)
+    lse = mx.logsumexp(logits, axis=-1, keepdims=True)
+    picked = mx.take_along_axis(logits, targets[:, None], axis=-1)
+    ce = (lse - picked).squeeze(-1)
+    vocabulary = mx.arange(logits.shape[-1])
+    probabilities = mx.exp(logits - lse)
+    gradient = mx.where(vocabulary == targets[:, None], probabilities - 1, probabilities)
+    _, (d_hidden,) = mx.vjp(head, [hidden], [gradient])
+    return ce, d_hidden
 
 
-def _slice_function(head: Callable) -> Callable:
-    def slice_loss(hidden: mx.array, targets: mx.array):
-        def cross_entropy(h):
-            return nn.losses.cross_entropy(head(h), targets)
-        (ce,), (dh,) = mx.vjp(cross_entropy, [hidden], [mx.ones(targets.shape, hidden.dtype)])
-        return ce, dh
-    return mx.compile(slice_loss)
+def _slice_loss(head: Callable, hidden: mx.array, targets: mx.array) -> mx.array:
+    return nn.losses.cross_entropy(head(hidden), targets)
 
 
-def _forward_function(head: Callable) -> Callable:
-    return mx.compile(lambda hidden, targets: nn.losses.cross_entropy(head(hidden), targets))
+def _in_slices(chunk_tokens: int, hidden: mx.array, targets: mx.array, each: Callable
+               ) -> list[tuple[mx.array, ...]]:
+    """`each(hidden_slice, targets_slice)` over the flattened tokens, each slice made to wait
+    for the previous one's outputs."""
+    flat_hidden = hidden.reshape(-1, hidden.shape[-1])
+    flat_targets = targets.reshape(-1)
+    results: list[tuple[mx.array, ...]] = []
+    for start in range(0, flat_targets.shape[0], chunk_tokens):
+        piece = flat_hidden[start:start + chunk_tokens]
+        if results:
+            piece = mx.depends(piece, list(results[-1]))
+        results.append(each(piece, flat_targets[start:start + chunk_tokens]))
+    return results
+
+
+def _fused_cross_entropy(head: Callable, chunk_tokens: int) -> Callable:
+    """(hidden, targets) -> (per-token cross-entropy, its gradient per token), differentiable
+    with respect to `hidden` through the second output."""
+
+    def each(hidden, targets):
+        return _slice_loss_and_gradient(head, hidden, targets)
+
+    @mx.custom_function
+    def fused(hidden, targets):
+        parts = _in_slices(chunk_tokens, hidden, targets, each)
+        ce = mx.concatenate([part[0] for part in parts]).reshape(targets.shape)
+        d_hidden = mx.concatenate([part[1] for part in parts]).reshape(hidden.shape)
+        return ce, d_hidden
+
+    @fused.vjp
+    def fused_vjp(primals, cotangents, outputs):
+        weight = cotangents[0][..., None].astype(outputs[1].dtype)
+        return weight * outputs[1], mx.zeros_like(primals[1])
+
+    return fused
 
 
 class SlicedCrossEntropy:
     """Per-token cross-entropy of a model's next-token predictions, computed in slices.
 
     `__call__(model_inputs, targets, mask)` returns (B, T) cross-entropy in the logits' dtype,
-    0 where `mask` is False, differentiable with respect to the model's trainable weights.
+    0 where `mask` is False, differentiable with respect to the model's trainable weights;
+    `forward` the same values without the gradient's work (validation, reference scores).
     """
 
     def __init__(self, backbone: Callable, head: Callable, chunk_tokens: int) -> None:
         self.backbone = backbone
+        self.head = head
         self.chunk_tokens = chunk_tokens
-        self._with_gradient = _slice_function(head)
-        self._forward_only = _forward_function(head)
+        self._fused = _fused_cross_entropy(head, chunk_tokens)
 
     def worth_it(self, tokens: mx.array) -> bool:
         """Whether a batch has more predictions than one slice: a batch of one slice or less
-        gains nothing and trains faster as one compiled step."""
+        gains nothing from slicing."""
         return tokens.shape[0] * (tokens.shape[1] - 1) > self.chunk_tokens
 
     def __call__(self, inputs: mx.array, targets: mx.array, mask: mx.array) -> mx.array:
-        hidden = self.backbone(inputs)
-        slices = self
-
-        @mx.custom_function
-        def sliced(hidden, targets, mask):
-            ce, dh = slices._compute(hidden, targets, mask, gradient=True)
-            return ce, dh
-
-        @sliced.vjp
-        def sliced_vjp(primals, cotangents, outputs):
-            _, targets, mask = primals
-            weight = cotangents[0][..., None].astype(outputs[1].dtype)
-            return weight * outputs[1], mx.zeros_like(targets), mx.zeros_like(mask)
-
-        return sliced(hidden, targets, mask)[0]
+        ce, _ = self._fused(self.backbone(inputs), targets)
+        return mx.where(mask, ce, 0)
 
     def forward(self, inputs: mx.array, targets: mx.array, mask: mx.array) -> mx.array:
-        """The same cross-entropy without its gradient (validation, reference scores)."""
-        return self._compute(self.backbone(inputs), targets, mask, gradient=False)[0]
-
-    def _compute(self, hidden, targets, mask, gradient: bool):
-        mx.eval(hidden, targets, mask)
-        width = hidden.shape[-1]
-        flat_hidden = _untraced(hidden).reshape(-1, width)
-        flat_targets = _untraced(targets.astype(mx.int32)).reshape(-1)
-        picked = np.flatnonzero(np.array(mask).reshape(-1))
-        count = flat_targets.shape[0]
-        ce_parts, dh_parts = [], []
-        for start in range(0, len(picked), self.chunk_tokens):
-            rows = mx.array(picked[start:start + self.chunk_tokens])
-            h, t = flat_hidden[rows], flat_targets[rows]
-            if gradient:
-                ce, dh = self._with_gradient(h, t)
-                mx.eval(ce, dh)
-                dh_parts.append(dh)
-            else:
-                ce = self._forward_only(h, t)
-                mx.eval(ce)
-            ce_parts.append(ce)
-        dtype = ce_parts[0].dtype if ce_parts else hidden.dtype
-        ce_all = mx.zeros((count,), dtype)
-        dh_all = mx.zeros(flat_hidden.shape, hidden.dtype) if gradient else None
-        if ce_parts:
-            rows = mx.array(picked)
-            ce_all[rows] = mx.concatenate(ce_parts)
-            if gradient:
-                dh_all[rows] = mx.concatenate(dh_parts)
-        ce_all = ce_all.reshape(targets.shape)
-        return ce_all, (dh_all.reshape(hidden.shape) if gradient else None)
+        hidden = self.backbone(inputs)
+        parts = _in_slices(self.chunk_tokens, hidden, targets,
+                           lambda h, t: (_slice_loss(self.head, h, t),))
+        ce = mx.concatenate([part[0] for part in parts]).reshape(targets.shape)
+        return mx.where(mask, ce, 0)
 
 
 def sliced_cross_entropy(model: nn.Module, chunk_tokens: int) -> SlicedCrossEntropy | None:
@@ -186,15 +176,3 @@ def loss_slicing(model: nn.Module, setting) -> tuple[SlicedCrossEntropy | None, 
                       "states (or its output layer is trained), so the loss is computed for "
                       "the whole batch at once, as mlx-lm does: loss_chunk_tokens is ignored.")
     return sliced, None
-
-
-def with_slices(objective: Callable, sliced: SlicedCrossEntropy, **constants) -> Callable:
-    """`objective` bound to the sliced loss (and its other constants), marked for the step
-    engine to run uncompiled."""
-    bound = partial(objective, sliced=sliced, **constants)
-    setattr(bound, EAGER_ATTRIBUTE, True)
-    return bound
-
-
-def evaluates_in_slices(objective: Callable) -> bool:
-    return bool(getattr(objective, EAGER_ATTRIBUTE, False))

@@ -13,8 +13,6 @@ through it, so a run and a hand-written loop take the same steps:
 
 Both steps are compiled as mlx-lm compiles its step (model, optimizer and RNG state as inputs
 and outputs), and nothing is evaluated here: the caller decides when to wait for the figures.
-The one exception is an objective bound to the sliced loss (trainer/chunked_loss.py): it
-evaluates its slices as it goes, which a compiled function cannot, so it runs uncompiled.
 """
 
 from __future__ import annotations
@@ -30,7 +28,6 @@ from mlx.nn.utils import average_gradients
 from mlx.utils import tree_flatten, tree_map, tree_map_with_path, tree_unflatten
 
 from zyquo_tui.trainer import checkpoints
-from zyquo_tui.trainer.chunked_loss import evaluates_in_slices
 
 
 class StepEngine:
@@ -79,8 +76,6 @@ class StepEngine:
                 grad = tree_map(lambda x, y: x + y, grad, prev_grad)
             return loss, ntoks, metrics, grad
 
-        if evaluates_in_slices(objective):
-            return forward_backward
         return partial(mx.compile, inputs=self.state, outputs=self.state)(forward_backward)
 
     def _compile_update(self) -> Callable:
