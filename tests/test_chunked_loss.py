@@ -174,7 +174,11 @@ def test_a_large_vocabulary_trains_to_the_same_losses_over_100_steps(tmp_path):
     curves = []
     for sliced_on in (False, True):
         model = _lora_model(path)
-        engine = StepEngine(model, optim.Adam(learning_rate=1e-4))
+        # mlx-lm's default learning rate. The slices' gradient is the whole batch's summed in
+        # another order; on fresh random tokens every step, Adam (which rescales every
+        # gradient element to a step of about the learning rate) turns that rounding into
+        # loss differences of up to 1.5e-4 by step 100 at a learning rate of 1e-4.
+        engine = StepEngine(model, optim.Adam(learning_rate=1e-5))
         objective = losses.sft_objective
         if sliced_on:
             objective = partial(objective, sliced=sliced_cross_entropy(model, 16))
