@@ -94,9 +94,11 @@ def spec_of(config: dict, model_path: Path) -> dict:
         "grad_accumulation_steps": config.get("grad_accumulation_steps", 1),
         "lora_parameters": {"rank": config.get("rank", 8), "dropout": 0.0, "scale": 20.0},
         "learning_rate": 1e-5,
+        # The table was measured with mlx-lm's whole-batch loss; an entry may ask for slices.
+        "zyquo_tui": {"loss_chunk_tokens": config.get("loss_chunk_tokens", "off")},
     }
     if config.get("objective"):  # a preference run: pairs, each side `seq` long
-        hp["zyquo_tui"] = {"objective": config["objective"]}
+        hp["zyquo_tui"]["objective"] = config["objective"]
     return {"model": str(model_path), "method": config.get("method", "lora"),
             "hyperparameters": hp, "synthetic_tokens": config["seq"],
             "steps": config.get("steps", 3)}

@@ -324,7 +324,9 @@ def test_grad_checkpointing_keeps_only_each_layers_input():
 
 
 def test_attention_grows_with_the_square_of_the_sequence():
-    short, long = (features(facts(), config(max_seq_length=n)) for n in (257, 513))
+    # (the whole-batch loss: the chunked one's term does not grow with the batch)
+    short, long = (features(facts(), config(max_seq_length=n, loss_chunk_tokens="off"))
+                   for n in (257, 513))
     for name in ("kept_attention", "working_attention"):
         assert long[name] / short[name] == pytest.approx((512 / 256) ** 2, rel=0.01)
     for name in ("kept_hidden", "kept_mlp", "working_hidden", "loss"):
@@ -354,10 +356,43 @@ def test_the_attention_term_is_per_device_and_metal_is_marked_uncalibrated():
 
 def test_the_loss_term_is_batch_times_tokens_times_vocabulary():
     a = advisor()
-    small = a.estimate(facts(), config()).breakdown["loss"]
-    big_vocab = a.estimate(facts(vocab_size=2 * VOCAB), config()).breakdown["loss"]
+    whole = config(loss_chunk_tokens="off")
+    small = a.estimate(facts(), whole).breakdown["loss"]
+    big_vocab = a.estimate(facts(vocab_size=2 * VOCAB), whole).breakdown["loss"]
     assert big_vocab == pytest.approx(2 * small, rel=1e-6)
     assert small == pytest.approx(CPU_COEFFICIENTS.loss * 4 * 511 * VOCAB * 2, rel=1e-6)
+
+
+def test_with_the_chunked_loss_the_loss_term_is_the_slices_alive_at_once():
+    a = advisor()
+    tokens = 4 * 511
+    sliced = a.estimate(facts(), config(loss_chunk_tokens=256)).breakdown["loss"]
+    # 8 slices, about 6.5 of them queued at once, two logit-sized arrays each; and the
+    # gradient of every hidden state
+    assert sliced == pytest.approx(6.5 * 2 * 256 * VOCAB * 2 + tokens * HIDDEN * 2, rel=1e-6)
+    assert config().loss_chunk_tokens == 256  # on by default
+    # fewer slices than that: all of them
+    few = a.estimate(facts(), config(loss_chunk_tokens=1024)).breakdown["loss"]
+    assert few == pytest.approx(2 * 2 * 1024 * VOCAB * 2 + tokens * HIDDEN * 2, rel=1e-6)
+    # a batch of no more predictions than a slice is not sliced: the whole batch's term
+    short = config(loss_chunk_tokens=4096)
+    assert a.estimate(facts(), short).breakdown["loss"] == pytest.approx(
+        CPU_COEFFICIENTS.loss * tokens * VOCAB * 2, rel=1e-6)
+
+
+def test_chunked_loss_is_the_first_suggestion_when_it_is_off_and_would_make_the_run_fit():
+    model = facts(vocab_size=151_936)
+    off = config(loss_chunk_tokens="off", max_seq_length=2048)
+    need_on = advisor().estimate(model, off.replace(loss_chunk_tokens=256)).total_bytes
+    need_off = advisor().estimate(model, off).total_bytes
+    assert need_on < need_off / 2
+    # a budget the chunked run fits (below the tight share) and the whole-batch one does not
+    tight = advisor(budget_bytes=int(need_on / (1 - CPU_COEFFICIENTS.held_out_error) * 1.02))
+    assert tight.judge(tight.estimate(model, off)).verdict is Verdict.WONT_FIT
+    first = tight.suggest(model, off)[0]
+    assert first.changes == {"loss_chunk_tokens": 256}
+    assert first.title.startswith("chunked loss")
+    assert first.verdict is Verdict.FITS
 
 
 def test_the_overhead_is_fixed_plus_what_the_optimizer_step_needs_beyond_the_backward_pass():
@@ -388,7 +423,8 @@ def test_every_fitted_quantity_has_a_multiplier_on_every_device():
         "calibrated", "held_out_error", "loss_overlap"}  # not multipliers of a quantity
     fitted = {k for k in quantities if not k.startswith("_")} - {
         "base_weights", "trainable_parameters", "gradients", "optimizer_state",
-        "reference"}  # exact: a DPO reference's frozen copy of the weights
+        "reference",  # exact: a DPO reference's frozen copy of the weights
+        "chunked_loss"}  # derived: the chunked loss's slices (estimate.chunked_loss_bytes)
     assert fitted == fields
     for name in fields:
         assert getattr(GPU_COEFFICIENTS, name) >= 0 and getattr(CPU_COEFFICIENTS, name) >= 0
@@ -733,7 +769,9 @@ def _calibration_config(entry: dict) -> TrainingConfig:
         rank=entry.get("rank", 8), grad_checkpoint=entry.get("grad_checkpoint", False),
         optimizer=entry.get("optimizer", "adam"),
         grad_accumulation_steps=entry.get("grad_accumulation_steps", 1),
-        longest_row_tokens=entry["seq"])
+        longest_row_tokens=entry["seq"],
+        # measured with the whole-batch loss unless the entry says otherwise
+        loss_chunk_tokens=entry.get("loss_chunk_tokens", "off"))
 
 
 def _calibration_script():

@@ -14,6 +14,7 @@ from zyquo_tui.core.runs.settings import (
     BOOL,
     CHOICE,
     COUNT_OR_FILE,
+    COUNT_OR_OFF,
     FILE,
     FLOAT,
     INT,
@@ -46,7 +47,7 @@ def _help(key: str) -> str:
 
 
 _METAVARS = {INT: "N", FLOAT: "X", NUMBERS: "X,X,...", NAMES: "NAME,...",
-             COUNT_OR_FILE: "FILE|N", FILE: "FILE"}
+             COUNT_OR_FILE: "FILE|N", COUNT_OR_OFF: "N|off", FILE: "FILE"}
 
 
 def _metavar(key: str) -> str:

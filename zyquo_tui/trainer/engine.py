@@ -70,14 +70,13 @@ class StepEngine:
         value_and_grad = nn.value_and_grad(self.model, objective)
         model = self.model
 
-        @partial(mx.compile, inputs=self.state, outputs=self.state)
         def forward_backward(prev_grad, *arrays):
             (loss, ntoks, metrics), grad = value_and_grad(model, *arrays)
             if prev_grad is not None:
                 grad = tree_map(lambda x, y: x + y, grad, prev_grad)
             return loss, ntoks, metrics, grad
 
-        return forward_backward
+        return partial(mx.compile, inputs=self.state, outputs=self.state)(forward_backward)
 
     def _compile_update(self) -> Callable:
         model, optimizer = self.model, self.optimizer

@@ -72,7 +72,7 @@ class TrainingLoop:
         self.adapters = adapters
         self.hooks = hooks
         # What the run learns: mlx-lm's SFT unless told (trainer/objectives.py).
-        self.objective = objective or SftObjective(settings)
+        self.objective = objective or SftObjective(settings, model)
         self.batches = self.objective.batches(train_set, world)
         self.start_step = 0
         self.step = 0  # the step in progress or last finished

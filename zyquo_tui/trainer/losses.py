@@ -12,6 +12,10 @@ Conventions shared by all of them:
   metrics)`: the loss is what is differentiated, the rest are auxiliary outputs of
   `nn.value_and_grad`. The pure losses they end in take log-probabilities, so each is tested
   on its own against its reference (mlx-lm for SFT, mlx-lm-lora for DPO and ORPO).
+- The objectives that read per-token cross-entropy (SFT, DPO, ORPO, policy gradient) take
+  `sliced`, a trainer/chunked_loss.py SlicedCrossEntropy: given, the logits are computed a
+  slice of tokens at a time and never for the whole batch (same values; far less memory for
+  large vocabularies). Distillation compares full-vocabulary distributions and does not.
 """
 
 from __future__ import annotations
@@ -44,28 +48,49 @@ def token_logprobs(logits: mx.array, targets: mx.array) -> mx.array:
     return -nn.losses.cross_entropy(logits, targets).astype(mx.float32)
 
 
-def sequence_logprobs(model, tokens: mx.array, lengths: mx.array) -> tuple[mx.array, mx.array]:
+def token_cross_entropy(model, inputs: mx.array, targets: mx.array, mask: mx.array,
+                        sliced=None) -> mx.array:
+    """(B, T) cross-entropy of each target, in the logits' dtype: from the whole batch's
+    logits, or slice by slice with `sliced` (then 0 outside `mask`)."""
+    if sliced is None:
+        return nn.losses.cross_entropy(model(inputs), targets)
+    return sliced(inputs, targets, mask)
+
+
+def sequence_logprobs(model, tokens: mx.array, lengths: mx.array, sliced=None
+                      ) -> tuple[mx.array, mx.array]:
     """Per row: the summed log-probability of its target tokens, and how many there are."""
-    logits = model(tokens[:, :-1])
-    mask = target_mask(lengths, tokens.shape[1] - 1)
-    logps = token_logprobs(logits, tokens[:, 1:]) * mask
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    mask = target_mask(lengths, targets.shape[1])
+    ce = token_cross_entropy(model, inputs, targets, mask, sliced)
+    logps = -ce.astype(mx.float32) * mask
     return logps.sum(-1), mask.sum(-1).astype(mx.float32)
 
 
 # -- SFT ----------------------------------------------------------------------------------------
 
-def sft_objective(model, tokens: mx.array, lengths: mx.array):
+def sft_objective(model, tokens: mx.array, lengths: mx.array, sliced=None):
     """mlx-lm's masked cross-entropy: the mean over every target token of the batch.
 
     The same operations in the same order as mlx_lm.tuner.trainer.default_loss (0.32), so the
-    trainer's losses equal `mlx_lm lora`'s exactly (tests/test_trainer_fidelity.py).
+    trainer's losses equal `mlx_lm lora`'s exactly (tests/test_trainer_fidelity.py); with
+    `sliced`, the same values within float rounding (tests/test_chunked_loss.py).
     """
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
-    logits = model(inputs)
     mask = mlx_lm_target_mask(lengths, targets.shape[1])
-    ce = nn.losses.cross_entropy(logits, targets) * mask
+    ce = token_cross_entropy(model, inputs, targets, mask, sliced) * mask
     ntoks = mask.sum()
     return ce.astype(mx.float32).sum() / ntoks, ntoks, {}
+
+
+def sft_validation_loss(model, tokens: mx.array, lengths: mx.array, sliced):
+    """`sft_objective`'s loss and token count, in slices and without the gradient's work, as
+    mlx-lm's `evaluate` calls a loss."""
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    mask = mlx_lm_target_mask(lengths, targets.shape[1])
+    ce = sliced.forward(inputs, targets, mask) * mask
+    ntoks = mask.sum()
+    return ce.astype(mx.float32).sum() / ntoks, ntoks
 
 
 # -- preference: DPO and ORPO -------------------------------------------------------------------
@@ -131,10 +156,10 @@ def split_pairs(scores: mx.array) -> tuple[mx.array, mx.array]:
     return scores[:half], scores[half:]
 
 
-def dpo_objective(model, tokens, lengths, reference_scores, beta, variant):
+def dpo_objective(model, tokens, lengths, reference_scores, beta, variant, sliced=None):
     """DPO on a batch of chosen rows then rejected rows; `reference_scores` were computed
     beforehand with the reference (no gradient flows into them)."""
-    logps, counts = sequence_logprobs(model, tokens, lengths)
+    logps, counts = sequence_logprobs(model, tokens, lengths, sliced)
     if variant == "ipo":
         logps = logps / mx.maximum(counts, 1)
     pc, pr = split_pairs(logps)
@@ -143,8 +168,8 @@ def dpo_objective(model, tokens, lengths, reference_scores, beta, variant):
     return loss, counts.sum(), metrics
 
 
-def orpo_objective(model, tokens, lengths, beta):
-    logps, counts = sequence_logprobs(model, tokens, lengths)
+def orpo_objective(model, tokens, lengths, beta, sliced=None):
+    logps, counts = sequence_logprobs(model, tokens, lengths, sliced)
     mean_logps = logps / mx.maximum(counts, 1)
     chosen, rejected = split_pairs(mean_logps)
     loss, metrics = orpo_loss(chosen, rejected, beta)
@@ -177,8 +202,8 @@ def group_normalized(advantages: list[float], groups: list[int], eps: float = 1e
             for v, g in zip(advantages, groups, strict=True)]
 
 
-def policy_gradient_objective(model, tokens, lengths, advantages):
-    logps, counts = sequence_logprobs(model, tokens, lengths)
+def policy_gradient_objective(model, tokens, lengths, advantages, sliced=None):
+    logps, counts = sequence_logprobs(model, tokens, lengths, sliced)
     mean_logp = logps / mx.maximum(counts, 1)
     loss = policy_gradient_loss(mean_logp, advantages)
     return loss, counts.sum(), {"mean_logprob": mean_logp.mean(),

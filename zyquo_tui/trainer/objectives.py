@@ -17,25 +17,54 @@ from zyquo_tui.core.events.protocol import PREFERENCE_METRICS
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters
 from zyquo_tui.trainer import losses
 from zyquo_tui.trainer.batches import BatchStream
+from zyquo_tui.trainer.chunked_loss import loss_slicing
 from zyquo_tui.trainer.engine import StepEngine, adapters_disabled, has_adapters
 
 
-class SftObjective:
+class LossSlicing:
+    """The sliced loss (trainer/chunked_loss.py) an objective trains with, unless the run
+    turned it off or the model cannot have it (`slicing_note` then says why)."""
+
+    sliced = None
+    slicing_note: str | None = None
+
+    def _slice_losses(self, settings: Hyperparameters, model) -> None:
+        if model is not None:
+            self.sliced, self.slicing_note = loss_slicing(
+                model, SETTINGS["loss_chunk_tokens"].get(settings))
+
+    @property
+    def loss_chunk_tokens(self) -> int | str:
+        """What the run trains with: tokens per slice of the loss, or "off"."""
+        return self.sliced.chunk_tokens if self.sliced is not None else "off"
+
+    def _sliced_for(self, tokens: mx.array) -> bool:
+        return self.sliced is not None and self.sliced.worth_it(tokens)
+
+
+class SftObjective(LossSlicing):
     metric_names: tuple[str, ...] = ()
 
-    def __init__(self, settings: Hyperparameters) -> None:
+    def __init__(self, settings: Hyperparameters, model=None) -> None:
         self.settings = settings
+        self._slice_losses(settings, model)
+        self.sliced_loss = (partial(losses.sft_objective, sliced=self.sliced)
+                            if self.sliced is not None else None)
 
     def batches(self, train_set, world) -> BatchStream:
         return BatchStream(train_set, self.settings.batch_size, self.settings.max_seq_length,
                            world.rank, world.size)
 
     def forward_backward(self, engine: StepEngine, batch):
+        if self._sliced_for(batch[0]):
+            return engine.forward_backward(self.sliced_loss, *batch)
         return engine.forward_backward(losses.sft_objective, *batch)
 
     def validate(self, model, val_set) -> tuple[float, dict[str, float]]:
         s = self.settings
-        loss = evaluate(model=model, dataset=val_set, loss=default_loss,
+        loss = (default_loss if self.sliced is None
+                else partial(losses.sft_validation_loss, sliced=self.sliced))
+        loss = evaluate(model=model, dataset=val_set, loss=loss,
                         batch_size=s.batch_size, num_batches=s.val_batches,
                         max_seq_length=s.max_seq_length)
         model.train()
@@ -46,11 +75,14 @@ class Reference:
     """DPO's reference log-probabilities: the base (the trained model with its adapters
     switched off; for full fine-tuning a frozen copy loaded once), or another model folder."""
 
-    def __init__(self, model, base_path: str, reference: str = "base") -> None:
+    def __init__(self, model, base_path: str, reference: str = "base",
+                 chunk_tokens: int | str = "off") -> None:
         self.model = model
         self.base_path = base_path
         self.reference = reference
+        self.chunk_tokens = chunk_tokens  # the chunked loss's slice, as the run has it
         self._loaded = None
+        self._sliced: dict[int, Any] = {}
 
     @property
     def needs_copy(self) -> bool:
@@ -66,14 +98,25 @@ class Reference:
             self._loaded = model
         return self._loaded
 
+    def _forward_in_slices(self, model, tokens: mx.array):
+        """The chunked loss's forward for `model` when the run slices this batch, else None."""
+        key = id(model)
+        if key not in self._sliced:
+            self._sliced[key] = loss_slicing(model, self.chunk_tokens)[0]
+        sliced = self._sliced[key]
+        return sliced.forward if sliced is not None and sliced.worth_it(tokens) else None
+
     def scores(self, tokens: mx.array, lengths: mx.array, variant: str) -> mx.array:
         """Per row: the summed log-probability of its trained tokens (length-normalized for
         ipo), evaluated, with no gradient."""
         if self.needs_copy:
-            scores, counts = losses.sequence_logprobs(self._other(), tokens, lengths)
+            other = self._other()
+            scores, counts = losses.sequence_logprobs(
+                other, tokens, lengths, self._forward_in_slices(other, tokens))
         else:
             with adapters_disabled(self.model):
-                scores, counts = losses.sequence_logprobs(self.model, tokens, lengths)
+                scores, counts = losses.sequence_logprobs(
+                    self.model, tokens, lengths, self._forward_in_slices(self.model, tokens))
         if variant == "ipo":
             scores = scores / mx.maximum(counts, 1)
         scores = mx.stop_gradient(scores)
@@ -81,21 +124,25 @@ class Reference:
         return scores
 
 
-class PreferenceObjective:
+class PreferenceObjective(LossSlicing):
     metric_names = PREFERENCE_METRICS
 
     def __init__(self, settings: Hyperparameters, model, base_path: str) -> None:
         self.settings = settings
+        self._slice_losses(settings, model)
         self.kind = SETTINGS["objective"].get(settings)
         self.beta = float(SETTINGS["beta"].get(settings))
         self.variant = SETTINGS["dpo_loss"].get(settings)
-        self.reference = (Reference(model, base_path, SETTINGS["reference"].get(settings))
+        self.reference = (Reference(model, base_path, SETTINGS["reference"].get(settings),
+                                    SETTINGS["loss_chunk_tokens"].get(settings))
                           if self.kind == "dpo" else None)
         if self.kind == "dpo":
             self.loss = partial(losses.dpo_objective, beta=self.beta, variant=self.variant)
         else:
             self.loss = partial(losses.orpo_objective, beta=self.beta)
         self.key = (self.kind, self.beta, self.variant)
+        self.sliced_loss = (partial(self.loss, sliced=self.sliced)
+                            if self.sliced is not None else None)
 
     def batches(self, train_set, world):
         from zyquo_tui.trainer.preference_data import PreferenceBatchStream
@@ -109,6 +156,9 @@ class PreferenceObjective:
         return tokens, lengths, self.reference.scores(tokens, lengths, self.variant)
 
     def forward_backward(self, engine: StepEngine, batch):
+        if self._sliced_for(batch[0]):
+            return engine.forward_backward(self.sliced_loss, *self._arrays(*batch),
+                                           key=(*self.key, "sliced"))
         return engine.forward_backward(self.loss, *self._arrays(*batch), key=self.key)
 
     def validate(self, model, val_set) -> tuple[float, dict[str, float]]:
@@ -121,7 +171,9 @@ class PreferenceObjective:
         count = 0
         for tokens, lengths in validation_batches(val_set, s.batch_size, s.val_batches,
                                                   s.max_seq_length):
-            loss, _, metrics = self.loss(model, *self._arrays(tokens, lengths))
+            objective = (partial(self.loss, sliced=self.sliced.forward)
+                         if self._sliced_for(tokens) else self.loss)
+            loss, _, metrics = objective(model, *self._arrays(tokens, lengths))
             for name, value in {"loss": loss, **metrics}.items():
                 totals[name] = totals.get(name, 0) + value
             mx.eval(totals)
@@ -134,5 +186,5 @@ class PreferenceObjective:
 
 def objective_for(settings: Hyperparameters, model, base_path: str):
     if SETTINGS["objective"].get(settings) == "sft":
-        return SftObjective(settings)
+        return SftObjective(settings, model)
     return PreferenceObjective(settings, model, base_path)

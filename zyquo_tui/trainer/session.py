@@ -374,8 +374,12 @@ class TrainingSession:
             parameters={"total": int(get_total_parameters(model)), "trainable": int(trainable)},
             dataset={"train": sizes["train"], "valid": sizes["valid"]},
             iters=hp.iters, resumed_from_step=resumed_from, config=config,
+            loss_chunk_tokens=loop.objective.loss_chunk_tokens,
             world_size=world.size,
         )
+        self.summary["loss_chunk_tokens"] = loop.objective.loss_chunk_tokens
+        if loop.objective.slicing_note:
+            self._warn("loss_chunk_tokens", loop.objective.slicing_note)
         self.summary["iters"] = hp.iters
         self.summary.setdefault("started_at", time.time())
         self.summary.pop("ended_at", None)

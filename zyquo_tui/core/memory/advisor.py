@@ -28,7 +28,7 @@ from zyquo_tui.core.memory.history import MemoryHistory
 from zyquo_tui.core.memory.measure import Measurement
 from zyquo_tui.core.runs.problems import Problem
 from zyquo_tui.core.runs.run import Run
-from zyquo_tui.core.runs.settings import Method
+from zyquo_tui.core.runs.settings import DEFAULT_LOSS_CHUNK_TOKENS, Method
 
 
 def tight_fraction(coefficients: Coefficients) -> float:
@@ -277,7 +277,8 @@ class MemoryAdvisor:
                 token_lengths: Sequence[int] | None = None) -> list[Suggestion]:
         """Changed configs that the model says fit, least disruptive first.
 
-        The search goes stage by stage: keep the effective batch (halve the batch, double
+        The search goes stage by stage: the sliced loss when it is off (the same losses),
+        keep the effective batch (halve the batch, double
         grad accumulation), grad checkpointing, shorter sequences, fewer layers, a lower rank,
         LoRA instead of full fine-tuning, a quantized base (QLoRA). Within a stage the mildest
         option that fits is suggested. A stage none of whose options fits hands its most
@@ -368,6 +369,12 @@ class MemoryAdvisor:
 MIN_CARRIED_SAVING = 0.02
 
 
+def _chunked_loss(model: ModelFacts, config: TrainingConfig) -> list[TrainingConfig]:
+    if isinstance(config.loss_chunk_tokens, int):
+        return []
+    return [config.replace(loss_chunk_tokens=DEFAULT_LOSS_CHUNK_TOKENS)]
+
+
 def _halve_batch(model: ModelFacts, config: TrainingConfig) -> list[TrainingConfig]:
     options = []
     batch, accumulation = config.batch_size, config.grad_accumulation_steps
@@ -421,6 +428,7 @@ def _quantize(model: ModelFacts, config: TrainingConfig) -> list[TrainingConfig]
 # The search order of MemoryAdvisor.suggest, least disruptive first, with the fields each
 # stage changes.
 _STAGES = (
+    (_chunked_loss, ("loss_chunk_tokens",)),
     (_halve_batch, ("batch_size", "grad_accumulation_steps")),
     (_checkpoint, ("grad_checkpoint",)),
     (_shorter, ("max_seq_length",)),
@@ -435,6 +443,9 @@ def _describe(before: TrainingConfig, after: TrainingConfig, truncated: int | No
               rows: int | None) -> str:
     """The changes from `before` to `after` in words, mildest first."""
     parts = []
+    if after.loss_chunk_tokens != before.loss_chunk_tokens:
+        parts.append(f"chunked loss (loss_chunk_tokens {after.loss_chunk_tokens}: the same "
+                     "losses, the logits a slice of tokens at a time)")
     if (after.batch_size, after.grad_accumulation_steps) != (
             before.batch_size, before.grad_accumulation_steps):
         same = (after.batch_size * after.grad_accumulation_steps

@@ -20,7 +20,9 @@ reports after a few steps) without importing mlx, as a sum of terms:
                       attention unfused, so every trained layer keeps its own for the backward
                       pass, plus the working copies of the layer being computed (a term per
                       device: a fused attention backward on Metal would keep none)
-  loss                the logits and the cross-entropy, batch x tokens x vocabulary
+  loss                the logits and the cross-entropy, batch x tokens x vocabulary; with
+                      the chunked loss (loss_chunk_tokens, trainer/chunked_loss.py) a derived
+                      term instead: the slices alive at once (`chunked_loss_bytes`)
   overhead            a fixed amount, and what the optimizer's step needs beyond the backward
                       pass (it writes new moments while the old ones are alive, after the
                       activations are freed: the peak is the larger of the two phases)
@@ -169,7 +171,8 @@ def _from_definition(key: str) -> Any:
 
 # The settings of the definition that decide a run's memory: TrainingConfig's own fields.
 MEMORY_SETTINGS = frozenset({"batch_size", "max_seq_length", "num_layers", "rank",
-                             "grad_checkpoint", "optimizer", "grad_accumulation_steps"})
+                             "grad_checkpoint", "optimizer", "grad_accumulation_steps",
+                             "loss_chunk_tokens"})
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,7 @@ class TrainingConfig:
     grad_checkpoint: bool = _from_definition("grad_checkpoint")
     optimizer: str = _from_definition("optimizer")
     grad_accumulation_steps: int = _from_definition("grad_accumulation_steps")
+    loss_chunk_tokens: int | str = _from_definition("loss_chunk_tokens")  # or "off"
     longest_row_tokens: int | None = None
     adafactor_first_moment: bool = False  # optimizer_config.adafactor.beta_1 is set
     sgd_momentum: bool = False  # optimizer_config.sgd.momentum is above 0
@@ -228,6 +232,7 @@ class TrainingConfig:
             "grad_accumulation_steps": self.grad_accumulation_steps,
             "max_seq_length": self.max_seq_length, "num_layers": self.num_layers,
             "grad_checkpoint": self.grad_checkpoint, "optimizer": self.optimizer,
+            "loss_chunk_tokens": self.loss_chunk_tokens,
         }
         if self.method is not Method.FULL:
             data["rank"] = self.rank
@@ -335,6 +340,38 @@ def _rewritten_copies(config: TrainingConfig) -> int:
     return 1  # muon
 
 
+# The chunked loss (trainer/chunked_loss.py) is its own term, derived rather than fitted: each
+# slice holds two logit-sized arrays in the compute dtype (its logits, and softmax minus
+# one-hot), and MLX queues about a hundred operations ahead of the device, allocating their
+# outputs as it queues them, which is about 6.5 slices of that loss (measured on the CPU at
+# 64, 128 and 256 tokens a slice, vocabulary 151,936: 13 slice-sized copies at once). Besides
+# them it keeps the gradient of every hidden state until the backward pass.
+CHUNKED_COPIES_PER_SLICE = 2
+CHUNKED_SLICES_AT_ONCE = 6.5
+
+
+def loss_slice_tokens(config: TrainingConfig) -> int | None:
+    """Tokens per slice when the run's loss is chunked (the trainer slices a batch only when
+    it has more predictions than a slice), else None: the whole batch's logits."""
+    tokens = config.batch_size * config.sequences_per_row * config.model_tokens
+    chunk = config.loss_chunk_tokens
+    if isinstance(chunk, int) and not isinstance(chunk, bool) and 0 < chunk < tokens:
+        return chunk
+    return None
+
+
+def chunked_loss_bytes(model: ModelFacts, config: TrainingConfig) -> float:
+    """The chunked loss's memory: the slices alive at once, and the hidden states' gradient."""
+    chunk = loss_slice_tokens(config)
+    if chunk is None:
+        return 0.0
+    tokens = config.batch_size * config.sequences_per_row * config.model_tokens
+    slices = min(-(-tokens // chunk), CHUNKED_SLICES_AT_ONCE)
+    s = model.compute_bytes
+    return (slices * CHUNKED_COPIES_PER_SLICE * chunk * model.vocab_size * s
+            + tokens * model.hidden_size * s)
+
+
 def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
     """The estimate's quantities before the fitted multipliers, in bytes per unit multiplier.
 
@@ -400,7 +437,8 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
         "working_outputs": once * tokens * outputs * LORA_BYTES if lora else 0,
         "dora_weights": (max(layer.matrix_elements for layer in layers) * LORA_BYTES
                          if dora and n else 0),
-        "loss": tokens * model.vocab_size * s,
+        "loss": tokens * model.vocab_size * s if loss_slice_tokens(config) is None else 0,
+        "chunked_loss": chunked_loss_bytes(model, config),
         "update_lora": _rewritten_copies(config) * elements * trained_bytes if lora else 0,
         "update_full": _rewritten_copies(config) * elements * trained_bytes if not lora else 0,
         "fixed_bytes": 1.0,
@@ -447,7 +485,8 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
         breakdown[name] += quantities[name]
     for name, term in _KEPT.items():
         breakdown[term] += getattr(coefficients, name) * quantities[name]
-    loss = breakdown["loss"] = coefficients.loss * quantities["loss"]
+    loss = breakdown["loss"] = (coefficients.loss * quantities["loss"]
+                                + quantities.get("chunked_loss", 0.0))
     working = {name: getattr(coefficients, name) * quantities[name] for name in _WORKING}
     layer = sum(working.values())
     above_loss = max(layer - loss, coefficients.loss_overlap * layer)

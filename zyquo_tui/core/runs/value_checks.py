@@ -194,6 +194,22 @@ class CountOrFile:
         return []
 
 
+OFF_TEXT = "off"
+
+
+@dataclass(frozen=True)
+class CountOrOff:
+    """A whole number of at least 1, or off."""
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if value == OFF_TEXT:
+            return []
+        if not is_whole(value) or value < 1:
+            return [(ERROR, f"{called} must be a whole number of at least 1 or off, not "
+                            f"{value!r}.")]
+        return []
+
+
 class BaseOrModelFolder:
     """`base`, or the path of a model folder (one holding config.json)."""
 
