@@ -218,7 +218,9 @@ def test_preference_data_is_planned_as_the_preference_run_it_trains(capsys, tiny
     objective the data cannot train is refused with runs new's sentence."""
     fake_machine(isolated_home, 64 * GIB)
     preference = REPO / "sample_data" / "preference"
-    common = ("--model", tiny_model, "--num-layers", "-1", "--json")
+    # The whole-batch loss, whose term is proportional to the sequences a batch holds.
+    common = ("--model", tiny_model, "--num-layers", "-1", "--loss-chunk-tokens", "off",
+              "--json")
     status, sft, _ = plan(capsys, *common, "--data", REPO / "sample_data" / "completions")
     assert status == 0 and sft["objective"] == "sft"
     status, dpo, _ = plan(capsys, *common, "--data", preference)
