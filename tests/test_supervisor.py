@@ -201,6 +201,17 @@ def test_the_queue_can_be_reordered_and_runs_removed(tiny_model):
     assert supervisor.queue.ids() == []
 
 
+def pretend_running(store: RunStore, run_id: str, process: dict) -> None:
+    """Record the run as running with `process` (an identity) as its trainer and runner."""
+    def running(r):
+        r.set_state(RunState.STARTING)
+        r.set_state(RunState.RUNNING)
+        r.process = {"pid": process["pid"], "start_time": process["start_time"],
+                     "runner_pid": process["pid"], "runner_start_time": process["start_time"],
+                     "host": process["host"], "boot_time": process["boot_time"]}
+    store.update(run_id, running)
+
+
 def test_a_reused_pid_is_not_mistaken_for_the_trainer(tiny_model):
     store, run = make_run(tiny_model, COMPLETIONS)
     # A live process that is not the trainer (a child that waits for its stdin to close),
@@ -209,13 +220,8 @@ def test_a_reused_pid_is_not_mistaken_for_the_trainer(tiny_model):
                                 stdin=subprocess.PIPE)
     try:
         them = identity(stranger.pid)
-        def pretend_running(r):
-            r.set_state(RunState.STARTING)
-            r.set_state(RunState.RUNNING)
-            r.process = {"pid": them["pid"], "start_time": them["start_time"] - 1000,
-                         "runner_pid": them["pid"],
-                         "runner_start_time": them["start_time"] - 1000, "host": them["host"]}
-        store.update(run.id, pretend_running)
+        pretend_running(store, run.id, {**them, "start_time": them["start_time"] - 1000,
+                                        "boot_time": None})
 
         assert psutil.pid_exists(stranger.pid)
         assert not is_alive(them["pid"], them["start_time"] - 1000)
@@ -238,14 +244,7 @@ def test_a_clock_adjustment_does_not_make_a_live_trainer_look_gone(tiny_model, m
                                stdin=subprocess.PIPE)
     try:
         them = identity(trainer.pid)
-
-        def pretend_running(r):
-            r.set_state(RunState.STARTING)
-            r.set_state(RunState.RUNNING)
-            r.process = {"pid": them["pid"], "start_time": them["start_time"],
-                         "runner_pid": them["pid"], "runner_start_time": them["start_time"],
-                         "host": them["host"], "boot_time": them["boot_time"]}
-        store.update(run.id, pretend_running)
+        pretend_running(store, run.id, them)
         booted = linux.boot_time()
         monkeypatch.setattr(linux, "boot_time", lambda: booted + 1.0)
         assert psutil.Process(trainer.pid).create_time() == pytest.approx(
