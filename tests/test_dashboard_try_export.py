@@ -8,6 +8,7 @@ figures): the model's answers would tie the pictures to this machine's arithmeti
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from zyquo_tui.dashboard.app import ZyquoApp
 from zyquo_tui.dashboard.dialogs.export import ExportDialog
 from zyquo_tui.dashboard.notify import NotificationSettings
 from zyquo_tui.dashboard.screens.checkpoints_screen import CheckpointsScreen
-from zyquo_tui.dashboard.screens.try_screen import Exchange, TryScreen
+from zyquo_tui.dashboard.screens.try_screen import Exchange, TryScreen, open_session
 from zyquo_tui.dashboard.widgets.checkpoint_table import CheckpointTable
 
 QUIET = NotificationSettings(desktop="off", bell=False)
@@ -97,17 +98,37 @@ async def test_try_a_checkpoint_and_keep_a_small_history(trained_runs, isolated_
         assert isinstance(app.screen, CheckpointsScreen)
 
 
+class HeldReadySession:
+    """The real generator, whose "ready" reaches the screen only once the test lets it: the
+    question is typed while the model loads however fast this machine loads it."""
+
+    def __init__(self, store, run_id: str, step: int | None) -> None:
+        self.session = open_session(store, run_id, step)
+        self.release = threading.Event()
+
+    def next_event(self):
+        event = self.session.next_event()
+        if event is not None and event.get("event") == "ready":
+            self.release.wait(timeout=120)
+        return event
+
+    def __getattr__(self, name: str):
+        return getattr(self.session, name)
+
+
 async def test_a_question_asked_while_the_model_loads_is_answered_once_it_is_ready(
         trained_runs, isolated_home):
     run_id = copy_run(trained_runs["float"], isolated_home)
     app = ZyquoApp(RunStore(isolated_home), notifications=QUIET, poll_interval=0.3)
     async with app.run_test(size=(110, 36)) as pilot:
-        await open_checkpoints(pilot, run_id, 40)
-        await pilot.press("g")
-        screen = app.screen
-        assert isinstance(screen, TryScreen) and not screen.ready
+        await wait_until(pilot, lambda: run_id in app.service.runs, "the run")
+        screen = TryScreen(run_id, 40, session_factory=HeldReadySession)
+        app.push_screen(screen)
+        await wait_until(pilot, lambda: screen.session is not None, "the generator to start")
+        assert not screen.ready
         await pilot.press(*"What is 8 minus 7?", "enter")
-        assert screen.early_prompt == "What is 8 minus 7?"
+        assert screen.early_prompt == "What is 8 minus 7?" and not screen.exchanges
+        screen.session.release.set()
         await wait_until(pilot, lambda: screen.exchanges and screen.waiting == 0 and answered(
             list(screen.exchanges.values())[-1]), "the early question's answers")
         assert [e.prompt for e in screen.query(Exchange)] == ["What is 8 minus 7?"]
