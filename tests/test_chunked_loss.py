@@ -91,6 +91,29 @@ def test_sliced_sft_and_logprobs_equal_the_whole_batch(sample_models, which):
                          variant="sigmoid", sliced=sliced), vocab)
 
 
+def test_sliced_distillation_equals_the_whole_batch(sample_models):
+    """The per-token KL against a teacher's whole distribution and against its top k."""
+    from functools import partial
+
+    from zyquo_tui.trainer import losses
+    from zyquo_tui.trainer.chunked_loss import sliced_cross_entropy
+
+    model = _lora_model(sample_models["zyquo-tiny"])
+    sliced = sliced_cross_entropy(model, 16)
+    vocab = model.args.vocab_size
+    tokens, _ = _batch(vocab)
+    mx.random.seed(3)
+    logits = 3 * mx.random.normal((tokens.shape[0], tokens.shape[1] - 1, vocab))
+    at_two = logits / 2 - mx.logsumexp(logits / 2, axis=-1, keepdims=True)
+    whole = partial(losses.distill_objective, teacher_logprobs=at_two, temperature=2.0)
+    _assert_same(model, whole, partial(whole, sliced=sliced), vocab)
+    ids = mx.argsort(-logits, axis=-1)[..., :5]
+    top = mx.take_along_axis(logits - mx.logsumexp(logits, axis=-1, keepdims=True), ids, -1)
+    top_k = partial(losses.distill_topk_objective, teacher_ids=ids, teacher_logprobs=top,
+                    temperature=2.0)
+    _assert_same(model, top_k, partial(top_k, sliced=sliced), vocab)
+
+
 def test_an_untied_quantized_lm_head_is_sliced_too():
     from functools import partial
 

@@ -570,6 +570,29 @@ def test_teacher_top_k_logprobs_over_the_whole_vocabulary_equal_the_teacher_mode
             extra={"teacher_logprobs": [[{1: -0.1}], [{1: -0.1}]]})).result()
 
 
+def test_the_client_slices_its_losses_where_a_run_would(tiny_model):
+    """loss_chunk_tokens as a run has it: N slices every batch, auto only where that lowers
+    the estimated peak (not at the sample's 512-token vocabulary), off never; the same losses."""
+    batches = [sft_batch(),
+               TrainingBatch(PROMPTS, ANSWERS, ANSWERS[::-1], loss_type="dpo"),
+               TrainingBatch(PROMPTS, ANSWERS, loss_type="distill",
+                             extra={"teacher": str(tiny_model), "temperature": 2.0}),
+               sft_batch(loss_type="reinforce", advantages=[1.0, -1.0, 0.5, 0.0])]
+    curves, decided = {}, {}
+    for chunk in ("off", 16, "auto"):
+        with TrainingClient.from_model(tiny_model, learning_rate=1e-3,
+                                       loss_chunk_tokens=chunk) as made:
+            curve = []
+            for _ in range(2):
+                for batch in batches:
+                    curve.append(made.forward_backward(batch).result().loss)
+                    made.optim_step().result()
+            curves[chunk], decided[chunk] = curve, set(made._chunk_tokens.values())
+    assert decided == {"off": {"off"}, 16: {16}, "auto": {"off"}}
+    assert curves["auto"] == curves["off"]
+    assert curves[16] == pytest.approx(curves["off"], abs=1e-4)
+
+
 def test_no_warning_without_truncation(client):
     with warnings.catch_warnings():
         warnings.simplefilter("error")

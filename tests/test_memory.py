@@ -22,8 +22,10 @@ from zyquo_tui.core.memory.budget import MemoryBudget, budget_from, cached_probe
 from zyquo_tui.core.memory.estimate import (
     CPU_COEFFICIENTS,
     GPU_COEFFICIENTS,
+    MIN_SLICING_GAIN,
     TrainingConfig,
     features,
+    resolved_slicing,
 )
 from zyquo_tui.core.memory.facts import LORA_BYTES, ModelFacts
 from zyquo_tui.core.memory.history import HISTORY_FILE, MemoryHistory, training_peak
@@ -370,7 +372,6 @@ def test_with_the_chunked_loss_the_loss_term_is_the_slices_alive_at_once():
     # 8 slices, about 6.5 of them queued at once, two logit-sized arrays each; and the
     # gradient of every hidden state
     assert sliced == pytest.approx(6.5 * 2 * 256 * VOCAB * 2 + tokens * HIDDEN * 2, rel=1e-6)
-    assert config().loss_chunk_tokens == 256  # on by default
     # fewer slices than that: all of them
     few = a.estimate(facts(), config(loss_chunk_tokens=1024)).breakdown["loss"]
     assert few == pytest.approx(2 * 2 * 1024 * VOCAB * 2 + tokens * HIDDEN * 2, rel=1e-6)
@@ -378,6 +379,30 @@ def test_with_the_chunked_loss_the_loss_term_is_the_slices_alive_at_once():
     short = config(loss_chunk_tokens=4096)
     assert a.estimate(facts(), short).breakdown["loss"] == pytest.approx(
         CPU_COEFFICIENTS.loss * tokens * VOCAB * 2, rel=1e-6)
+
+
+def test_auto_slices_the_loss_only_where_that_lowers_the_peak():
+    a = advisor()
+    assert config().loss_chunk_tokens == "auto"  # the default
+    # vocabulary 1,000: slices would shrink the loss term, but the layers' backward pass sets
+    # the peak, so auto keeps the whole batch's loss (mlx-lm's, at its speed)
+    small = a.estimate(facts(), config())
+    whole, sliced = (a.estimate(facts(), config(loss_chunk_tokens=value))
+                     for value in ("off", 256))
+    assert sliced.breakdown["loss"] < whole.breakdown["loss"]
+    assert sliced.total_bytes > (1 - MIN_SLICING_GAIN) * whole.total_bytes
+    assert small.loss_chunk_tokens == "off" and small.total_bytes == whole.total_bytes
+    # a Qwen-sized vocabulary: the loss sets the peak, and slices lower it
+    big = facts(vocab_size=151_936)
+    auto = a.estimate(big, config())
+    assert auto.loss_chunk_tokens == 256 and auto.to_json()["loss_chunk_tokens"] == 256
+    assert auto.total_bytes == a.estimate(big, config(loss_chunk_tokens=256)).total_bytes
+    assert auto.total_bytes < 0.5 * a.estimate(big, config(loss_chunk_tokens="off")).total_bytes
+    # no more predictions than one slice: nothing to slice
+    assert a.estimate(big, config(batch_size=1, max_seq_length=200)).loss_chunk_tokens == "off"
+    # the trainer and the client decide with the same function, for one rank's batch
+    assert resolved_slicing(big, config(), CPU_COEFFICIENTS).loss_chunk_tokens == 256
+    assert resolved_slicing(facts(), config(), CPU_COEFFICIENTS).loss_chunk_tokens == "off"
 
 
 def test_chunked_loss_is_the_first_suggestion_when_it_is_off_and_would_make_the_run_fit():
@@ -390,7 +415,7 @@ def test_chunked_loss_is_the_first_suggestion_when_it_is_off_and_would_make_the_
     tight = advisor(budget_bytes=int(need_on / (1 - CPU_COEFFICIENTS.held_out_error) * 1.02))
     assert tight.judge(tight.estimate(model, off)).verdict is Verdict.WONT_FIT
     first = tight.suggest(model, off)[0]
-    assert first.changes == {"loss_chunk_tokens": 256}
+    assert first.changes == {"loss_chunk_tokens": "auto"}
     assert first.title.startswith("chunked loss")
     assert first.verdict is Verdict.FITS
 

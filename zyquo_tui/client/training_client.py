@@ -1,8 +1,9 @@
 """TrainingClient: a model under training, stepped by the caller's own loop.
 
 Every operation is submitted to the one thread that owns MLX (client/worker.py), runs in
-submission order, and returns a Future (client/futures.py). The steps go through the engine the run trainer uses
-(trainer/engine.py), so a client's SFT step is a run's step, and checkpoints are shared.
+submission order, and returns a Future (client/futures.py). The steps go through the engine
+the run trainer uses (trainer/engine.py), so a client's SFT step is a run's step, and
+checkpoints are shared; its loss is sliced (trainer/chunked_loss.py) where a run's would be.
 """
 
 from __future__ import annotations
@@ -128,6 +129,8 @@ class TrainingClient:
         self.tokenizer = None
         self._others: dict[str, tuple[Any, Any]] = {}  # teachers by folder
         self._references: dict[str, Any] = {}  # DPO references by "base" or folder
+        self._chunk_tokens: dict[tuple[int, int], int | str] = {}  # by batch shape
+        self._sliced: dict[int, Any] = {}  # the chunked loss by tokens per slice
 
     @classmethod
     def from_model(cls, model: str | os.PathLike, method: str | None = None,
@@ -314,6 +317,9 @@ class TrainingClient:
                 objective = partial(losses.distill_topk_objective, temperature=temperature)
                 key, arrays = ("distill_topk", temperature), (tokens, lengths, ids, logps)
 
+        sliced = self._sliced_loss(tokens)
+        if sliced is not None:
+            objective, key = partial(objective, sliced=sliced), (key, "sliced", sliced.chunk_tokens)
         engine = self.engine
         before = engine.grad_sum, engine.pending
         loss, ntoks, metrics = engine.forward_backward(objective, *arrays, key=key)
@@ -430,6 +436,32 @@ class TrainingClient:
             self._others[folder] = (model, tokenizer)
         return self._others[folder]
 
+    def _batch_chunk_tokens(self, tokens) -> int | str:
+        """loss_chunk_tokens for a batch of this shape (rows as given: a preference batch's
+        chosen and rejected rows both), auto decided as a run decides it."""
+        from dataclasses import replace
+
+        from zyquo_tui.trainer.objectives import loss_chunk_tokens_for
+
+        rows, width = tokens.shape
+        if (rows, width) not in self._chunk_tokens:
+            settings = replace(self.settings, batch_size=rows, max_seq_length=width)
+            self._chunk_tokens[rows, width] = loss_chunk_tokens_for(
+                settings, self.run.method, self.run.model, None)
+        return self._chunk_tokens[rows, width]
+
+    def _sliced_loss(self, tokens):
+        """The chunked loss this batch trains with (trainer/chunked_loss.py), or None."""
+        from zyquo_tui.trainer.chunked_loss import loss_slicing
+
+        chunk = self._batch_chunk_tokens(tokens)
+        if not isinstance(chunk, int):
+            return None
+        if chunk not in self._sliced:
+            self._sliced[chunk] = loss_slicing(self.engine.model, chunk)[0]
+        sliced = self._sliced[chunk]
+        return sliced if sliced is not None and sliced.worth_it(tokens) else None
+
     def _reference_scores(self, tokens, lengths, reference: str | None, variant: str):
         """Sequence log-probabilities under the DPO reference (trainer/objectives.py's
         Reference, as a run scores them): a named model, else the base."""
@@ -438,7 +470,8 @@ class TrainingClient:
         key = "base" if reference is None else self._resolved(reference)
         if key not in self._references:
             self._references[key] = Reference(self.engine.model, self.run.model, key)
-        return self._references[key].scores(tokens, lengths, variant)
+        return self._references[key].scores(tokens, lengths, variant,
+                                            self._batch_chunk_tokens(tokens))
 
     def _teacher_logprobs(self, path: str, tokens, temperature: float):
         import mlx.core as mx

@@ -23,6 +23,7 @@ and allocates their outputs when it queues them, so a few slices' logits can exi
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -88,56 +89,57 @@ def _slice_loss(head: Callable, hidden: mx.array, targets: mx.array) -> mx.array
     return nn.losses.cross_entropy(head(hidden), targets)
 
 
-def _in_slices(chunk_tokens: int, hidden: mx.array, targets: mx.array, each: Callable
-               ) -> list[tuple[mx.array, ...]]:
-    """`each(hidden_slice, targets_slice)` over the flattened tokens, each slice made to wait
-    for the previous one's outputs."""
+def _in_slices(chunk_tokens: int, hidden: mx.array, targets: tuple[mx.array, ...],
+               each: Callable) -> list[tuple[mx.array, ...]]:
+    """`each(hidden_slice, *target_slices)` over the flattened tokens (each target array has
+    a row per token, after the batch and sequence axes), each slice made to wait for the
+    previous one's outputs."""
     flat_hidden = hidden.reshape(-1, hidden.shape[-1])
-    flat_targets = targets.reshape(-1)
+    flat_targets = [t.reshape(-1, *t.shape[hidden.ndim - 1:]) for t in targets]
     results: list[tuple[mx.array, ...]] = []
-    for start in range(0, flat_targets.shape[0], chunk_tokens):
+    for start in range(0, flat_hidden.shape[0], chunk_tokens):
         piece = flat_hidden[start:start + chunk_tokens]
         if results:
             piece = mx.depends(piece, list(results[-1]))
-        results.append(each(piece, flat_targets[start:start + chunk_tokens]))
+        results.append(each(piece, *(t[start:start + chunk_tokens] for t in flat_targets)))
     return results
 
 
-def _fused_cross_entropy(head: Callable, chunk_tokens: int) -> Callable:
-    """(hidden, targets) -> (per-token cross-entropy, its gradient per token), differentiable
-    with respect to `hidden` through the second output."""
-
-    def each(hidden, targets):
-        return _slice_loss_and_gradient(head, hidden, targets)
+def _fused(chunk_tokens: int, each: Callable) -> Callable:
+    """(hidden, *targets) -> (a value per token, its gradient with respect to that token's
+    hidden state), differentiable with respect to `hidden` through the second output:
+    `each(hidden_slice, *target_slices)` gives both for one slice."""
 
     @mx.custom_function
-    def fused(hidden, targets):
+    def fused(hidden, *targets):
         parts = _in_slices(chunk_tokens, hidden, targets, each)
-        ce = mx.concatenate([part[0] for part in parts]).reshape(targets.shape)
+        values = mx.concatenate([part[0] for part in parts]).reshape(hidden.shape[:-1])
         d_hidden = mx.concatenate([part[1] for part in parts]).reshape(hidden.shape)
-        return ce, d_hidden
+        return values, d_hidden
 
     @fused.vjp
     def fused_vjp(primals, cotangents, outputs):
         weight = cotangents[0][..., None].astype(outputs[1].dtype)
-        return weight * outputs[1], mx.zeros_like(primals[1])
+        return (weight * outputs[1], *(mx.zeros_like(target) for target in primals[1:]))
 
     return fused
 
 
 class SlicedCrossEntropy:
-    """Per-token cross-entropy of a model's next-token predictions, computed in slices.
+    """Per-token losses of a model's next-token predictions, computed in slices.
 
     `__call__(model_inputs, targets, mask)` returns (B, T) cross-entropy in the logits' dtype,
     0 where `mask` is False, differentiable with respect to the model's trainable weights;
     `forward` the same values without the gradient's work (validation, reference scores).
+    `per_token(model_inputs, loss, *targets)` does the same for any per-token loss of the
+    logits (distillation's KL), where `loss(logits, *targets)` reduces the vocabulary axis.
     """
 
     def __init__(self, backbone: Callable, head: Callable, chunk_tokens: int) -> None:
         self.backbone = backbone
         self.head = head
         self.chunk_tokens = chunk_tokens
-        self._fused = _fused_cross_entropy(head, chunk_tokens)
+        self._fused = _fused(chunk_tokens, partial(_slice_loss_and_gradient, head))
 
     def worth_it(self, tokens: mx.array) -> bool:
         """Whether a batch has more predictions than one slice: a batch of one slice or less
@@ -150,10 +152,25 @@ class SlicedCrossEntropy:
 
     def forward(self, inputs: mx.array, targets: mx.array, mask: mx.array) -> mx.array:
         hidden = self.backbone(inputs)
-        parts = _in_slices(self.chunk_tokens, hidden, targets,
+        parts = _in_slices(self.chunk_tokens, hidden, (targets,),
                            lambda h, t: (_slice_loss(self.head, h, t),))
         ce = mx.concatenate([part[0] for part in parts]).reshape(targets.shape)
         return mx.where(mask, ce, 0)
+
+    def per_token(self, inputs: mx.array, loss: Callable, *targets: mx.array) -> mx.array:
+        """(B, T) `loss(logits, *targets)` per token, a slice of logits at a time. A slice's
+        gradient with respect to its hidden states is MLX's own (`mx.vjp`), taken in the
+        forward pass as the cross-entropy's is."""
+
+        def each(hidden, *target_slices):
+            def of_hidden(h):
+                return loss(self.head(h), *target_slices)
+
+            (values,), (d_hidden,) = mx.vjp(of_hidden, [hidden], [mx.ones(hidden.shape[:-1])])
+            return values, d_hidden
+
+        values, _ = _fused(self.chunk_tokens, each)(self.backbone(inputs), *targets)
+        return values
 
 
 def sliced_cross_entropy(model: nn.Module, chunk_tokens: int) -> SlicedCrossEntropy | None:

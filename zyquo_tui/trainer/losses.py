@@ -15,12 +15,14 @@ Conventions shared by all of them:
 - The objectives that read per-token cross-entropy (SFT, DPO, ORPO, policy gradient) take
   `sliced`, a trainer/chunked_loss.py SlicedCrossEntropy: given, the logits are computed a
   slice of tokens at a time and never for the whole batch (same values; far less memory for
-  large vocabularies). Distillation compares full-vocabulary distributions and does not.
+  large vocabularies); the distillation objectives take it too, for their per-token KL
+  (`SlicedCrossEntropy.per_token`).
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -246,16 +248,26 @@ def _masked_mean(values: mx.array, mask: mx.array):
     return (values * mask).sum() / ntoks, ntoks
 
 
-def distill_objective(model, tokens, lengths, teacher_logprobs, temperature):
-    logits = model(tokens[:, :-1])
+def _per_token(model, inputs: mx.array, loss, targets: tuple[mx.array, ...], sliced):
+    """(B, T) `loss(student_logits, *targets)`: from the whole batch's logits, or slice by
+    slice with `sliced`."""
+    if sliced is None:
+        return loss(model(inputs), *targets)
+    return sliced.per_token(inputs, loss, *targets)
+
+
+def distill_objective(model, tokens, lengths, teacher_logprobs, temperature, sliced=None):
     mask = target_mask(lengths, tokens.shape[1] - 1)
-    loss, ntoks = _masked_mean(distill_kl(logits, teacher_logprobs, temperature), mask)
+    kl = _per_token(model, tokens[:, :-1], partial(distill_kl, temperature=temperature),
+                    (teacher_logprobs,), sliced)
+    loss, ntoks = _masked_mean(kl, mask)
     return loss, ntoks, {}
 
 
-def distill_topk_objective(model, tokens, lengths, teacher_ids, teacher_logprobs, temperature):
-    logits = model(tokens[:, :-1])
+def distill_topk_objective(model, tokens, lengths, teacher_ids, teacher_logprobs, temperature,
+                           sliced=None):
     mask = target_mask(lengths, tokens.shape[1] - 1)
-    kl = distill_topk_kl(logits, teacher_ids, teacher_logprobs, temperature)
+    kl = _per_token(model, tokens[:, :-1], partial(distill_topk_kl, temperature=temperature),
+                    (teacher_ids, teacher_logprobs), sliced)
     loss, ntoks = _masked_mean(kl, mask)
     return loss, ntoks, {}

@@ -145,10 +145,12 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             on_train=on_train,
             on_val=lambda info: None, on_checkpoint=lambda info: None,
         )
-        from zyquo_tui.trainer.objectives import objective_for
+        from zyquo_tui.trainer.objectives import loss_chunk_tokens_for, objective_for
 
+        chunk_tokens = loss_chunk_tokens_for(settings, run.method, run.model,
+                                             max(lengths) if lengths else None)
         loop = TrainingLoop(model, optimizer, _Rows(rows), [], settings, Path(adapters), hooks,
-                            objective_for(settings, model, run.model))
+                            objective_for(settings, model, run.model, chunk_tokens))
         width = int(loop.batches._make_batch(list(range(hp.batch_size)))[0].shape[1])
         loop.run()
     trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))

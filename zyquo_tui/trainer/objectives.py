@@ -14,11 +14,40 @@ import mlx.core as mx
 from mlx_lm.tuner.trainer import default_loss, evaluate
 
 from zyquo_tui.core.events.protocol import PREFERENCE_METRICS
-from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters
+from zyquo_tui.core.memory.budget import CPU, GPU
+from zyquo_tui.core.memory.estimate import (
+    COEFFICIENTS,
+    TrainingConfig,
+    loss_slice_tokens,
+    resolved_slicing,
+)
+from zyquo_tui.core.memory.facts import ModelFacts
+from zyquo_tui.core.runs.settings import DEFAULT_LOSS_CHUNK_TOKENS, SETTINGS, Hyperparameters
+from zyquo_tui.core.runs.value_checks import AUTO_TEXT, OFF_TEXT
 from zyquo_tui.trainer import losses
 from zyquo_tui.trainer.batches import BatchStream
 from zyquo_tui.trainer.chunked_loss import loss_slicing
 from zyquo_tui.trainer.engine import StepEngine, adapters_disabled, has_adapters
+
+
+def loss_chunk_tokens_for(settings: Hyperparameters, method: str, model_path: str,
+                          longest_row_tokens: int | None, world_size: int = 1) -> int | str:
+    """What a run's `loss_chunk_tokens` means for this run: its count or off as given, and
+    auto decided as the memory estimate decides it (core/memory/estimate.py's
+    `resolved_slicing`, on this device's terms, for one rank's widest batch), so the plan's
+    verdict and the training agree. A model whose folder cannot be read is sliced: the same
+    losses, and the smaller footprint."""
+    setting = SETTINGS["loss_chunk_tokens"].get(settings)
+    if setting != AUTO_TEXT:
+        return setting
+    try:
+        facts = ModelFacts.from_folder(model_path)
+    except (OSError, ValueError):
+        return DEFAULT_LOSS_CHUNK_TOKENS
+    config = TrainingConfig.from_hyperparameters(method, settings, longest_row_tokens)
+    config = config.replace(batch_size=max(config.batch_size // world_size, 1))
+    device = GPU if mx.default_device() == mx.gpu else CPU
+    return loss_slice_tokens(resolved_slicing(facts, config, COEFFICIENTS[device])) or OFF_TEXT
 
 
 class LossSlicing:
@@ -28,15 +57,14 @@ class LossSlicing:
     sliced = None
     slicing_note: str | None = None
 
-    def _slice_losses(self, settings: Hyperparameters, model) -> None:
+    def _slice_losses(self, chunk_tokens: int | str, model) -> None:
         if model is not None:
-            self.sliced, self.slicing_note = loss_slicing(
-                model, SETTINGS["loss_chunk_tokens"].get(settings))
+            self.sliced, self.slicing_note = loss_slicing(model, chunk_tokens)
 
     @property
     def loss_chunk_tokens(self) -> int | str:
         """What the run trains with: tokens per slice of the loss, or "off"."""
-        return self.sliced.chunk_tokens if self.sliced is not None else "off"
+        return self.sliced.chunk_tokens if self.sliced is not None else OFF_TEXT
 
     def _sliced_for(self, tokens: mx.array) -> bool:
         return self.sliced is not None and self.sliced.worth_it(tokens)
@@ -45,9 +73,10 @@ class LossSlicing:
 class SftObjective(LossSlicing):
     metric_names: tuple[str, ...] = ()
 
-    def __init__(self, settings: Hyperparameters, model=None) -> None:
+    def __init__(self, settings: Hyperparameters, model=None,
+                 chunk_tokens: int | str = OFF_TEXT) -> None:
         self.settings = settings
-        self._slice_losses(settings, model)
+        self._slice_losses(chunk_tokens, model)
         self.sliced_loss = (partial(losses.sft_objective, sliced=self.sliced)
                             if self.sliced is not None else None)
 
@@ -82,7 +111,7 @@ class Reference:
         self.reference = reference
         self.chunk_tokens = chunk_tokens  # the chunked loss's slice, as the run has it
         self._loaded = None
-        self._sliced: dict[int, Any] = {}
+        self._sliced: dict[tuple[int, int | str], Any] = {}
 
     @property
     def needs_copy(self) -> bool:
@@ -98,25 +127,28 @@ class Reference:
             self._loaded = model
         return self._loaded
 
-    def _forward_in_slices(self, model, tokens: mx.array):
-        """The chunked loss's forward for `model` when the run slices this batch, else None."""
-        key = id(model)
+    def _forward_in_slices(self, model, tokens: mx.array, chunk_tokens: int | str):
+        """The chunked loss's forward for `model` when this batch is sliced, else None."""
+        key = id(model), chunk_tokens
         if key not in self._sliced:
-            self._sliced[key] = loss_slicing(model, self.chunk_tokens)[0]
+            self._sliced[key] = loss_slicing(model, chunk_tokens)[0]
         sliced = self._sliced[key]
         return sliced.forward if sliced is not None and sliced.worth_it(tokens) else None
 
-    def scores(self, tokens: mx.array, lengths: mx.array, variant: str) -> mx.array:
+    def scores(self, tokens: mx.array, lengths: mx.array, variant: str,
+               chunk_tokens: int | str | None = None) -> mx.array:
         """Per row: the summed log-probability of its trained tokens (length-normalized for
-        ipo), evaluated, with no gradient."""
+        ipo), evaluated, with no gradient; sliced as `chunk_tokens` says (default: as the
+        run's loss is)."""
+        chunk = self.chunk_tokens if chunk_tokens is None else chunk_tokens
         if self.needs_copy:
             other = self._other()
             scores, counts = losses.sequence_logprobs(
-                other, tokens, lengths, self._forward_in_slices(other, tokens))
+                other, tokens, lengths, self._forward_in_slices(other, tokens, chunk))
         else:
             with adapters_disabled(self.model):
                 scores, counts = losses.sequence_logprobs(
-                    self.model, tokens, lengths, self._forward_in_slices(self.model, tokens))
+                    self.model, tokens, lengths, self._forward_in_slices(self.model, tokens, chunk))
         if variant == "ipo":
             scores = scores / mx.maximum(counts, 1)
         scores = mx.stop_gradient(scores)
@@ -127,14 +159,15 @@ class Reference:
 class PreferenceObjective(LossSlicing):
     metric_names = PREFERENCE_METRICS
 
-    def __init__(self, settings: Hyperparameters, model, base_path: str) -> None:
+    def __init__(self, settings: Hyperparameters, model, base_path: str,
+                 chunk_tokens: int | str = OFF_TEXT) -> None:
         self.settings = settings
-        self._slice_losses(settings, model)
+        self._slice_losses(chunk_tokens, model)
         self.kind = SETTINGS["objective"].get(settings)
         self.beta = float(SETTINGS["beta"].get(settings))
         self.variant = SETTINGS["dpo_loss"].get(settings)
         self.reference = (Reference(model, base_path, SETTINGS["reference"].get(settings),
-                                    SETTINGS["loss_chunk_tokens"].get(settings))
+                                    chunk_tokens)
                           if self.kind == "dpo" else None)
         if self.kind == "dpo":
             self.loss = partial(losses.dpo_objective, beta=self.beta, variant=self.variant)
@@ -184,7 +217,10 @@ class PreferenceObjective(LossSlicing):
         return loss, {name: means[name] for name in self.metric_names}
 
 
-def objective_for(settings: Hyperparameters, model, base_path: str):
+def objective_for(settings: Hyperparameters, model, base_path: str,
+                  chunk_tokens: int | str = OFF_TEXT):
+    """The run's objective; `chunk_tokens` is its loss_chunk_tokens as
+    `loss_chunk_tokens_for` resolved it."""
     if SETTINGS["objective"].get(settings) == "sft":
-        return SftObjective(settings, model)
-    return PreferenceObjective(settings, model, base_path)
+        return SftObjective(settings, model, chunk_tokens)
+    return PreferenceObjective(settings, model, base_path, chunk_tokens)

@@ -348,10 +348,12 @@ class TrainingSession:
         hooks = LoopHooks(self._on_train, self._on_val, self._on_checkpoint,
                           should_stop=self._between_steps, should_save=self._should_save)
         # The settings config.yaml was written from, as they are: nothing copied by hand.
-        from zyquo_tui.trainer.objectives import objective_for
+        from zyquo_tui.trainer.objectives import loss_chunk_tokens_for, objective_for
 
+        chunk_tokens = loss_chunk_tokens_for(hp, run.method, run.model,
+                                             max(train_lengths, default=None), world.size)
         loop = self.loop = TrainingLoop(model, optimizer, train_set, val_set, hp, adapters,
-                                        hooks, objective_for(hp, model, run.model),
+                                        hooks, objective_for(hp, model, run.model, chunk_tokens),
                                         world=world)
         resumed_from = run.resume_from_step
         if resumed_from is not None:

@@ -20,7 +20,9 @@ from zyquo_tui.core.memory.estimate import (
     TrainingConfig,
     combine,
     features,
+    loss_slice_tokens,
     model_problems,
+    resolved_slicing,
     trained_layers,
 )
 from zyquo_tui.core.memory.facts import GIB, MIB, ModelFacts
@@ -28,7 +30,8 @@ from zyquo_tui.core.memory.history import MemoryHistory
 from zyquo_tui.core.memory.measure import Measurement
 from zyquo_tui.core.runs.problems import Problem
 from zyquo_tui.core.runs.run import Run
-from zyquo_tui.core.runs.settings import DEFAULT_LOSS_CHUNK_TOKENS, Method
+from zyquo_tui.core.runs.settings import Method
+from zyquo_tui.core.runs.value_checks import AUTO_TEXT, OFF_TEXT
 
 
 def tight_fraction(coefficients: Coefficients) -> float:
@@ -198,7 +201,8 @@ class MemoryAdvisor:
             return Estimate(0, breakdown, 0, config, device, 0, 0, 0, list(model.notes),
                             problems)
         coefficients = self.coefficients
-        quantities = features(model, self.rank_config(config))
+        rank = resolved_slicing(model, self.rank_config(config), coefficients)
+        quantities = features(model, rank)
         breakdown = combine(quantities, coefficients)
         rounded = {name: int(round(value)) for name, value in breakdown.items()}
         total = sum(rounded.values())
@@ -221,6 +225,7 @@ class MemoryAdvisor:
             device=device, trained_layers=int(quantities["_trained_layers"]),
             trainable_parameters=int(quantities["_elements"]),
             batch_width=config.batch_width, notes=notes, problems=problems,
+            loss_chunk_tokens=(loss_slice_tokens(rank) or OFF_TEXT),
         )
         if use_history:
             correction = self.history.correction(device, model.path or None)
@@ -370,9 +375,9 @@ MIN_CARRIED_SAVING = 0.02
 
 
 def _chunked_loss(model: ModelFacts, config: TrainingConfig) -> list[TrainingConfig]:
-    if isinstance(config.loss_chunk_tokens, int):
+    if config.loss_chunk_tokens != OFF_TEXT:
         return []
-    return [config.replace(loss_chunk_tokens=DEFAULT_LOSS_CHUNK_TOKENS)]
+    return [config.replace(loss_chunk_tokens=AUTO_TEXT)]
 
 
 def _halve_batch(model: ModelFacts, config: TrainingConfig) -> list[TrainingConfig]:

@@ -50,12 +50,14 @@ from zyquo_tui.core.memory.facts import LORA_BYTES, PAD_TO, ModelFacts
 from zyquo_tui.core.runs.problems import Problem, errors_in
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import (
+    DEFAULT_LOSS_CHUNK_TOKENS,
     PREFERENCE_OBJECTIVES,
     SETTINGS,
     Hyperparameters,
     Method,
     default_of,
 )
+from zyquo_tui.core.runs.value_checks import AUTO_TEXT, OFF_TEXT
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,7 @@ class TrainingConfig:
     grad_checkpoint: bool = _from_definition("grad_checkpoint")
     optimizer: str = _from_definition("optimizer")
     grad_accumulation_steps: int = _from_definition("grad_accumulation_steps")
-    loss_chunk_tokens: int | str = _from_definition("loss_chunk_tokens")  # or "off"
+    loss_chunk_tokens: int | str = _from_definition("loss_chunk_tokens")  # or auto, off
     longest_row_tokens: int | None = None
     adafactor_first_moment: bool = False  # optimizer_config.adafactor.beta_1 is set
     sgd_momentum: bool = False  # optimizer_config.sgd.momentum is above 0
@@ -302,6 +304,8 @@ class Estimate:
     # Settings training would reject (the sentences of the definition's and the model's checks).
     problems: list[str] = field(default_factory=list)
     correction: float | None = None
+    # What the widest batch trains with: tokens per slice of the loss, or off (auto resolved).
+    loss_chunk_tokens: int | str = OFF_TEXT
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -310,7 +314,8 @@ class Estimate:
             "trained_layers": self.trained_layers,
             "trainable_parameters": self.trainable_parameters,
             "batch_width": self.batch_width, "settings": self.config.settings(),
-            "history_correction": self.correction, "notes": list(self.notes),
+            "history_correction": self.correction, "loss_chunk_tokens": self.loss_chunk_tokens,
+            "notes": list(self.notes),
             "problems": list(self.problems),
         }
 
@@ -352,12 +357,37 @@ CHUNKED_SLICES_AT_ONCE = 6.5
 
 def loss_slice_tokens(config: TrainingConfig) -> int | None:
     """Tokens per slice when the run's loss is chunked (the trainer slices a batch only when
-    it has more predictions than a slice), else None: the whole batch's logits."""
+    it has more predictions than a slice), else None: the whole batch's logits. `auto` counts
+    as the whole batch's here: `resolved_slicing` decides it first."""
     tokens = config.batch_size * config.sequences_per_row * config.model_tokens
     chunk = config.loss_chunk_tokens
     if isinstance(chunk, int) and not isinstance(chunk, bool) and 0 < chunk < tokens:
         return chunk
     return None
+
+
+# With loss_chunk_tokens auto the loss is sliced only where that lowers the estimated peak by
+# at least this share: with a small vocabulary the whole batch's logits are a small term,
+# the layers' backward pass sets the peak, and slices would cost time for nothing.
+MIN_SLICING_GAIN = 0.02
+
+
+def resolved_slicing(model: ModelFacts, config: TrainingConfig, coefficients: Coefficients
+                     ) -> TrainingConfig:
+    """`config` with loss_chunk_tokens auto made what training uses: slices of
+    DEFAULT_LOSS_CHUNK_TOKENS where they lower the estimated peak by MIN_SLICING_GAIN, else
+    off. The trainer and the client decide with this same function (for one rank's batch)."""
+    if config.loss_chunk_tokens != AUTO_TEXT:
+        return config
+    sliced = config.replace(loss_chunk_tokens=DEFAULT_LOSS_CHUNK_TOKENS)
+    whole = config.replace(loss_chunk_tokens=OFF_TEXT)
+    if loss_slice_tokens(sliced) is None:
+        return whole
+
+    def peak(candidate: TrainingConfig) -> float:
+        return sum(combine(features(model, candidate), coefficients).values())
+
+    return sliced if peak(sliced) < (1 - MIN_SLICING_GAIN) * peak(whole) else whole
 
 
 def chunked_loss_bytes(model: ModelFacts, config: TrainingConfig) -> float:

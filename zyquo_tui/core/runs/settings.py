@@ -31,6 +31,7 @@ from zyquo_tui.core.runs.hosts import (
 )
 from zyquo_tui.core.runs.problems import WARNING, Problem
 from zyquo_tui.core.runs.value_checks import (
+    AUTO_TEXT,
     INT_TEXT,
     OFF_TEXT,
     AnyNumber,
@@ -84,9 +85,9 @@ CHOICE = "choice"
 NUMBERS = "numbers"  # a list of numbers, written "1e-05, 1000, 0"
 NAMES = "names"  # a list of names, written "self_attn.q_proj, self_attn.v_proj"
 COUNT_OR_FILE = "count_or_file"  # a whole number, or the path of a file
-COUNT_OR_OFF = "count_or_off"  # a whole number, or off
+COUNT_OR_OFF = "count_or_off"  # a whole number, auto or off
 
-# Tokens per slice of the sliced loss (trainer/chunked_loss.py) unless a run says otherwise:
+# Tokens per slice of the sliced loss (trainer/chunked_loss.py) when a run leaves it to auto:
 # with a 151,936-token vocabulary a slice is 0.16 GB of float32 logits, and about four such
 # arrays live while it is computed.
 DEFAULT_LOSS_CHUNK_TOKENS = 256
@@ -235,7 +236,8 @@ class Setting:
             plain = stripped.replace("_", "")
             if INT_TEXT.match(plain):
                 return int(plain)
-            return OFF_TEXT if stripped.lower() == OFF_TEXT else stripped
+            word = stripped.lower()
+            return word if word in (OFF_TEXT, AUTO_TEXT) else stripped
         if self.kind == FILE:
             return os.path.abspath(os.path.expanduser(stripped))
         if self.kind == CHOICE and self.optional and stripped == NONE_TEXT:
@@ -349,11 +351,11 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
     Setting("sample_max_tokens", f"{OWN_KEY}.sample_max_tokens", INT, 64, "Sample length",
             "at most this many tokens in each sample answer", ADVANCED, "--sample-max-tokens",
             WholeNumber(), in_form=False, called="sample_max_tokens"),
-    Setting("loss_chunk_tokens", f"{OWN_KEY}.loss_chunk_tokens", COUNT_OR_OFF,
-            DEFAULT_LOSS_CHUNK_TOKENS,
-            "Loss slice", "tokens whose logits are computed at once (the batch's when it has "
-            "no more): the same losses in far less memory with large vocabularies; off "
-            "computes the whole batch's logits, as mlx-lm does", ADVANCED,
+    Setting("loss_chunk_tokens", f"{OWN_KEY}.loss_chunk_tokens", COUNT_OR_OFF, AUTO_TEXT,
+            "Loss slice", "auto computes the loss's logits 256 tokens at a time where that "
+            "lowers the estimated peak memory (large vocabularies) and the whole batch's "
+            "elsewhere; N always slices N tokens at a time; off computes the whole batch's, "
+            "as mlx-lm does. The same losses either way", ADVANCED,
             "--loss-chunk-tokens", CountOrOff(), in_form=False, called="loss_chunk_tokens"),
     # One run across several processes with mlx.launch (core/runs/hosts.py, docs/distributed.md).
     Setting("ranks", f"{OWN_KEY}.ranks", INT, None, "Ranks",

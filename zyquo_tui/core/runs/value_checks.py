@@ -195,17 +195,18 @@ class CountOrFile:
 
 
 OFF_TEXT = "off"
+AUTO_TEXT = "auto"
 
 
 @dataclass(frozen=True)
 class CountOrOff:
-    """A whole number of at least 1, or off."""
+    """A whole number of at least 1, auto or off."""
 
     def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
-        if value == OFF_TEXT:
+        if value in (OFF_TEXT, AUTO_TEXT):
             return []
         if not is_whole(value) or value < 1:
-            return [(ERROR, f"{called} must be a whole number of at least 1 or off, not "
+            return [(ERROR, f"{called} must be auto, a whole number of at least 1 or off, not "
                             f"{value!r}.")]
         return []
 
