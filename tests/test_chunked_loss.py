@@ -181,6 +181,33 @@ def test_runs_train_to_the_same_losses_with_and_without_slices(tiny_model, mask_
         assert val_sliced[step] == pytest.approx(loss, abs=1e-4), step
 
 
+def test_auto_slices_a_run_where_the_plan_says_it_lowers_the_peak(tiny_model, tmp_path):
+    """The default: the trainer decides as the memory estimate does, and `plan` says what."""
+    import json
+
+    from conftest import zyquo_cli
+
+    from zyquo_tui.core.runs.settings import SETTINGS
+    from zyquo_tui.trainer.sample_model import build_model
+
+    big_vocabulary = build_model(tmp_path / "big-vocab", hidden_size=32, vocab_size=151_936)
+    # the sample at batch 4 x 64 predictions: one slice, nothing to slice; a Qwen-sized
+    # vocabulary at batch 8: the loss sets the peak
+    for model, batch, expected in ((tiny_model, 4, "off"), (big_vocabulary, 8, 256)):
+        store, run = make_run(model, SAMPLE_DATA / "completions", iters=2, batch_size=batch,
+                              steps_per_eval=50, save_every=1000)
+        assert SETTINGS["loss_chunk_tokens"].get(run.hyperparameters) == "auto"
+        done = run_trainer(store.run_dir(run.id))
+        assert done.returncode == 0, done.stderr
+        events = read_events(store.run_dir(run.id) / "events.jsonl")
+        started = next(e for e in events if e["type"] == "started")
+        assert started["loss_chunk_tokens"] == expected, model
+        plan = zyquo_cli("plan", "--model", str(model), "--data", str(SAMPLE_DATA / "completions"),
+                         "--batch-size", str(batch), "--json")
+        assert plan.returncode == 0, plan.stderr
+        assert json.loads(plan.stdout)["loss_chunk_tokens"] == expected
+
+
 @pytest.mark.slow
 def test_a_large_vocabulary_trains_to_the_same_losses_over_100_steps(tmp_path):
     """151,936 tokens (a Qwen-sized vocabulary), through the step engine."""
