@@ -572,7 +572,8 @@ def test_teacher_top_k_logprobs_over_the_whole_vocabulary_equal_the_teacher_mode
 
 def test_the_client_slices_its_losses_where_a_run_would(tiny_model):
     """loss_chunk_tokens as a run has it: N slices every batch, auto only where that lowers
-    the estimated peak (not at the sample's 512-token vocabulary), off never; the same losses."""
+    the estimated peak (not for these batches, one slice's worth each), off never; the same
+    losses."""
     batches = [sft_batch(),
                TrainingBatch(PROMPTS, ANSWERS, ANSWERS[::-1], loss_type="dpo"),
                TrainingBatch(PROMPTS, ANSWERS, loss_type="distill",
