@@ -206,6 +206,8 @@ def test_auto_slices_a_run_where_the_plan_says_it_lowers_the_peak(tiny_model, tm
                          "--batch-size", str(batch), "--json")
         assert plan.returncode == 0, plan.stderr
         assert json.loads(plan.stdout)["loss_chunk_tokens"] == expected
+    said = zyquo_cli("plan", "--model", str(big_vocabulary), "--batch-size", "8").stdout
+    assert "loss in slices of 256 tokens" in said.splitlines()[1]  # the config line
 
 
 @pytest.mark.slow

@@ -286,6 +286,8 @@ def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipp
     if config.grad_checkpoint:
         parts.append("grad checkpointing")
     parts.append(config.optimizer)
+    if isinstance(estimate.loss_chunk_tokens, int):
+        parts.append(f"loss in slices of {estimate.loss_chunk_tokens} tokens")
     print(f"config    {', '.join(parts)}")
     print()
     rows = [[name.replace("_", " "), fmt_bytes(estimate.breakdown.get(name, 0))]
