@@ -18,7 +18,7 @@ from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.dashboard.screens.compare_screen import CompareScreen
 from zyquo_tui.dashboard.screens.runs_screen import RunsScreen
-from zyquo_tui.dashboard.widgets.runs_table import GROUP_PREFIX
+from zyquo_tui.dashboard.widgets.runs_table import GROUP_PREFIX, fitted_name
 
 __all__ = ["fixed_world"]  # the fixture, used by name
 
@@ -135,3 +135,20 @@ class TestGridOnTheRunsList:
         validation loss of its runs, its group id in the ID column; then "support-chat
         baseline". Footer: g Fold grid, G Compare grid beside the usual keys."""
         assert snap_compare(dashboard(grid_store), terminal_size=size, run_before=folded)
+
+    def test_an_open_grid_at_80_columns(self, snap_compare, grid_store):
+        """The grid's runs read apart at 80 columns: "… lr=1e-05 rank=8", "… lr=1e-05
+        rank=16", "… lr=5e-05 rank=8", "… lr=5e-05 rank=16" (their values, keys shortened,
+        the base name "support sweep" dropped), then "support-chat baseline"."""
+        assert snap_compare(dashboard(grid_store), terminal_size=(80, 24), run_before=on_grid)
+
+
+def test_a_grid_runs_name_keeps_its_values_when_it_does_not_fit():
+    assert fitted_name("support sweep learning_rate=1e-05 rank=16", 18) == "… lr=1e-05 rank=16"
+    assert fitted_name("support sweep rank=16", 24) == "support sweep rank=16"  # it fits
+    assert fitted_name("qwen lora grad_accumulation_steps=4 max_seq_length=2048", 18) == (
+        "… gas=4 msl=2048")
+    # a shorter key can be enough: the base stays
+    assert fitted_name("qwen learning_rate=1e-4", 14) == "qwen lr=1e-4"
+    # names without values are cut at the end by the table, as before
+    assert fitted_name("a long name without any values", 18) == "a long name without any values"

@@ -55,9 +55,11 @@ def _missing_last(value: Any) -> tuple:
     return (value is None, value if value is not None else 0)
 
 
+NAME_WIDTH = 18
+
 COLUMNS = (
     Column("state", "State", 13, lambda r: STATE_ORDER.get(r.state, 99)),
-    Column("name", "Name", 18, lambda r: r.name.lower()),
+    Column("name", "Name", NAME_WIDTH, lambda r: r.name.lower()),
     Column("progress", "Progress", PROGRESS_WIDTH, lambda r: _missing_last(r.fraction)),
     Column("train", "Train", 6, lambda r: _missing_last(r.train_loss)),
     Column("val", "Val", 6, lambda r: _missing_last(r.val_loss)),
@@ -86,15 +88,44 @@ def progress_cell(row: RunRow | GroupRow) -> Text:
     return text
 
 
+def fitted_name(name: str, width: int) -> str:
+    """A name that fits `width`: as it is when it does; else a grid run's name (`runs grid`
+    names each run by its base name, then its values: `qwen lora learning_rate=1e-4 rank=8`)
+    keeps its values, which tell it from the other runs of its grid, with long keys shortened
+    to their initials (`lr=1e-4 rank=8`) and its first words dropped as needed (`…`); the
+    Model column and the grid's own line hold the base. Other names are cut at the end."""
+    if len(name) <= width or "=" not in name:
+        return name
+    words = [_short_setting(word) for word in name.split()]
+    if len(" ".join(words)) <= width:
+        return " ".join(words)
+    dropped = False
+    while "=" not in words[0] and len("… " + " ".join(words)) > width:
+        words.pop(0)
+        dropped = True
+    return ("… " if dropped else "") + " ".join(words)
+
+
+def _short_setting(word: str) -> str:
+    """`learning_rate=1e-4` as `lr=1e-4`; a key of one word stays."""
+    key, equals, value = word.partition("=")
+    if not equals or "_" not in key:
+        return word
+    return "".join(part[:1] for part in key.split("_") if part) + "=" + value
+
+
 def name_cell(row: RunRow, marked: bool) -> str | Text:
-    """The name; a preference run's objective before it (`dpo helpful`), so it reads apart
-    from SFT runs at a glance (SFT runs show their name alone)."""
+    """The name (fitted to the column: `fitted_name`); a preference run's objective before it
+    (`dpo helpful`), so it reads apart from SFT runs at a glance (SFT runs show their name
+    alone)."""
+    prefix = (MARK if marked else "") + ("" if row.objective == "sft" else row.objective + " ")
+    name = fitted_name(row.name, NAME_WIDTH - len(prefix))
     if row.objective == "sft":
-        return Text(MARK + row.name, style="bold") if marked else row.name
+        return Text(MARK + name, style="bold") if marked else name
     text = Text(MARK, style="bold") if marked else Text()
     text.append(row.objective, style="magenta")
     text.append(" ")
-    text.append(row.name, style="bold" if marked else "")
+    text.append(name, style="bold" if marked else "")
     return text
 
 
