@@ -64,6 +64,11 @@ def test_two_ranks_lose_what_mlx_lm_loses_under_mlx_launch(uninterrupted, tmp_pa
     ours = read_events(store.events_path(run.id))
     assert ours[0]["type"] == "started" and ours[0]["world_size"] == 2
     assert [r["rank"] for r in run.process["ranks"]] == [0, 1]
+    # every rank's peak memory, by rank, rank 0's being the event's own
+    for train in (e for e in ours if e["type"] == "train"):
+        peaks = train["rank_peak_memory_bytes"]
+        assert len(peaks) == 2 and all(peak > 0 for peak in peaks)
+        assert peaks[0] == train["peak_memory_bytes"]
 
     theirs = mlx_lm_reports(run, tmp_path, (
         mlx_launch_path(), "-n", "2", "--backend", "ring", "--starting-port",

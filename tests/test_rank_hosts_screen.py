@@ -1,5 +1,5 @@
 """The hosts of a distributed run on its metrics screen: each machine's ranks, whether they
-live (checked in a worker), rank 0's peak memory and the memory verdict of each host.
+live (checked in a worker), their peak memory and the memory verdict of each host.
 Pilot tests and snapshots at 80x24 and 120x40 of a 2-rank run (a stand-in process plays
 the ranks, so liveness is real)."""
 
@@ -19,6 +19,7 @@ from test_dashboard_fixtures import (
 )
 from test_dashboard_snapshots import BOTH, dashboard, fixed_world, open_run, until
 
+from zyquo_tui.core.formatting import fmt_bytes
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.dashboard.widgets.rank_hosts import RankHosts
@@ -40,6 +41,9 @@ def write_distributed_store(home, *, rank_one_gone: bool = False) -> RunStore:
     gone = {**rank, "start_time": rank["start_time"] + 1000} if rank_one_gone else rank
     events = training_events(600, 230, start=T0 + 3600, seed=2)
     events[0]["world_size"] = 2
+    for train in (e for e in events if e["type"] == "train"):  # rank 1 peaks a little higher
+        train["rank_peak_memory_bytes"] = [train["peak_memory_bytes"],
+                                           train["peak_memory_bytes"] + 200 * 2**20]
     memory = {"verdict": "fits", "world_size": 2, "per_rank_batch_size": 2,
               "hosts": [{"host": "127.0.0.1", "local": True, "ranks": [0, 1],
                          "estimate_bytes": 6_400_000_000, "verdict": "fits"}]}
@@ -82,14 +86,15 @@ async def open_checked(pilot, run_id: str) -> None:
     await pilot.pause(0.2)
 
 
-async def test_both_ranks_on_this_machine_are_alive_with_rank_0s_peak(distributed_store):
+async def test_both_ranks_on_this_machine_are_alive_with_their_largest_peak(distributed_store):
     app = dashboard(distributed_store)
     async with app.run_test(size=(120, 40)) as pilot:
         await open_checked(pilot, TWO_RANKS)
         assert app.screen.query_one(RankHosts).display
+        peaks = app.service.feed(TWO_RANKS).metrics.rank_peaks
+        assert len(peaks) == 2 and peaks[1] > peaks[0]
         line = hosts_line(app)
-        assert line.startswith("hosts   this machine r0,1 ● 2 alive · r0 peak ")
-        assert line.endswith(" · fits")
+        assert line == f"hosts   this machine r0,1 ● 2 alive · peak {fmt_bytes(peaks[1])} · fits"
 
 
 async def test_a_rank_that_is_gone_is_said(fixed_world):
@@ -120,7 +125,8 @@ class TestRankHosts:
     @BOTH
     def test_a_two_rank_run(self, snap_compare, distributed_store, size):
         """The running 2-rank run: under its two status lines, one more: "hosts   this
-        machine r0,1 ● 2 alive · r0 peak 2.9 GiB · fits" (green dot and verdict); the sparklines,
+        machine r0,1 ● 2 alive · peak 3.1 GiB · fits" (green dot and verdict; rank 1's peak,
+        the larger); the sparklines,
         chart and events below as for any run."""
         assert snap_compare(dashboard(distributed_store), terminal_size=size,
                             run_before=lambda pilot: open_checked(pilot, TWO_RANKS))

@@ -63,6 +63,13 @@ class World:
         """`value` summed over the ranks (as mlx-lm sums its reported losses)."""
         return mx.distributed.all_sum(value, group=self.group, stream=mx.cpu)
 
+    def each(self, value: int) -> list[int]:
+        """Every rank's `value` (a whole number), by rank."""
+        if not self.distributed:
+            return [value]
+        mine = mx.array([value], dtype=mx.int64)
+        return mx.distributed.all_gather(mine, group=self.group, stream=mx.cpu).tolist()
+
     def any(self, flag: bool) -> bool:
         """True on every rank when it is true on any."""
         if not self.distributed:

@@ -25,6 +25,7 @@ from mlx.utils import tree_map
 from mlx_lm.tuner.trainer import grad_checkpoint
 from mlx_lm.utils import maybe_set_recommended_wired_limit
 
+from zyquo_tui.core.events.protocol import RANK_PEAKS
 from zyquo_tui.core.runs.settings import Hyperparameters
 from zyquo_tui.trainer.distributed import World
 from zyquo_tui.trainer.engine import StepEngine
@@ -193,6 +194,10 @@ class TrainingLoop:
         n_tokens = int(mx.array(tokens).item())
         elapsed = max(self.time_since_report, 1e-9)
         self.trained_tokens += n_tokens
+        peak = int(mx.get_peak_memory())
+        # Every rank's peak (a collective: each rank reports at the same steps), so the hosts
+        # of a distributed run each show their own.
+        rank_peaks = {RANK_PEAKS: self.world.each(peak)} if self.world.distributed else {}
         self.hooks.on_train({
             "iteration": it,
             "train_loss": train_loss,
@@ -200,9 +205,10 @@ class TrainingLoop:
             "iterations_per_second": self.steps_since_report / elapsed,
             "tokens_per_second": n_tokens / elapsed,
             "trained_tokens": self.trained_tokens,
-            "peak_memory_bytes": int(mx.get_peak_memory()),
+            "peak_memory_bytes": peak,
             **{name: float(mx.array(total).item()) / rank_steps
                for name, total in metric_sums.items()},
+            **rank_peaks,
         })
         self.metric_sums = {}
         self.loss_sum = 0

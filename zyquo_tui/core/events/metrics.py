@@ -78,6 +78,8 @@ class RunMetrics:
         self.step = 0
         self.last_time: float | None = None
         self.events_seen = 0
+        # A distributed run's latest peak memory of each rank, by rank (train events).
+        self.rank_peaks: list[int] | None = None
 
     def ingest(self, events: Iterable[dict[str, Any]]) -> None:
         for event in events:
@@ -98,6 +100,9 @@ class RunMetrics:
                     self.series[series].add(step, float(value))
             if kind == ev.TRAIN:
                 self.step = step
+                peaks = event.get(ev.RANK_PEAKS)
+                if isinstance(peaks, list) and all(isinstance(p, int) for p in peaks):
+                    self.rank_peaks = peaks
         elif kind == ev.CHECKPOINT:
             step = event.get("iteration")
             if isinstance(step, int):

@@ -62,6 +62,9 @@ _NONE = type(None)
 PREFERENCE_METRICS = ("reward_margin", "reward_accuracy", "chosen_reward", "rejected_reward")
 PREFERENCE_FIELDS = tuple(Field(name, _FLOAT, optional=True) for name in PREFERENCE_METRICS)
 
+# What a distributed run's train events add: each rank's peak memory.
+RANK_PEAKS = "rank_peak_memory_bytes"
+
 # Each type's fields, after the envelope, in the order they are written.
 EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
     STARTED: (
@@ -78,6 +81,8 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
         # the process's peak resident footprint (getrusage); absent where it cannot be read
         Field("peak_rss_bytes", _INT, optional=True),
         *PREFERENCE_FIELDS,
+        # a distributed run's: every rank's MLX peak, by rank (peak_memory_bytes is rank 0's)
+        Field(RANK_PEAKS, (list,), optional=True),
     ),
     VAL: (Field("iteration", _INT), Field("val_loss", _FLOAT), Field("val_time", _FLOAT),
           *PREFERENCE_FIELDS),

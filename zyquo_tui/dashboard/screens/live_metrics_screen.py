@@ -240,8 +240,12 @@ class LiveMetricsScreen(RunViewScreen):
             self.check_ranks()
             self._ranks_timer = self.set_interval(RANKS_CHECK_SECONDS, self.check_ranks)
         if self.machines is not None:
-            peak = metrics.series["peak_memory_bytes"].last if metrics is not None else None
-            hosts.show(run, self.machines, self.ranks_alive, peak)
+            peaks: list[int] = []
+            if metrics is not None and metrics.rank_peaks:
+                peaks = metrics.rank_peaks
+            elif metrics is not None and metrics.series["peak_memory_bytes"].last:
+                peaks = [int(metrics.series["peak_memory_bytes"].last)]  # older runs: rank 0's
+            hosts.show(run, self.machines, self.ranks_alive, peaks)
 
     def check_ranks(self) -> None:
         """Find the run's machines (once) and, while it is active, whether each rank lives:

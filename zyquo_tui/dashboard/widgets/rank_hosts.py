@@ -1,5 +1,5 @@
 """RankHosts: the hosts of a distributed run on one line: each machine's ranks, whether they
-live, rank 0's peak memory and the memory verdict each host was given at the start."""
+live, their peak memory and the memory verdict each host was given at the start."""
 
 from __future__ import annotations
 
@@ -56,16 +56,18 @@ def world_size(run: Run) -> int:
 class RankHosts(LiveText):
     """One line under the run's status, for a run of more than one process: per machine its
     ranks (r0, r1...), ● alive / ○ gone / ? not reachable (the screen checks in a worker while
-    the run is active), rank 0's peak memory (the only rank that writes events) and the
-    memory verdict the start gave that host."""
+    the run is active), its ranks' largest peak memory (every rank's comes with the train
+    events) and the memory verdict the start gave that host."""
 
     DEFAULT_CSS = """
     RankHosts { height: 1; padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def show(self, run: Run, machines: list[Machine], alive: list[bool | None] | None,
-             peak_bytes: int | None) -> None:
-        """`alive`: each rank's liveness as last checked (None: not checked yet)."""
+             peaks: list[int]) -> None:
+        """`alive`: each rank's liveness as last checked (None: not checked yet); `peaks`:
+        each rank's latest peak memory, by rank (rank 0's alone for runs whose events predate
+        every rank's)."""
         text = Text("hosts", style="bold")
         for machine in machines:
             text.append("   ")
@@ -73,8 +75,11 @@ class RankHosts(LiveText):
             text.append(" r" + ",".join(map(str, machine.ranks)), style="dim")
             text.append(" ")
             text.append_text(self._state(run, machine, alive))
-            if 0 in machine.ranks and peak_bytes:
-                text.append(f" · r0 peak {fmt_bytes(peak_bytes)}")
+            known = [peaks[rank] for rank in machine.ranks if rank < len(peaks)]
+            if known:
+                # a machine's largest: what its memory must hold for each of its ranks
+                which = f"r{machine.ranks[0]} " if len(known) < len(machine.ranks) else ""
+                text.append(f" · {which}peak {fmt_bytes(max(known))}")
             if machine.verdict:
                 text.append(" · ")
                 text.append(machine.verdict, style=VERDICT_STYLE.get(machine.verdict, "dim"))
