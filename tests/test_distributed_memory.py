@@ -10,6 +10,7 @@ from test_memory import MIB, _run, advisor, write_model
 from test_plan_cli import estimate_of, fake_machine, plan
 
 from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
+from zyquo_tui.core.formatting import fmt_bytes
 from zyquo_tui.core.memory.advisor import MemoryAdvisor
 from zyquo_tui.core.store.known_hosts import KNOWN_HOSTS_FILE, record_known_hosts
 
@@ -94,6 +95,15 @@ def test_another_host_is_judged_against_the_free_memory_its_check_reported(
     status, data, _ = plan(capsys, "--model", model, *BATCH, "--hosts",
                            "localhost,mini-two.invalid", "--json")
     assert status == 0 and data["hosts"][1]["verdict"] == "fits"
+    assert data["hosts"][1]["reason"].startswith(
+        "needs about ") and " for rank 1: 25% of the " in data["hosts"][1]["reason"]
+    # two ranks on the other host: both named, and what they need together
+    status, data, _ = plan(capsys, "--model", model, "--num-layers", "4", "--batch-size", "3",
+                           "--hosts", "localhost,mini-two.invalid,mini-two.invalid", "--json")
+    there = data["hosts"][1]
+    assert there["ranks"] == [1, 2]
+    assert there["reason"].startswith(
+        f"needs about {fmt_bytes(2 * estimate_of(model, batch_size=1))} for ranks 1, 2: ")
 
 
 def test_hosts_check_keeps_only_other_hosts_free_memory(isolated_home):

@@ -113,26 +113,29 @@ def host_verdicts(assessment: Assessment, advisor: MemoryAdvisor, placement: Pla
 def _remote(host: str, ranks: list[int], estimate: Estimate, known: dict[str, Any] | None,
             tight: float) -> HostVerdict:
     need = estimate.total_bytes * len(ranks)
+    which = (f"rank {ranks[0]}" if len(ranks) == 1
+             else f"ranks {', '.join(map(str, ranks))}")
     free = (known or {}).get("free_memory_bytes")
     if not isinstance(free, int) or free <= 0:
         return HostVerdict(host, False, ranks, need, None,
                            f"unknown: no `zyquo-tui hosts check` has reached {host} yet, so its "
-                           f"free memory is not known (rank {ranks[0]} needs about "
+                           f"free memory is not known ({which} need about "
                            f"{fmt_bytes(need)}); run it to judge.")
     checked_at = known.get("checked_at")
-    when = f"`hosts check` at {fmt_datetime(checked_at)}" if checked_at else "`hosts check`"
+    when = (f"when `hosts check` last reached it ({fmt_datetime(checked_at)})" if checked_at
+            else "when `hosts check` last reached it")
     if need > free:
         verdict = Verdict.WONT_FIT
-        said = f"more than the {fmt_bytes(free)} {host} had free at {when}."
+        said = f"more than the {fmt_bytes(free)} {host} had free {when}."
     elif need > tight * free:
         verdict = Verdict.TIGHT
-        said = (f"{need / free:.0%} of the {fmt_bytes(free)} {host} had free at {when}: "
+        said = (f"{need / free:.0%} of the {fmt_bytes(free)} {host} had free {when}: "
                 "within the estimate's error of it.")
     else:
         verdict = Verdict.FITS
-        said = f"of the {fmt_bytes(free)} {host} had free at {when} ({need / free:.0%})."
+        said = f"{need / free:.0%} of the {fmt_bytes(free)} {host} had free {when}."
     return HostVerdict(host, False, ranks, need, verdict,
-                       f"needs about {fmt_bytes(need)} for rank {ranks[0]}, {said}",
+                       f"needs about {fmt_bytes(need)} for {which}: {said}",
                        None, free, checked_at)
 
 
