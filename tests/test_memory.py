@@ -238,6 +238,26 @@ def test_dora_adds_a_magnitude_per_output():
     assert estimate.breakdown["activations"] > lora.breakdown["activations"]
 
 
+def test_dora_magnitudes_are_a_phase_of_their_own_on_the_overhead_line():
+    """Computed before the first step, one layer's copies sit beside the weights and the
+    adapters only. A quantized layer is dequantized, copied to float32 and squared (10 bytes a
+    weight): on short rows that tops the backward pass, and the overhead line shows the
+    difference. A 16-bit layer's float32 copy (4 bytes a weight) is no more than what every
+    step's forward pass rebuilds, so the backward pass stays the peak."""
+    a = advisor()
+    layer = BLOCK_PARAMETERS - 2 * HIDDEN  # the adapted matrices' weights
+    short = config(method=Method.DORA, batch_size=1, max_seq_length=8)
+    quantized = a.estimate(facts(bits=4), short)
+    phase = (quantized.breakdown["base_weights"] + quantized.breakdown["trainable_parameters"]
+             + CPU_COEFFICIENTS.fixed_bytes + layer * 10)
+    assert quantized.total_bytes == pytest.approx(phase, abs=4)
+    assert quantized.breakdown["overhead"] > CPU_COEFFICIENTS.fixed_bytes + 1
+    assert sum(quantized.breakdown.values()) == quantized.total_bytes
+    for model, rows in ((facts(bits=4), config(method=Method.DORA)), (facts(), short)):
+        assert a.estimate(model, rows).breakdown["overhead"] == round(
+            CPU_COEFFICIENTS.fixed_bytes)
+
+
 def test_full_fine_tuning_trains_the_blocks_in_the_model_dtype():
     estimate = advisor().estimate(facts(), config(method=Method.FULL, num_layers=2))
     assert estimate.trainable_parameters == 2 * BLOCK_PARAMETERS
