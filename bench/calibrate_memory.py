@@ -196,16 +196,18 @@ def print_table(rows: list[dict], markdown: bool) -> None:
 # kept_lora (x @ A is kept once), kept_inputs (the float32 copy of each adapter's input),
 # checkpoint_hidden (one input per checkpointed layer), loss (four logit-sized arrays in the
 # loss's backward), kept_attention (each layer's softmax output, one attention matrix) and
-# working_attention (the rest of one layer's attention backward: 2.6 more; estimate.py says
-# how they were measured).
+# working_attention (the rest of one layer's attention backward: 2.6 more) and dora_weights
+# (one layer's copies while DoRA's magnitudes are computed; estimate.py says how they were
+# measured).
 FITTED = ("kept_hidden", "kept_mlp", "kept_full_inputs", "dora_outputs",
           "checkpoint_mlp", "working_hidden", "working_mlp",
-          "working_outputs", "dora_weights", "fixed_bytes")
+          "working_outputs", "fixed_bytes")
 PHYSICAL = {"kept_lora": 1.0, "kept_inputs": 1.0, "checkpoint_hidden": 1.0, "loss": 4.0,
-            "kept_attention": 1.0, "working_attention": 2.6}
+            "kept_attention": 1.0, "working_attention": 2.6, "dora_weights": 1.0}
 # Held, not fitted: chosen by leave-one-family-out validation, loss_overlap of 0, 0.25 and
-# 0.5, checkpoint_attention of 0, 0.3 and 0.6 (estimate.py says what they are).
-HELD = {"loss_overlap": 0.5, "checkpoint_attention": 0.3}
+# 0.5, checkpoint_attention of 0, 0.3 and 0.6, dora_adapted of 0, 0.5, 1 and 1.5 (estimate.py
+# says what they are).
+HELD = {"loss_overlap": 0.5, "checkpoint_attention": 0.3, "dora_adapted": 1.0}
 # The safe side: an underestimate weighs this many times an overestimate of the same size in
 # the fit, so the multipliers over-state where the data leave them uncertain.
 UNDERESTIMATE_WEIGHT = 4.0
@@ -272,7 +274,8 @@ def solve(rows: list[Row], fixed: dict[str, float] | None = None) -> dict[str, f
     peak is the larger of the loss's and the layers', and the optimizer's step may top it),
     so each round linearises it at the current multipliers: non-negative least squares over
     the rows whose peak is the backward pass, then each `update_*` the median that explains
-    the rows whose peak is the step. A few rounds settle which rows are in which phase.
+    the rows whose peak is the step. A few rounds settle which rows are in which phase. (A row
+    whose peak is DoRA's magnitudes, a held term, has nothing to fit.)
     """
     import numpy as np
 
@@ -294,8 +297,13 @@ def solve(rows: list[Row], fixed: dict[str, float] | None = None) -> dict[str, f
         for row in rows:
             q = row.quantities
             here = backward(q, values)
-            if sum(combine(q, dataclasses.replace(CPU_COEFFICIENTS, **values)).values()) > here:
-                step_rows.append(row)
+            total = sum(combine(q, dataclasses.replace(CPU_COEFFICIENTS, **values)).values())
+            if total > here:
+                step = (sum(q[e] for e in _EXACT) + values["fixed_bytes"]
+                        + values["update_lora"] * q["update_lora"]
+                        + values["update_full"] * q["update_full"])
+                if step >= total:
+                    step_rows.append(row)
                 continue
             # The slope of the backward peak along each free multiplier, and what the
             # held ones add: here = known + sum(slope x value).

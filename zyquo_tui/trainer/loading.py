@@ -223,8 +223,10 @@ def prepare_model(model, run: Run):
     """Freeze, add adapters (or unfreeze layers), and make the optimizer.
 
     The same steps, in the same order, as mlx_lm.lora.train_model (the order matters: the
-    adapters' initial weights come from MLX's RNG). Used by training and by the memory probe.
+    adapters' initial weights come from MLX's RNG). Used by training, by the memory probe and
+    by the step-level client.
     """
+    import mlx.core as mx
     import mlx.optimizers as optim
     from mlx_lm.tuner.utils import build_schedule, linear_to_lora_layers
 
@@ -239,6 +241,11 @@ def prepare_model(model, run: Run):
     else:
         linear_to_lora_layers(model, hp.num_layers, dict(hp.lora_parameters),
                               use_dora=run.method is Method.DORA)
+    # The new parameters are lazy: DoRA's magnitudes are norms of a float32 copy of each
+    # adapted weight (one layer's weights in float32 at once). Left lazy, the first step would
+    # compute them on top of its own activations; evaluated now, before any activation exists,
+    # the run's peak is the larger of the two instead of their sum. The values are the same.
+    mx.eval(model.parameters())
     lr = build_schedule(hp.lr_schedule) if hp.lr_schedule else hp.learning_rate
     classes = {"adam": optim.Adam, "adamw": optim.AdamW, "muon": optim.Muon,
                "sgd": optim.SGD, "adafactor": optim.Adafactor}

@@ -6,6 +6,8 @@ JSON object on stdout, the process's peak MLX memory (`mx.get_peak_memory()`), t
 real run records as summary.peak_memory_bytes, and the process's peak resident footprint
 (`peak_rss_bytes`, getrusage's ru_maxrss) with its footprint before the model loaded
 (`start_rss_bytes`: the interpreter and the libraries, which the estimate does not count).
+`peak_by_step` is each step's own peak (the first's since the process started: the loading
+and preparing of the model too); the peak is their largest.
 
 The batch it trains on is the worst one the run will meet: the `batch_size` longest rows of the
 dataset (a real run's peak is set by its longest batch, which a few random steps might miss),
@@ -139,6 +141,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     def on_train(info: dict[str, Any]) -> None:
         peaks.append(info["peak_memory_bytes"])
         speeds.append(info["tokens_per_second"])
+        mx.reset_peak_memory()  # each step's own peak (the first's includes the loading)
 
     with tempfile.TemporaryDirectory(prefix="zyquo-measure-") as adapters:
         hooks = LoopHooks(

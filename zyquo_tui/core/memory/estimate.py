@@ -25,7 +25,9 @@ reports after a few steps) without importing mlx, as a sum of terms:
                       term instead: the slices alive at once (`chunked_loss_bytes`)
   overhead            a fixed amount, and what the optimizer's step needs beyond the backward
                       pass (it writes new moments while the old ones are alive, after the
-                      activations are freed: the peak is the larger of the two phases)
+                      activations are freed: the peak is the larger of the two phases); for
+                      DoRA, likewise what computing its magnitudes needs beyond it (float32
+                      copies of one layer's weights, before the first step: a phase of its own)
 
 The multipliers of the activation and overhead terms were fitted to real
 mlx-lm training (bench/calibrate_memory.py; the table is in docs/memory.md), one table per
@@ -115,11 +117,21 @@ class Coefficients:
     # x output widths of the adapted matrices, float32: (x @ A) @ B (fitted to 0 on the CPU:
     # working_mlp's float32 gradients hold the layer's peak)
     working_outputs: float
-    # x one layer's matrices, float32: mlx-lm computes DoRA's magnitudes (norms of a float32
-    # copy of each adapted weight) lazily, so the first step evaluates them with the step
-    # (measured on the 512-wide model: 72.6 MiB at the first step, 64.5 after; 16.8 MiB when
-    # evaluated alone). Counted at the backward pass's peak, fitted.
+    # x one layer's adapted weights, as copied while DoRA's magnitudes (the norms of a float32
+    # copy of each adapted weight) are computed: `dora_copy_bytes` a weight. The trainer
+    # computes them when it makes the adapters (trainer/loading.py prepare_model), before any
+    # activation exists, so this is a phase of its own: the base's weights, the adapters and
+    # these copies; the peak is the larger of it and the backward pass. Measured (its
+    # evaluation alone, 512-wide layers): exactly one layer's copies, so held at 1. (Left to
+    # the first step, as mlx-lm leaves it, it added to the step: 72.6 MiB on the 512-wide
+    # model with grad accumulation, 64.5 MiB with it computed first.)
     dora_weights: float
+    # x one layer's adapted weights, float32, once: every step's forward pass rebuilds each
+    # adapted weight (w + scale x B^T A^T, float32) to take the norm DoRA divides by, while
+    # the lower layers' kept activations are alive. Held at the value leave-one-family-out
+    # validation chose (1 of 0, 0.5, 1 and 1.5: 0 under-states other families by 9%, 1.5
+    # over-states the 512-wide model by 28%), not fitted: only the DoRA configs weigh on it.
+    dora_adapted: float
     # x vocabulary, in the compute dtype: the loss's backward holds four logit-sized arrays at
     # once (the shifted logits logsumexp keeps, its exp, that times the incoming gradient, and
     # take_along_axis's scattered gradient before the two are summed). Measured: 4.0 bytes
@@ -147,16 +159,17 @@ class Coefficients:
 
 # Fitted on CPU with bench/calibrate_memory.py --fit (mlx 0.32.4, mlx-lm 0.32.2; 80 configs of
 # 22 model families), on the safe side (an underestimate weighs four times an overestimate);
-# loss, kept_lora, kept_inputs, checkpoint_hidden, kept_attention and working_attention held at
-# what the computation gives, loss_overlap and checkpoint_attention at the values validation
-# chose. held_out_error: the largest underestimate with the family left out of the fit
-# (w256-dora-l1, -6.1%), rounded up. docs/memory.md has the table.
+# loss, kept_lora, kept_inputs, checkpoint_hidden, kept_attention, working_attention and
+# dora_weights held at what the computation gives, loss_overlap, checkpoint_attention and
+# dora_adapted at the values validation chose. held_out_error: the largest underestimate
+# with the family left out of the fit (w256-dora-l1, -6.0%), rounded up. docs/memory.md has
+# the table.
 CPU_COEFFICIENTS = Coefficients(
-    kept_hidden=11.227, kept_mlp=2.63, kept_attention=1.0, kept_lora=1.0,
-    kept_inputs=1.0, kept_full_inputs=1.008, dora_outputs=0.65, checkpoint_hidden=1.0,
-    checkpoint_mlp=3.384, working_hidden=10.524, working_mlp=6.27, working_attention=2.6,
-    checkpoint_attention=0.3, working_outputs=0.0, dora_weights=1.205, loss=4.0,
-    loss_overlap=0.5, update_lora=0.983, update_full=1.614, fixed_bytes=761541.0,
+    kept_hidden=11.307, kept_mlp=2.55, kept_attention=1.0, kept_lora=1.0,
+    kept_inputs=1.0, kept_full_inputs=1.011, dora_outputs=0.554, checkpoint_hidden=1.0,
+    checkpoint_mlp=3.307, working_hidden=10.291, working_mlp=6.4, working_attention=2.6,
+    checkpoint_attention=0.3, working_outputs=0.0, dora_weights=1.0, dora_adapted=1.0,
+    loss=4.0, loss_overlap=0.5, update_lora=0.982, update_full=1.613, fixed_bytes=791601.0,
     held_out_error=0.07,
 )
 
@@ -406,6 +419,18 @@ def chunked_loss_bytes(model: ModelFacts, config: TrainingConfig) -> float:
             + tokens * model.hidden_size * s)
 
 
+def dora_copy_bytes(model: ModelFacts, config: TrainingConfig) -> int:
+    """Bytes a weight element of one layer takes while DoRA's magnitudes are computed
+    (mlx-lm's DoRALinear: the norm of the weight, dequantized, as float32). Measured on one
+    512-wide layer: 4 for a 16-bit or float32 weight (the float32 copy, or a float32 weight's
+    square); for a quantized one its dequantized copy in the compute dtype as well, and the
+    float32 copy and its square both (10 for a bfloat16 4- or 8-bit layer, 8 for a float32 one)."""
+    if not (model.quantized or config.quantize_base):
+        return LORA_BYTES
+    s = model.compute_bytes
+    return s + LORA_BYTES + (LORA_BYTES if s < LORA_BYTES else 0)
+
+
 def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
     """The estimate's quantities before the fitted multipliers, in bytes per unit multiplier.
 
@@ -469,7 +494,9 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
         "working_attention": once * attention,
         "checkpoint_attention": attention if checkpointed and n > 1 else 0,
         "working_outputs": once * tokens * outputs * LORA_BYTES if lora else 0,
-        "dora_weights": (max(layer.matrix_elements for layer in layers) * LORA_BYTES
+        "dora_weights": (max(layer.matrix_elements for layer in layers)
+                         * dora_copy_bytes(model, config) if dora and n else 0),
+        "dora_adapted": (max(layer.matrix_elements for layer in layers) * LORA_BYTES
                          if dora and n else 0),
         "loss": tokens * model.vocab_size * s if loss_slice_tokens(config) is None else 0,
         "chunked_loss": chunked_loss_bytes(model, config),
@@ -494,7 +521,7 @@ _KEPT = {
 # recomputed). It exists after the loss's backward has freed the logits' copies.
 _WORKING = {
     "working_hidden": "activations", "working_mlp": "activations",
-    "working_outputs": "activations", "dora_weights": "activations",
+    "working_outputs": "activations", "dora_adapted": "activations",
     "checkpoint_mlp": "activations", "working_attention": "attention",
     "checkpoint_attention": "attention",
 }
@@ -512,7 +539,9 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
     breakdown's loss line is the loss's copies, and the activations and attention lines hold
     the part of the layer's working memory above them. Likewise the
     optimizer's step comes after the backward pass has freed the activations, so only the
-    part of it above the backward pass's own peak adds to the overhead.
+    part of it above the backward pass's own peak adds to the overhead, and so does DoRA's
+    magnitudes' phase (before the first step, when there are neither activations nor gradients
+    nor optimizer state: the base's weights, the adapters and one layer's copies).
     """
     breakdown = dict.fromkeys(TERMS, 0.0)
     for name in _EXACT:
@@ -530,7 +559,10 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
     backward = breakdown["activations"] + breakdown["attention"] + breakdown["loss"]
     step = (coefficients.update_lora * quantities["update_lora"]
             + coefficients.update_full * quantities["update_full"])
-    breakdown["overhead"] = coefficients.fixed_bytes + max(step - backward, 0.0)
+    magnitudes = (coefficients.dora_weights * quantities["dora_weights"]
+                  - quantities["gradients"] - quantities["optimizer_state"])
+    breakdown["overhead"] = coefficients.fixed_bytes + max(step - backward,
+                                                           magnitudes - backward, 0.0)
     if quantities.get("reference"):  # a DPO reference's frozen copy (only then a line)
         breakdown["reference"] = quantities["reference"]
     return breakdown
