@@ -131,7 +131,7 @@ def test_the_writer_writes_each_type_s_fields_in_the_defined_order(tmp_path):
     for line in path.read_text().splitlines():
         event = json.loads(line)
         names = [field.name for field in ev.EVENT_FIELDS[event["type"]]
-                 if event["type"] != ev.TRAIN or field.name not in ev.PREFERENCE_METRICS]
+                 if event["type"] != ev.TRAIN or field.name not in ev.SOME_RUNS_TRAIN_FIELDS]
         assert list(event) == list(ev.ENVELOPE) + names
         assert line == ev.encode_line(event).rstrip("\n")
 

@@ -45,8 +45,7 @@ _OTHER_LINE = re.compile(re.escape(_TYPE_PREFIX) + rb'"(?!' + re.escape(ev.TRAIN
 # (A preference run's lines carry its metrics too, and a distributed run's each rank's peak:
 # they are read the careful way.)
 TRAIN_LINE_FIELDS = ("time",) + tuple(field.name for field in ev.EVENT_FIELDS[ev.TRAIN]
-                                      if field.name not in (*ev.PREFERENCE_METRICS,
-                                                            ev.RANK_PEAKS))
+                                      if field.name not in ev.SOME_RUNS_TRAIN_FIELDS)
 # Array type codes a column may be read into.
 INTEGERS, FLOATS = "q", "d"
 _CONVERT = {INTEGERS: int, FLOATS: float}

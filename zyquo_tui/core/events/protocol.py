@@ -64,6 +64,8 @@ PREFERENCE_FIELDS = tuple(Field(name, _FLOAT, optional=True) for name in PREFERE
 
 # What a distributed run's train events add: each rank's peak memory.
 RANK_PEAKS = "rank_peak_memory_bytes"
+# Train fields only some runs write (a preference run's metrics, a distributed run's peaks).
+SOME_RUNS_TRAIN_FIELDS = (*PREFERENCE_METRICS, RANK_PEAKS)
 
 # Each type's fields, after the envelope, in the order they are written.
 EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
