@@ -210,6 +210,19 @@ def test_auto_slices_a_run_where_the_plan_says_it_lowers_the_peak(tiny_model, tm
     assert "loss in slices of 256 tokens" in said.splitlines()[1]  # the config line
 
 
+def test_auto_slices_when_the_model_folder_cannot_be_read(tmp_path):
+    """The decision needs the model's shape; without it auto takes the smaller footprint (the
+    same losses), and a given count or off is kept as it is."""
+    from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters
+    from zyquo_tui.trainer.objectives import loss_chunk_tokens_for
+
+    settings = Hyperparameters(batch_size=8)
+    assert loss_chunk_tokens_for(settings, "lora", str(tmp_path / "gone"), 64) == 256
+    for given in (16, "off"):
+        SETTINGS["loss_chunk_tokens"].set(settings, given)
+        assert loss_chunk_tokens_for(settings, "lora", str(tmp_path / "gone"), 64) == given
+
+
 @pytest.mark.slow
 def test_a_large_vocabulary_trains_to_the_same_losses_over_100_steps(tmp_path):
     """151,936 tokens (a Qwen-sized vocabulary), through the step engine."""

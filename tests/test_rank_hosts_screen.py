@@ -31,7 +31,8 @@ TWO_HOSTS = "20251129-092000-000-d2d2"
 SINGLE = "20251129-080000-000-a1b2"
 
 
-def write_distributed_store(home, *, rank_one_gone: bool = False) -> RunStore:
+def write_distributed_store(home, *, rank_one_gone: bool = False,
+                            every_ranks_peak: bool = True) -> RunStore:
     """A 2-rank run training on this machine (--ranks 2), its ranks recorded as the trainer
     records them; one on two hosts whose other host cannot be reached; a run in one process."""
     store = RunStore(home).ensure()
@@ -41,7 +42,8 @@ def write_distributed_store(home, *, rank_one_gone: bool = False) -> RunStore:
     gone = {**rank, "start_time": rank["start_time"] + 1000} if rank_one_gone else rank
     events = training_events(600, 230, start=T0 + 3600, seed=2)
     events[0]["world_size"] = 2
-    for train in (e for e in events if e["type"] == "train"):  # rank 1 peaks a little higher
+    for train in (e for e in events if e["type"] == "train" and every_ranks_peak):
+        # rank 1 peaks a little higher
         train["rank_peak_memory_bytes"] = [train["peak_memory_bytes"],
                                            train["peak_memory_bytes"] + 200 * 2**20]
     memory = {"verdict": "fits", "world_size": 2, "per_rank_batch_size": 2,
@@ -95,6 +97,15 @@ async def test_both_ranks_on_this_machine_are_alive_with_their_largest_peak(dist
         assert len(peaks) == 2 and peaks[1] > peaks[0]
         line = hosts_line(app)
         assert line == f"hosts   this machine r0,1 ● 2 alive · peak {fmt_bytes(peaks[1])} · fits"
+
+
+async def test_events_written_before_every_ranks_peak_show_rank_0s(fixed_world):
+    app = dashboard(write_distributed_store(fixed_world, every_ranks_peak=False))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_checked(pilot, TWO_RANKS)
+        peak = app.service.feed(TWO_RANKS).metrics.series["peak_memory_bytes"].last
+        assert f"this machine r0,1 ● 2 alive · r0 peak {fmt_bytes(int(peak))} · fits" in (
+            hosts_line(app))
 
 
 async def test_a_rank_that_is_gone_is_said(fixed_world):

@@ -13,6 +13,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.tuner.trainer import default_loss, evaluate
 
+from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.events.protocol import PREFERENCE_METRICS
 from zyquo_tui.core.memory.budget import CPU, GPU
 from zyquo_tui.core.memory.estimate import (
@@ -42,7 +43,7 @@ def loss_chunk_tokens_for(settings: Hyperparameters, method: str, model_path: st
         return setting
     try:
         facts = ModelFacts.from_folder(model_path)
-    except (OSError, ValueError):
+    except (UserError, OSError, ValueError):
         return DEFAULT_LOSS_CHUNK_TOKENS
     config = TrainingConfig.from_hyperparameters(method, settings, longest_row_tokens)
     config = config.replace(batch_size=max(config.batch_size // world_size, 1))

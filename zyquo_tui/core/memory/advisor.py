@@ -51,6 +51,14 @@ class Verdict(str, enum.Enum):
     TIGHT = "tight"
     WONT_FIT = "won't fit"
 
+    @classmethod
+    def of(cls, need: float, limit: float, tight_fraction: float) -> Verdict:
+        """won't fit above `limit`, tight above `tight_fraction` of it, else fits: the
+        thresholds every verdict (memory, each host's, the disk's) is judged by."""
+        if need > limit:
+            return cls.WONT_FIT
+        return cls.TIGHT if need > tight_fraction * limit else cls.FITS
+
 
 @dataclass
 class Assessment:
@@ -251,12 +259,11 @@ class MemoryAdvisor:
         if self.ranks_here > 1:
             needs += (f" ({self.ranks_here} ranks here, {fmt_bytes(estimate.total_bytes)} "
                       "each)")
-        if need > limit:
-            verdict = Verdict.WONT_FIT
+        verdict = Verdict.of(need, limit, tight_fraction(self.coefficients))
+        if verdict is Verdict.WONT_FIT:
             reason = (f"{needs}, more than the {fmt_bytes(limit)} "
                       f"training may use here ({where}).")
-        elif need > tight_fraction(self.coefficients) * limit:
-            verdict = Verdict.TIGHT
+        elif verdict is Verdict.TIGHT:
             reason = (f"{needs}, {need / limit:.0%} of the "
                       f"{fmt_bytes(limit)} training may use here ({where}): within the "
                       f"estimate's error ({self.coefficients.held_out_error:.0%}) of the limit.")
@@ -267,7 +274,6 @@ class MemoryAdvisor:
                       f"only {fmt_bytes(budget.available_bytes)} is free: close some or it "
                       "will swap.")
         else:
-            verdict = Verdict.FITS
             reason = (f"{needs} of the {fmt_bytes(limit)} training may "
                       f"use here ({need / limit:.0%}); {fmt_bytes(budget.available_bytes)} "
                       "is free now.")

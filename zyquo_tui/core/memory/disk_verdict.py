@@ -88,15 +88,13 @@ def judge_disk(need: int, one: int, count: int, free: int | None, floor: int) ->
                               floor)
     room = free - floor
     above = f"{fmt_bytes(free)} free on the store's disk, less its {fmt_bytes(floor)} floor"
-    if need > room:
-        verdict = Verdict.WONT_FIT
+    verdict = Verdict.of(need, room, DISK_TIGHT_FRACTION)
+    if verdict is Verdict.WONT_FIT:
         reason = f"needs about {fmt_bytes(need)} ({what}), more than the {above}."
-    elif need > DISK_TIGHT_FRACTION * room:
-        verdict = Verdict.TIGHT
+    elif verdict is Verdict.TIGHT:
         reason = (f"needs about {fmt_bytes(need)} ({what}), {need / max(room, 1):.0%} of the "
                   f"{above}.")
     else:
-        verdict = Verdict.FITS
         reason = f"needs about {fmt_bytes(need)} ({what}) of the {above}."
     return DiskAssessment(verdict, reason, one, count, need, free, floor)
 

@@ -124,16 +124,12 @@ def _remote(host: str, ranks: list[int], estimate: Estimate, known: dict[str, An
     checked_at = known.get("checked_at")
     when = (f"when `hosts check` last reached it ({fmt_datetime(checked_at)})" if checked_at
             else "when `hosts check` last reached it")
-    if need > free:
-        verdict = Verdict.WONT_FIT
+    verdict = Verdict.of(need, free, tight)
+    if verdict is Verdict.WONT_FIT:
         said = f"more than the {fmt_bytes(free)} {host} had free {when}."
-    elif need > tight * free:
-        verdict = Verdict.TIGHT
-        said = (f"{need / free:.0%} of the {fmt_bytes(free)} {host} had free {when}: "
-                "within the estimate's error of it.")
     else:
-        verdict = Verdict.FITS
-        said = f"{need / free:.0%} of the {fmt_bytes(free)} {host} had free {when}."
+        said = f"{need / free:.0%} of the {fmt_bytes(free)} {host} had free {when}" + (
+            ": within the estimate's error of it." if verdict is Verdict.TIGHT else ".")
     return HostVerdict(host, False, ranks, need, verdict,
                        f"needs about {fmt_bytes(need)} for {which}: {said}",
                        None, free, checked_at)
