@@ -94,12 +94,16 @@ class Coefficients:
     # With grad checkpointing each layer keeps only its input, and the layer being
     # recomputed holds its forward and its backward at once:
     checkpoint_hidden: float  # x hidden size, per checkpointed layer
-    checkpoint_mlp: float  # x intermediate size, once (float32 for adapters, as working_mlp)
+    # x intermediate size, once (float32 for adapters, as working_mlp), for a 16-bit model
+    # only. Measured from one checkpointed layer to four, a bfloat16 model adds 3.5 MiB beyond
+    # the layers' saved inputs and the layer below's attention (128-wide: +5.4 MiB, they count
+    # 1.9), a float32 one nothing (128-wide: +3.4, they count 3.9; 4-bit with float32 scales:
+    # +3.6, they count 6.3).
+    checkpoint_mlp: float
     # x heads x tokens, once, with two or more checkpointed layers: the layer below starts its
     # recomputation (it needs only its saved input) while the layer above is differentiated.
     # Measured 0.6 of a matrix on the 16-layer model at 2,048 tokens (one checkpointed layer
-    # to two); held at 0.3, the value leave-one-family-out validation chose of 0, 0.3 and 0.6
-    # (0.6 over-states the 512-token configs).
+    # to two), and held there.
     checkpoint_attention: float
     # Once:
     working_hidden: float  # x hidden size
@@ -109,13 +113,15 @@ class Coefficients:
     working_mlp: float
     # x heads x tokens, the rest of one layer's attention backward beside its kept matrix
     # (the scores, their masked copy, the softmax's gradient and its product with the softmax).
-    # Measured on MLX's attention alone (`bench/calibrate_memory.py --attention`: 1,024 tokens,
-    # bfloat16 and float32, 4:4 and 8:1 heads; GQA's keys and values are broadcast, not
-    # repeated): 3.3-3.5 matrices at its peak with the kept one; held at 2.6 more, rounded up
-    # for the scale and mask the model adds.
+    # Measured on MLX's attention alone, compiled as the training step is
+    # (`bench/calibrate_memory.py --attention`: 1,024 tokens, bfloat16 and float32, 4:4 and 8:1
+    # heads; GQA's keys and values are broadcast, not repeated): 3.13-3.21 matrices at its peak
+    # with the kept one (3.26-3.47 uncompiled); held at 2.25 more, the largest rounded up.
     working_attention: float
-    # x output widths of the adapted matrices, float32: (x @ A) @ B (fitted to 0 on the CPU:
-    # working_mlp's float32 gradients hold the layer's peak)
+    # x output widths of the adapted matrices, float32: (x @ A) @ B. Held at 0, what the fit
+    # gave it while DoRA's adapted weights counted in the working memory: working_mlp's float32
+    # gradients hold the layer's peak. (Fitted now it takes 0.39 from the DoRA configs and
+    # leaves a full fine-tuning config 9% under held out.)
     working_outputs: float
     # x one layer's adapted weights, as copied while DoRA's magnitudes (the norms of a float32
     # copy of each adapted weight) are computed: `dora_copy_bytes` a weight. The trainer
@@ -126,11 +132,13 @@ class Coefficients:
     # the first step, as mlx-lm leaves it, it added to the step: 72.6 MiB on the 512-wide
     # model with grad accumulation, 64.5 MiB with it computed first.)
     dora_weights: float
-    # x one layer's adapted weights, float32, once: every step's forward pass rebuilds each
-    # adapted weight (w + scale x B^T A^T, float32) to take the norm DoRA divides by, while
-    # the lower layers' kept activations are alive. Held at the value leave-one-family-out
-    # validation chose (1 of 0, 0.5, 1 and 1.5: 0 under-states other families by 9%, 1.5
-    # over-states the 512-wide model by 28%), not fitted: only the DoRA configs weigh on it.
+    # x one layer's adapted weights, float32: every step's forward pass rebuilds each adapted
+    # weight (w + scale x B^T A^T, float32) to take the norm DoRA divides by. The norm is
+    # behind stop_gradient (mlx-lm's DoRALinear), so the copies live only in the forward
+    # pass: beside every kept activation of the layers below, not beside the backward's
+    # working memory (a phase of its own; counted beside it, they over-stated the 512-wide
+    # DoRA model by 19% held out). Held at 1, all of one layer's matrices at once, an upper
+    # bound: no calibration config peaks in this phase (a small batch on large layers does).
     dora_adapted: float
     # x vocabulary, in the compute dtype: the loss's backward holds four logit-sized arrays at
     # once (the shifted logits logsumexp keeps, its exp, that times the incoming gradient, and
@@ -159,18 +167,18 @@ class Coefficients:
 
 # Fitted on CPU with bench/calibrate_memory.py --fit (mlx 0.32.4, mlx-lm 0.32.2; 80 configs of
 # 22 model families), on the safe side (an underestimate weighs four times an overestimate);
-# loss, kept_lora, kept_inputs, checkpoint_hidden, kept_attention, working_attention and
-# dora_weights held at what the computation gives, loss_overlap, checkpoint_attention and
-# dora_adapted at the values validation chose. held_out_error: the largest underestimate
-# with the family left out of the fit (w256-dora-l1, -6.0%), rounded up. docs/memory.md has
-# the table.
+# loss, kept_lora, kept_inputs, checkpoint_hidden, kept_attention, working_attention,
+# checkpoint_attention and dora_weights held at what the computation gives (measured),
+# loss_overlap at the value validation chose, working_outputs and dora_adapted as their
+# comments say. held_out_error: the largest underestimate with the family left out of the
+# fit (deep-full-adafactor-ckpt-s2048, -5.8%), rounded up. docs/memory.md has the table.
 CPU_COEFFICIENTS = Coefficients(
-    kept_hidden=11.307, kept_mlp=2.55, kept_attention=1.0, kept_lora=1.0,
-    kept_inputs=1.0, kept_full_inputs=1.011, dora_outputs=0.554, checkpoint_hidden=1.0,
-    checkpoint_mlp=3.307, working_hidden=10.291, working_mlp=6.4, working_attention=2.6,
-    checkpoint_attention=0.3, working_outputs=0.0, dora_weights=1.0, dora_adapted=1.0,
-    loss=4.0, loss_overlap=0.5, update_lora=0.982, update_full=1.613, fixed_bytes=791601.0,
-    held_out_error=0.07,
+    kept_hidden=10.922, kept_mlp=2.818, kept_attention=1.0, kept_lora=1.0,
+    kept_inputs=1.0, kept_full_inputs=1.017, dora_outputs=1.151, checkpoint_hidden=1.0,
+    checkpoint_mlp=3.085, working_hidden=12.902, working_mlp=6.303, working_attention=2.25,
+    checkpoint_attention=0.6, working_outputs=0.0, dora_weights=1.0, dora_adapted=1.0,
+    loss=4.0, loss_overlap=0.5, update_lora=0.982, update_full=1.614, fixed_bytes=777890.0,
+    held_out_error=0.06,
 )
 
 # Metal: not measured here (no Mac in CI). Since mlx PR 2054 (April 2025) MLX computes attention
@@ -488,7 +496,8 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
         "kept_full_inputs": kept * tokens * inputs * s if not lora and s < 4 else 0,
         "dora_outputs": kept * tokens * outputs * s if dora else 0,
         "checkpoint_hidden": n * tokens * h * s if checkpointed else 0,
-        "checkpoint_mlp": tokens * mlp * (LORA_BYTES if lora else s) if checkpointed else 0,
+        "checkpoint_mlp": (tokens * mlp * (LORA_BYTES if lora else s)
+                           if checkpointed and s < LORA_BYTES else 0),
         "working_hidden": once * tokens * h * s,
         "working_mlp": once * tokens * mlp * (LORA_BYTES if lora else s),
         "working_attention": once * attention,
@@ -521,7 +530,7 @@ _KEPT = {
 # recomputed). It exists after the loss's backward has freed the logits' copies.
 _WORKING = {
     "working_hidden": "activations", "working_mlp": "activations",
-    "working_outputs": "activations", "dora_adapted": "activations",
+    "working_outputs": "activations",
     "checkpoint_mlp": "activations", "working_attention": "attention",
     "checkpoint_attention": "attention",
 }
@@ -541,7 +550,8 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
     optimizer's step comes after the backward pass has freed the activations, so only the
     part of it above the backward pass's own peak adds to the overhead, and so does DoRA's
     magnitudes' phase (before the first step, when there are neither activations nor gradients
-    nor optimizer state: the base's weights, the adapters and one layer's copies).
+    nor optimizer state: the base's weights, the adapters and one layer's copies). DoRA's
+    forward pass is a phase too: every kept activation and one layer's adapted copies.
     """
     breakdown = dict.fromkeys(TERMS, 0.0)
     for name in _EXACT:
@@ -557,6 +567,11 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
         for name, value in working.items():  # split by share
             breakdown[_WORKING[name]] += value * above_loss / layer
     backward = breakdown["activations"] + breakdown["attention"] + breakdown["loss"]
+    kept = sum(getattr(coefficients, name) * quantities[name] for name in _KEPT)
+    dora_forward = kept + coefficients.dora_adapted * quantities["dora_adapted"]
+    if dora_forward > backward:
+        breakdown["activations"] += dora_forward - backward
+        backward = dora_forward
     step = (coefficients.update_lora * quantities["update_lora"]
             + coefficients.update_full * quantities["update_full"])
     magnitudes = (coefficients.dora_weights * quantities["dora_weights"]
