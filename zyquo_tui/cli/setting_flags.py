@@ -47,7 +47,7 @@ def _help(key: str) -> str:
 
 
 _METAVARS = {INT: "N", FLOAT: "X", NUMBERS: "X,X,...", NAMES: "NAME,...",
-             COUNT_OR_FILE: "FILE|N", COUNT_OR_OFF: "N|off", FILE: "FILE"}
+             COUNT_OR_FILE: "FILE|N", COUNT_OR_OFF: "auto|N|off", FILE: "FILE"}
 
 
 def _metavar(key: str) -> str:
