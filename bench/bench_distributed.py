@@ -4,11 +4,14 @@ For each world size (1, then 2 with --ranks 2), a run of the sample model on the
 completions is started through the supervisor (so the 2-rank run goes through mlx.launch) and
 timed from its start request to its last event. Before each timed run, `plan --json` of the
 same config is asked how long it will take (after a short warm-up run of the same world size
-gives it a basis). Prints a table: world size, steps, tokens per second (median report), wall
-seconds, plan's estimate and its error. On a machine with two cores, two ranks share them:
-the figure to read is the overhead of the launch and of the exchanges, not a speed-up.
+gives it a basis). With --repeat N each pair (warm-up and timed run) runs N times, each in a
+store of its own so every plan has the same kind of basis. Prints a table: world size, steps,
+tokens per second (median report), wall seconds, plan's estimate and its error, medians over
+the repeats with each repeat's error beside them. On a machine with two cores, two ranks
+share them: the figure to read is the overhead of the launch and of the exchanges, not a
+speed-up.
 
-    python bench/bench_distributed.py [--iters 60]
+    python bench/bench_distributed.py [--iters 60] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ def plan_seconds(model: Path, data: Path, iters: int, ranks: int, home: Path) ->
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--iters", type=int, default=60)
+    parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-distributed-") as folder:
         home = Path(folder) / "home"
@@ -72,17 +76,27 @@ def main() -> None:
         data = REPO / "sample_data" / "completions"
         rows = []
         for ranks in (1, 2):
-            store = RunStore(home / f"world-{ranks}").ensure()
-            os.environ["ZYQUO_HOME"] = str(store.home)
-            train(store, model, data, 20, ranks)  # the plan's basis
-            estimate = plan_seconds(model, data, args.iters, ranks, store.home)
-            result = train(store, model, data, args.iters, ranks)
-            error = (estimate - result["seconds"]) / result["seconds"] if estimate else None
-            rows.append([ranks, args.iters, f"{result['tokens_per_second']:.0f}",
-                         f"{result['seconds']:.1f}",
-                         f"{estimate:.1f}" if estimate else "-",
-                         f"{error:+.0%}" if error is not None else "-", result["state"]])
-        header = ["ranks", "steps", "tokens/s", "wall s", "plan s", "plan error", "state"]
+            results, estimates, errors = [], [], []
+            for repeat in range(args.repeat):
+                store = RunStore(home / f"world-{ranks}-{repeat}").ensure()
+                os.environ["ZYQUO_HOME"] = str(store.home)
+                train(store, model, data, 20, ranks)  # the plan's basis
+                estimate = plan_seconds(model, data, args.iters, ranks, store.home)
+                result = train(store, model, data, args.iters, ranks)
+                results.append(result)
+                if estimate:
+                    estimates.append(estimate)
+                    errors.append((estimate - result["seconds"]) / result["seconds"])
+            states = sorted({result["state"] for result in results})
+            rows.append([ranks, args.iters,
+                         f"{statistics.median(r['tokens_per_second'] for r in results):.0f}",
+                         f"{statistics.median(r['seconds'] for r in results):.1f}",
+                         f"{statistics.median(estimates):.1f}" if estimates else "-",
+                         f"{statistics.median(errors):+.0%}" if errors else "-",
+                         " ".join(f"{error:+.0%}" for error in errors) or "-",
+                         ",".join(states)])
+        header = ["ranks", "steps", "tokens/s", "wall s", "plan s", "plan error", "each",
+                  "state"]
         widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
         for row in [header, *rows]:
             print("  ".join(str(cell).rjust(width) for cell, width in zip(row, widths)))
