@@ -42,6 +42,8 @@ def test_a_default_changed_in_the_definition_is_the_cli_default(changed_defaults
     shown = " ".join(capsys.readouterr().out.split())
     assert "(mlx-lm's batch_size; default 2)" in shown
     assert "(mlx-lm's lora_parameters.scale; default 12; LoRA and DoRA only)" in shown
+    # every value a setting takes is in its placeholder: auto is loss_chunk_tokens' default
+    assert "--loss-chunk-tokens auto|N|off" in shown
 
 
 class FormOnly(App):

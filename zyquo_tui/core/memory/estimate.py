@@ -165,7 +165,7 @@ class Coefficients:
     calibrated: bool = True
 
 
-# Fitted on CPU with bench/calibrate_memory.py --fit (mlx 0.32.4, mlx-lm 0.32.2; 80 configs of
+# Fitted on CPU with bench/calibrate_memory.py --fit (mlx 0.32.4, mlx-lm 0.32.2; 83 configs of
 # 22 model families), on the safe side (an underestimate weighs four times an overestimate);
 # loss, kept_lora, kept_inputs, checkpoint_hidden, kept_attention, working_attention,
 # checkpoint_attention and dora_weights held at what the computation gives (measured),
@@ -496,8 +496,9 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
         "kept_full_inputs": kept * tokens * inputs * s if not lora and s < 4 else 0,
         "dora_outputs": kept * tokens * outputs * s if dora else 0,
         "checkpoint_hidden": n * tokens * h * s if checkpointed else 0,
+        # 16-bit only, as measured (a float32 model's checkpointing adds nothing more)
         "checkpoint_mlp": (tokens * mlp * (LORA_BYTES if lora else s)
-                           if checkpointed and s < LORA_BYTES else 0),
+                           if checkpointed and s < 4 else 0),
         "working_hidden": once * tokens * h * s,
         "working_mlp": once * tokens * mlp * (LORA_BYTES if lora else s),
         "working_attention": once * attention,
@@ -556,8 +557,11 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
     breakdown = dict.fromkeys(TERMS, 0.0)
     for name in _EXACT:
         breakdown[name] += quantities[name]
+    kept = 0.0  # every trained layer's kept activations
     for name, term in _KEPT.items():
-        breakdown[term] += getattr(coefficients, name) * quantities[name]
+        value = getattr(coefficients, name) * quantities[name]
+        breakdown[term] += value
+        kept += value
     loss = breakdown["loss"] = (coefficients.loss * quantities["loss"]
                                 + quantities.get("chunked_loss", 0.0))
     working = {name: getattr(coefficients, name) * quantities[name] for name in _WORKING}
@@ -567,7 +571,6 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
         for name, value in working.items():  # split by share
             breakdown[_WORKING[name]] += value * above_loss / layer
     backward = breakdown["activations"] + breakdown["attention"] + breakdown["loss"]
-    kept = sum(getattr(coefficients, name) * quantities[name] for name in _KEPT)
     dora_forward = kept + coefficients.dora_adapted * quantities["dora_adapted"]
     if dora_forward > backward:
         breakdown["activations"] += dora_forward - backward
