@@ -134,9 +134,12 @@ def measure_one(config: dict, model_path: Path) -> dict:
 def machine() -> dict:
     from importlib.metadata import version
 
+    # MLX_BFS_MAX_WIDTH sets how MLX orders a graph's operations (how many it keeps in
+    # flight), and so the step's peak: training runs with MLX's default, 20 (docs/memory.md).
     return {"platform": platform.platform(), "machine": platform.machine(),
             "processor": platform.processor(), "cpus": os.cpu_count(),
-            "mlx": version("mlx"), "mlx_lm": version("mlx-lm")}
+            "mlx": version("mlx"), "mlx_lm": version("mlx-lm"),
+            "mlx_bfs_max_width": os.environ.get("MLX_BFS_MAX_WIDTH", "default")}
 
 
 def table_rows(matrix: dict, stored: dict, models: dict, advisor) -> list[dict]:

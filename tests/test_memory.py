@@ -39,7 +39,7 @@ from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION = REPO / "bench" / "memory_calibration"
 # The worst held-out error (either side) of the table in docs/memory.md.
-HELD_OUT_WORST = 0.215  # docs/memory.md: "All 83 held out: max 21.4%"
+HELD_OUT_WORST = 0.21  # docs/memory.md: "All 93 held out: max 20.9%"
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 
@@ -912,6 +912,35 @@ def test_leave_one_family_out_every_held_out_estimate_within_15_percent_median_7
     assert statistics.median(abs(e) for e in errors.values()) <= 0.07
     lowest = min(errors, key=errors.get)
     assert errors[lowest] >= -0.07, f"{lowest}: {errors[lowest]:+.1%}"
+
+
+def test_at_a_width_of_100_the_layers_study_is_within_6_percent_of_the_estimate():
+    """1, 2 and 3 trained layers of the 4-bit float32-scale model at six shapes, measured twice:
+    with MLX's default schedule (bench/memory_calibration/layers) and with MLX_BFS_MAX_WIDTH=100
+    (layers-bfs-width-100), which lets MLX keep up to 100 operations in flight instead of 20.
+    At 100 every config is where the estimate's terms put it; the default schedule keeps
+    less (on two layers up to a layer less), never more: what the held-out table's largest
+    over-statements are."""
+    calibrate = _calibration_script()
+    advisor = MemoryAdvisor.for_calibration("cpu")
+    configs = json.loads((CALIBRATION / "layers" / "matrix.json").read_text())["configs"]
+    models = json.loads((CALIBRATION / "layers" / "models.json").read_text())
+
+    def peaks(folder: str) -> dict[str, int]:
+        stored = json.loads((CALIBRATION / folder / "measurements.json").read_text())
+        return {key: m["peak_memory_bytes"] for key, m in stored["measurements"].items()}
+
+    default, wide = peaks("layers"), peaks("layers-bfs-width-100")
+    assert set(default) == set(wide) == {entry["id"] for entry in configs}
+    errors = {}
+    for entry in configs:
+        estimate = advisor.estimate(calibrate.ModelFacts_from(models, entry),
+                                    calibrate.training_config(entry))
+        errors[entry["id"]] = (estimate.total_bytes - wide[entry["id"]]) / wide[entry["id"]]
+        assert default[entry["id"]] <= wide[entry["id"]], entry["id"]
+    assert max(abs(e) for e in errors.values()) <= 0.06, errors
+    two_layers = [key for key in default if key.endswith("-L2")]
+    assert max(default[k] / wide[k] for k in two_layers) < 0.9  # the default keeps less
 
 
 def test_with_the_chunked_loss_on_held_out_estimates_meet_the_target():
