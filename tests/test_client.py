@@ -165,6 +165,28 @@ def test_grad_norm_is_the_norm_of_the_applied_gradient(tiny_model):
     assert step.grad_norm == pytest.approx(moved / 0.1, rel=1e-3)
 
 
+def test_a_forward_backward_compiled_with_its_update_applies_the_same_step(tiny_model):
+    """The run trainer sets update_with_next (trainer/loop.py): the engine then compiles the
+    forward-backward and the update together. Same weights, norm and learning rate as the two
+    compiled apart; over two steps, so the optimizer's moments carry over too."""
+    with TrainingClient.from_model(tiny_model, method="full", learning_rate=1e-3) as apart, \
+         TrainingClient.from_model(tiny_model, method="full", learning_rate=1e-3) as together:
+        together_steps, apart_steps = [], []
+        for rows in (PAIRS[:2], PAIRS[2:]):
+            on_mlx(setattr, together.engine, "update_with_next", True)
+            together.forward_backward(sft_batch(rows)).result()
+            together_steps.append(together.optim_step().result())
+            apart.forward_backward(sft_batch(rows)).result()
+            apart_steps.append(apart.optim_step().result())
+        assert max_difference(weights_of(together), weights_of(apart)) == 0.0
+        assert [s.grad_norm for s in together_steps] == [s.grad_norm for s in apart_steps]
+        assert [s.learning_rate for s in together_steps] == [s.learning_rate
+                                                            for s in apart_steps]
+        assert [s.step for s in together_steps] == [1, 2]
+        assert on_mlx(lambda: together.engine._steps) and not on_mlx(
+            lambda: apart.engine._steps)  # the compiled-together path did run
+
+
 def test_text_rows_without_responses_train_every_token(client):
     # Seed defect: no responses zipped into nothing and a loss of 0.0.
     result = client.forward_backward(TrainingBatch(["The sky is blue.", "Two and two."])).result()

@@ -146,6 +146,8 @@ class TrainingLoop:
                                    **val_metrics})
                 tic = time.perf_counter()
 
+            # The update follows at once: the engine compiles the two together (less memory).
+            engine.update_with_next = it % accum_steps == 0
             lvalue, toks, metrics = self.objective.forward_backward(engine, batch)
             if it % accum_steps == 0:
                 engine.optim_step()
