@@ -185,6 +185,11 @@ def test_a_forward_backward_compiled_with_its_update_applies_the_same_step(tiny_
         assert [s.step for s in together_steps] == [1, 2]
         assert on_mlx(lambda: together.engine._steps) and not on_mlx(
             lambda: apart.engine._steps)  # the compiled-together path did run
+        # Its update is applied: a second forward_backward before optim_step would be lost.
+        together.forward_backward(sft_batch(PAIRS[:2])).result()
+        with pytest.raises(RuntimeError, match="call optim_step"):
+            together.forward_backward(sft_batch(PAIRS[2:])).result()
+        assert together.optim_step().result().step == 3
 
 
 def test_text_rows_without_responses_train_every_token(client):

@@ -58,6 +58,9 @@ class StepEngine:
         pending ones. `key` names the objective with its constants bound (one compiled function
         each); the objective itself when None."""
         key = objective if key is None else key
+        if self._applied is not None:
+            raise RuntimeError("this forward_backward's update is applied: call optim_step "
+                               "before the next forward_backward")
         if self.update_with_next and self.pending == 0:
             return self._forward_backward_and_update(objective, key, arrays)
         compiled = self._forward_backward.get(key)
@@ -97,15 +100,12 @@ class StepEngine:
         """forward_backward then optim_step of one call's gradients, as one compiled function
         (the same operations as the two compiled apart, with a count of 1)."""
         value_and_grad = nn.value_and_grad(self.model, objective)
-        model, optimizer = self.model, self.optimizer
+        model = self.model
 
         @partial(mx.compile, inputs=self.state, outputs=self.state)
         def step(*arrays):
             (loss, ntoks, metrics), grad = value_and_grad(model, *arrays)
-            grad = average_gradients(grad)
-            squares = [mx.sum(mx.square(g.astype(mx.float32))) for _, g in tree_flatten(grad)]
-            optimizer.update(model, grad)
-            return loss, ntoks, metrics, mx.sqrt(sum(squares))
+            return loss, ntoks, metrics, self._apply(average_gradients(grad))
 
         return step
 
@@ -122,17 +122,17 @@ class StepEngine:
         return partial(mx.compile, inputs=self.state, outputs=self.state)(forward_backward)
 
     def _compile_update(self) -> Callable:
-        model, optimizer = self.model, self.optimizer
-
         @partial(mx.compile, inputs=self.state, outputs=self.state)
         def update(grad, count):
-            grad = average_gradients(grad)
-            grad = tree_map(lambda x: x / count, grad)
-            squares = [mx.sum(mx.square(g.astype(mx.float32))) for _, g in tree_flatten(grad)]
-            optimizer.update(model, grad)
-            return mx.sqrt(sum(squares))
+            return self._apply(tree_map(lambda x: x / count, average_gradients(grad)))
 
         return update
+
+    def _apply(self, grad) -> mx.array:
+        """Apply the optimizer to the model with this gradient; the gradient's norm."""
+        squares = [mx.sum(mx.square(g.astype(mx.float32))) for _, g in tree_flatten(grad)]
+        self.optimizer.update(self.model, grad)
+        return mx.sqrt(sum(squares))
 
     # -- weights -------------------------------------------------------------------------------
 
