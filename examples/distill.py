@@ -33,8 +33,9 @@ def main() -> None:
                               loss_type="distill",
                               extra={"teacher": str(teacher), "temperature": 2.0})
         for _ in range(args.steps):
-            kl = student.forward_backward(batch).result().loss
-            step = student.optim_step().result()
+            result = student.forward_backward(batch)
+            step = student.optim_step().result()  # submitted before waiting: one step
+            kl = result.result().loss
             print(f"step {step.step}: KL(teacher || student) {kl:.4f}")
 
 

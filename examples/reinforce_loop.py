@@ -50,8 +50,9 @@ def main() -> None:
                                     seed=iteration).result().texts
             rewards = [reward(p, a) for p, a in zip(prompts, answers, strict=True)]
             batch = TrainingBatch(prompts, answers, advantages=rewards, loss_type="grpo")
-            result = client.forward_backward(batch).result()
-            client.optim_step().result()
+            result = client.forward_backward(batch)
+            client.optim_step().result()  # submitted before waiting: one compiled step
+            result = result.result()
             mean = sum(rewards) / len(rewards)
             print(f"iteration {iteration}: mean reward {mean:.2f}, loss {result.loss:.4f}, "
                   f"e.g. {answers[0]!r}")

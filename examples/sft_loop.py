@@ -40,8 +40,9 @@ def main() -> None:
 
     with TrainingClient.from_model(args.model, method="lora", **settings) as client:
         for _ in range(half):
-            loss = client.forward_backward(next(stream)).result().loss
-            step = client.optim_step().result()
+            result = client.forward_backward(next(stream))
+            step = client.optim_step().result()  # submitted before waiting: one step
+            loss = result.result().loss
             print(f"step {step.step}: loss {loss:.4f}, grad norm {step.grad_norm:.3f}")
         saved = client.save_state(args.out, {"rows_seen": half * 4}).result()
         print(f"saved step {saved.step} to {saved.path}")
@@ -50,8 +51,9 @@ def main() -> None:
         loaded = client.load_state(args.out).result()
         print(f"loaded step {loaded.step} ({loaded.metadata['rows_seen']} rows seen)")
         for _ in range(args.steps - half):
-            loss = client.forward_backward(next(stream)).result().loss
-            step = client.optim_step().result()
+            result = client.forward_backward(next(stream))
+            step = client.optim_step().result()  # submitted before waiting: one step
+            loss = result.result().loss
             print(f"step {step.step}: loss {loss:.4f}, grad norm {step.grad_norm:.3f}")
 
 

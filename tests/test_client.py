@@ -9,6 +9,7 @@ import math
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import numpy as np
@@ -165,31 +166,92 @@ def test_grad_norm_is_the_norm_of_the_applied_gradient(tiny_model):
     assert step.grad_norm == pytest.approx(moved / 0.1, rel=1e-3)
 
 
-def test_a_forward_backward_compiled_with_its_update_applies_the_same_step(tiny_model):
-    """The run trainer sets update_with_next (trainer/loop.py): the engine then compiles the
-    forward-backward and the update together. Same weights, norm and learning rate as the two
-    compiled apart; over two steps, so the optimizer's moments carry over too."""
+def test_an_optim_step_submitted_before_waiting_is_compiled_with_its_forward_backward(
+        tiny_model):
+    """forward_backward, then optim_step, then wait: the engine compiles the two as one step,
+    as a run's step is (less memory: docs/memory.md). Waiting on the forward_backward first
+    compiles them apart. Same weights, norms and learning rates, over two steps (the moments
+    carry over), and with accumulation submitted the same way."""
     with TrainingClient.from_model(tiny_model, method="full", learning_rate=1e-3) as apart, \
          TrainingClient.from_model(tiny_model, method="full", learning_rate=1e-3) as together:
         together_steps, apart_steps = [], []
         for rows in (PAIRS[:2], PAIRS[2:]):
-            on_mlx(setattr, together.engine, "update_with_next", True)
-            together.forward_backward(sft_batch(rows)).result()
+            loss = together.forward_backward(sft_batch(rows))
             together_steps.append(together.optim_step().result())
+            assert loss.done() and loss.result().num_tokens > 0
             apart.forward_backward(sft_batch(rows)).result()
             apart_steps.append(apart.optim_step().result())
+        assert on_mlx(lambda: together.engine._steps) and not on_mlx(
+            lambda: apart.engine._steps)  # the compiled-together path ran, and only there
         assert max_difference(weights_of(together), weights_of(apart)) == 0.0
         assert [s.grad_norm for s in together_steps] == [s.grad_norm for s in apart_steps]
         assert [s.learning_rate for s in together_steps] == [s.learning_rate
                                                             for s in apart_steps]
         assert [s.step for s in together_steps] == [1, 2]
-        assert on_mlx(lambda: together.engine._steps) and not on_mlx(
-            lambda: apart.engine._steps)  # the compiled-together path did run
-        # Its update is applied: a second forward_backward before optim_step would be lost.
-        together.forward_backward(sft_batch(PAIRS[:2])).result()
+        # Two forward_backward calls then the step: accumulated, never compiled with it.
+        together.forward_backward(sft_batch(PAIRS[:2]))
+        together.forward_backward(sft_batch(PAIRS[2:]))
+        accumulated = together.optim_step()
+        apart.forward_backward(sft_batch(PAIRS[:2])).result()
+        apart.forward_backward(sft_batch(PAIRS[2:])).result()
+        assert accumulated.result().grad_norm == apart.optim_step().result().grad_norm
+        assert max_difference(weights_of(together), weights_of(apart)) == 0.0
+
+
+def test_the_engine_refuses_a_second_forward_backward_after_an_applied_one(tiny_model):
+    """The run trainer sets update_with_next itself (trainer/loop.py): a forward_backward
+    whose update is applied, then another before optim_step, would lose its gradients."""
+    with TrainingClient.from_model(tiny_model, method="full", learning_rate=1e-3) as client:
+        on_mlx(client._forward_backward, sft_batch(PAIRS[:2]), True)
         with pytest.raises(RuntimeError, match="call optim_step"):
-            together.forward_backward(sft_batch(PAIRS[2:])).result()
-        assert together.optim_step().result().step == 3
+            on_mlx(client._forward_backward, sft_batch(PAIRS[2:]))
+        assert client.optim_step().result().step == 1
+
+
+def test_a_non_finite_step_compiled_with_its_update_leaves_nothing_behind(tiny_model):
+    """A batch whose loss is not finite raises, and its update is kept out of the weights and
+    the optimizer's moments: after the weights are set back, the next step is the one a client
+    that never saw that batch takes."""
+    import mlx.core as mx
+
+    with TrainingClient.from_model(tiny_model, learning_rate=1e-2, num_layers=-1) as hit, \
+         TrainingClient.from_model(tiny_model, learning_rate=1e-2, num_layers=-1) as clean:
+        start = hit.get_weights().result().weights
+        name = next(k for k in start if k.endswith("lora_b"))
+        broken = dict(start)
+        broken[name] = on_mlx(lambda: mx.add(start[name], float("inf")))  # on its thread
+        hit.set_weights(broken).result()
+        failed = hit.forward_backward(sft_batch())
+        step = hit.optim_step()
+        with pytest.raises(FloatingPointError, match="gradients were discarded"):
+            failed.result()
+        with pytest.raises(RuntimeError, match="no gradients"):
+            step.result()
+        assert on_mlx(lambda: hit.engine._steps)  # it was compiled with its update
+        assert not np.isfinite(weights_of(hit)[name]).all()  # as set, not updated
+        hit.set_weights(start).result()
+        for client in (hit, clean):
+            client.forward_backward(sft_batch())
+            client.optim_step().result()
+        assert max_difference(weights_of(hit), weights_of(clean)) == 0.0
+
+
+def test_a_waiting_forward_backward_runs_when_looked_at(client):
+    """It waits on the worker for the next operation; looking at its future runs it, and so
+    does any other operation or closing the client."""
+    polled = client.forward_backward(sft_batch())
+    deadline = time.monotonic() + 120
+    while not polled.done():  # done() alone must get it run
+        assert time.monotonic() < deadline, "a polled forward_backward never ran"
+        time.sleep(0.01)
+    client.optim_step().result()
+    before = client.forward_backward(sft_batch())
+    weights = client.get_weights()  # another operation runs it first, alone
+    assert weights.result().weights and before.done() and before.result().loss > 0
+    assert client.optim_step().result().step == 2
+    chained = client.forward_backward(sft_batch()).then(lambda r: r.loss)
+    client.close()
+    assert chained.result(timeout=120) > 0
 
 
 def test_text_rows_without_responses_train_every_token(client):

@@ -56,6 +56,33 @@ class Future(Generic[T]):
         return f"<Future {'done' if self.done() else 'pending'}>"
 
 
+class DeferredFuture(Future[T]):
+    """A future whose operation may wait on the worker for the next one (forward_backward
+    waits to see whether an optim_step follows): looking at it (`result`, `exception`,
+    `done`) has the worker run it now. `then` does not: it waits for whatever runs it."""
+
+    def __init__(self, inner: concurrent.futures.Future, start: Callable[[], None]) -> None:
+        super().__init__(inner)
+        self._start: Callable[[], None] | None = start
+
+    def _started(self) -> None:
+        if self._start is not None and not self._inner.done():
+            self._start()
+        self._start = None
+
+    def result(self, timeout: float | None = None) -> T:
+        self._started()
+        return super().result(timeout)
+
+    def done(self) -> bool:
+        self._started()
+        return super().done()
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._started()
+        return super().exception(timeout)
+
+
 def completed(value: Any) -> Future:
     inner: concurrent.futures.Future = concurrent.futures.Future()
     inner.set_result(value)

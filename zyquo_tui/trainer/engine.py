@@ -12,7 +12,11 @@ through it, so a run and a hand-written loop take the same steps:
   forward-backward and its update are then one compiled function, as mlx-lm's own step is, and
   `optim_step()` only reports what it applied. Same values; less memory: compiled apart, full
   fine-tuning of the 128-wide calibration model peaked at 89.6 MiB, together at 48.4 MiB (MLX
-  orders one graph's operations better than two's; docs/memory.md);
+  orders one graph's operations better than two's; docs/memory.md). The step-level client
+  compiles them together too when an optim_step follows, and makes the engine with
+  `keep_on_non_finite`: such a step whose loss is not finite then leaves the weights and the
+  optimizer's state as they were (the client discards that batch and goes on, as it does
+  compiled apart; the run trainer stops the run instead);
 - `save_state` / `load_state` write and read the trainer's checkpoint layout
   (trainer/checkpoints.py): weights, optimizer state, pending gradients, RNGs and the caller's
   metadata, so a run's checkpoint loads into a client and the other way round.
@@ -37,9 +41,14 @@ from zyquo_tui.trainer import checkpoints
 
 
 class StepEngine:
-    def __init__(self, model: nn.Module, optimizer) -> None:
+    def __init__(self, model: nn.Module, optimizer, keep_on_non_finite: bool = False) -> None:
         self.model = model
         self.optimizer = optimizer
+        self.keep_on_non_finite = keep_on_non_finite
+        if keep_on_non_finite:
+            # The moments exist before the first step, so the step can keep them as they
+            # were (mlx's optimizers make them at the first update otherwise; same zeros).
+            optimizer.init(model.trainable_parameters())
         self.state = [model.state, optimizer.state, mx.random.state]
         self.step = 0  # optimizer updates applied
         self.grad_sum: Any = None  # gradients summed since the last update
@@ -69,6 +78,16 @@ class StepEngine:
         loss, ntoks, metrics, self.grad_sum = compiled(self.grad_sum, *arrays)
         self.pending += 1
         return loss, ntoks, metrics
+
+    def bookkeeping(self) -> tuple[Any, int]:
+        """What forward_backward changes besides the weights: (pending gradients, count)."""
+        return self.grad_sum, self.pending
+
+    def discard_last(self, saved: tuple[Any, int]) -> None:
+        """Forget the forward_backward made since `saved` (bookkeeping()): its gradients and,
+        compiled with its update, the report of an update that keep_on_non_finite kept out."""
+        self.grad_sum, self.pending = saved
+        self._applied = None
 
     def optim_step(self) -> tuple[mx.array, mx.array]:
         """Apply the pending gradients; (learning rate applied, gradient norm), unevaluated."""
@@ -100,12 +119,27 @@ class StepEngine:
         """forward_backward then optim_step of one call's gradients, as one compiled function
         (the same operations as the two compiled apart, with a count of 1)."""
         value_and_grad = nn.value_and_grad(self.model, objective)
-        model = self.model
+        model, optimizer = self.model, self.optimizer
 
         @partial(mx.compile, inputs=self.state, outputs=self.state)
         def step(*arrays):
             (loss, ntoks, metrics), grad = value_and_grad(model, *arrays)
-            return loss, ntoks, metrics, self._apply(average_gradients(grad))
+            if not self.keep_on_non_finite:
+                return loss, ntoks, metrics, self._apply(average_gradients(grad))
+            # Copies of the trees (not of the arrays): the optimizer updates its dicts in place.
+            weights = model.trainable_parameters()
+            moments = tree_map(lambda x: x, optimizer.state)
+            norm = self._apply(average_gradients(grad))
+            # The loss, known before the backward pass, so each array's choice can follow its
+            # own update (a test holds full fine-tuning's peak to the estimate with it).
+            finite = mx.isfinite(loss)
+
+            def keep(new, old):
+                return mx.where(finite, new, old)
+
+            model.update(tree_map(keep, model.trainable_parameters(), weights))
+            optimizer.state.update(tree_map(keep, dict(optimizer.state), moments))
+            return loss, ntoks, metrics, norm
 
         return step
 
