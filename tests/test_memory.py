@@ -1043,42 +1043,24 @@ def test_full_fine_tuning_through_the_trainer_peaks_where_the_estimate_says(tmp_
     assert peak == pytest.approx(measured["base-full"]["peak_memory_bytes"], rel=0.05)
 
 
-CLIENT_PEAK = """
-import json, sys, warnings
-import mlx.core as mx
-from zyquo_tui.client import TrainingBatch, TrainingClient
-warnings.simplefilter("ignore")  # the rows are cut to max_seq_len on purpose
-model, rows, tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-batch = TrainingBatch([" ".join(["alpha beta gamma delta"] * tokens)] * rows, max_seq_len=tokens)
-with TrainingClient.from_model(model, method="full", learning_rate=1e-5, num_layers=-1,
-                               max_seq_length=tokens) as client:
-    for _ in range(3):
-        loss = client.forward_backward(batch)
-        client.optim_step().result()
-    print(json.dumps({"peak": mx.get_peak_memory(), "tokens": loss.result().num_tokens}))
-"""
-
-
 def test_full_fine_tuning_through_the_client_peaks_as_a_run_does(tmp_path, tiny_model):
     """The same calibration config (`base-full`) through the step-level client, optim_step
     submitted before waiting: the client then compiles the two as one step (client/
-    training_client.py). Compiled apart, the client peaked at 89.6 MiB here."""
+    training_client.py). Compiled apart, the client peaked at 89.6 MiB here
+    (bench/bench_client_memory.py compares the two loops)."""
     calibrate_memory = _calibration_script()
+    import bench_client_memory
+
     matrix, measured, models = _calibration()
     entry = next(e for e in matrix["configs"] if e["id"] == "base-full")
     folder = calibrate_memory.build_model(entry["model"], matrix["models"][entry["model"]],
                                           tmp_path, tiny_model)
-    done = subprocess.run([sys.executable, "-c", CLIENT_PEAK, str(folder),
-                           str(entry["batch_size"]), str(entry["seq"])],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["tokens"] == entry["batch_size"] * (entry["seq"] - 1)  # the config's shape
+    peak = bench_client_memory.client_peak(entry, folder, together=True)
     estimate = MemoryAdvisor.for_calibration("cpu").estimate(
         calibrate_memory.ModelFacts_from(models, entry), _calibration_config(entry))
-    assert result["peak"] <= estimate.total_bytes * 1.1, (
-        f"peak {result['peak'] / MIB:.1f} MiB, estimate {estimate.total_bytes / MIB:.1f} MiB")
-    assert result["peak"] == pytest.approx(measured["base-full"]["peak_memory_bytes"], rel=0.05)
+    assert peak <= estimate.total_bytes * 1.1, (
+        f"peak {peak / MIB:.1f} MiB, estimate {estimate.total_bytes / MIB:.1f} MiB")
+    assert peak == pytest.approx(measured["base-full"]["peak_memory_bytes"], rel=0.05)
 
 
 def _preference_errors() -> dict[str, tuple[dict, float]]:
