@@ -53,7 +53,8 @@ class Future(Generic[T]):
         return Future(chained)
 
     def __repr__(self) -> str:
-        return f"<Future {'done' if self.done() else 'pending'}>"
+        # Not done(): printing a waiting forward_backward must not make it run alone.
+        return f"<Future {'done' if self._inner.done() else 'pending'}>"
 
 
 class DeferredFuture(Future[T]):
