@@ -363,7 +363,7 @@ class TrainingClient:
             loss, ntoks, metrics = engine.forward_backward(objective, *arrays, key=key)
         finally:
             engine.update_with_next = False
-        mx.eval(loss, ntoks, metrics, engine.grad_sum, engine.state)
+        mx.eval(loss, ntoks, metrics, engine.grad_sum, engine.state, engine.applied)
         value = loss.item()
         if not math.isfinite(value):  # compiled with its update, the engine kept it out
             engine.discard_last(before)

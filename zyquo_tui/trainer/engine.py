@@ -79,6 +79,12 @@ class StepEngine:
         self.pending += 1
         return loss, ntoks, metrics
 
+    @property
+    def applied(self) -> tuple[mx.array, mx.array] | None:
+        """(learning rate, gradient norm) of the update compiled with the last forward_backward,
+        until optim_step reports it; None otherwise. Evaluate it with the loss: one wait."""
+        return self._applied
+
     def bookkeeping(self) -> tuple[Any, int]:
         """What forward_backward changes besides the weights: (pending gradients, count)."""
         return self.grad_sum, self.pending
