@@ -131,8 +131,9 @@ async def test_first_launch_builds_and_trains_the_sample():
             await wait_until(pilot, lambda: isinstance(app.screen, LiveMetricsScreen),
                              "the sample run's metrics")
             run_id = app.screen.run_id
-            await wait_until(pilot, lambda: service.run(run_id).state is RunState.COMPLETED,
-                             "the sample run to complete", timeout=180)
+            # The screen opens on the run it made; the service lists it at its next read.
+            await wait_until(pilot, lambda: getattr(service.run(run_id), "state", None)
+                             is RunState.COMPLETED, "the sample run to complete", timeout=180)
             await wait_until(pilot, lambda: (run_id, "completed") in app.ended_runs,
                              "the completion notification")
             run = service.run(run_id)
