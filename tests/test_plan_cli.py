@@ -212,6 +212,22 @@ def test_data_sets_the_width_from_the_longest_tokenized_row(capsys, tiny_model, 
     assert not any("row lengths unknown" in note for note in out["notes"])
 
 
+def test_the_config_line_says_why_the_width_is_not_the_longest_row(capsys, tiny_model,
+                                                                  isolated_home):
+    fake_machine(isolated_home, 64 * GIB)
+    data = REPO / "sample_data" / "completions"
+    _, out, _ = plan(capsys, "--model", tiny_model, "--data", data, "--json")
+    longest, rows = out["longest_row_tokens"], out["rows"]
+    status, text, _ = plan(capsys, "--model", tiny_model, "--data", data)
+    assert status == 0
+    assert (f"{1 + 32 * -(-longest // 32)} tokens per row (the longest of {rows} rows has "
+            f"{longest} tokens, padded as mlx-lm pads a batch)") in text
+    status, text, _ = plan(capsys, "--model", tiny_model, "--data", data,
+                           "--max-seq-length", longest - 8)
+    assert f"{longest - 8} tokens per row (the longest of {rows} rows has {longest} tokens, " \
+           "cut to max_seq_length)" in text
+
+
 def test_preference_data_is_planned_as_the_preference_run_it_trains(capsys, tiny_model,
                                                                     isolated_home):
     """The objective follows the data unless given: dpo counts two sequences a row; an

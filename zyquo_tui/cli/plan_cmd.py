@@ -276,7 +276,12 @@ def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipp
         parts[-1] += f" x {config.grad_accumulation_steps} accumulated"
     sequence = f"{estimate.batch_width} tokens per row"
     if lengths:
-        sequence += f" (longest of {len(lengths)} rows: {max(lengths)} tokens)"
+        longest = max(lengths)
+        # Say why the width differs from the longest row: the trainer pads a batch up to a
+        # multiple of 32 (plus the shifted token), as mlx-lm does, and cuts at max_seq_length.
+        how = ("cut to max_seq_length" if longest >= estimate.batch_width
+               else "padded as mlx-lm pads a batch")
+        sequence += f" (the longest of {len(lengths)} rows has {longest} tokens, {how})"
     parts.append(sequence)
     if config.sequences_per_row > 1:
         parts.append("2 sequences a row (chosen, rejected)")
