@@ -943,6 +943,43 @@ def test_at_a_width_of_100_the_layers_study_is_within_6_percent_of_the_estimate(
     assert max(default[k] / wide[k] for k in two_layers) < 0.9  # the default keeps less
 
 
+def test_depth_first_every_trained_layer_adds_the_same_and_checkpointing_keeps_less():
+    """The whole matrix measured again with MLX_BFS_MAX_WIDTH=1 (depth first:
+    bench/memory_calibration/bfs-width-1). There, in every series of 1 to 4 trained layers,
+    each layer adds the same bytes (within 2%); with MLX's default width the same series add
+    uneven amounts (what the held-out table's largest over-statements are). Depth first keeps
+    less in most configs, and about a third less with grad checkpointing (docs/memory.md)."""
+    _, default, _ = _calibration()
+    stored = json.loads((CALIBRATION / "bfs-width-1" / "measurements.json").read_text())
+    depth_first = stored["measurements"]
+    assert set(depth_first) == set(default)
+    series = (["base-l1", "base-l2", "base-l3", "base"],
+              ["f32same-l1", "f32same-l2", "f32same-l3", "f32same-b4"],
+              ["w192-b2-s512-l1", "w192-b2-s512-l2", "w192-b2-s512-l3"],
+              ["mha-s512-l1", "mha-s512-l2", "mha-s512-l3"],
+              ["v4k-b4-l1", "v4k-b4-l2", "v4k-b4-l3"])
+
+    def increments(measured: dict, ids: list[str]) -> list[int]:
+        peaks = [measured[key]["peak_memory_bytes"] for key in ids]
+        return [after - before for before, after in zip(peaks, peaks[1:])]
+
+    for ids in series:
+        steps = increments(depth_first, ids)
+        assert max(steps) - min(steps) <= 0.02 * max(steps), (ids, steps)
+    uneven = [ids for ids in series if (lambda s: max(s) - min(s) > 0.2 * max(s))(
+        increments(default, ids))]
+    assert len(uneven) >= 4, uneven  # all but the 4,096-token vocabulary's series
+    matrix = json.loads((CALIBRATION / "matrix.json").read_text())
+    ratios = {key: depth_first[key]["peak_memory_bytes"] / default[key]["peak_memory_bytes"]
+              for key in default}
+    assert statistics.median(ratios.values()) < 0.95
+    checkpointed = [entry["id"] for entry in matrix["configs"]
+                    if entry.get("grad_checkpoint") and entry["id"] in ratios]
+    # Where the loss's logits are not the peak (vocabularies up to 4,096 here).
+    small_vocabulary = [key for key in checkpointed if ratios[key] < 0.99]
+    assert len(small_vocabulary) >= 15 and max(ratios[k] for k in small_vocabulary) < 0.9
+
+
 def test_with_the_chunked_loss_on_held_out_estimates_meet_the_target():
     """Every measured config with the chunked loss on (bench/memory_calibration/chunked),
     estimated as a model never seen would be: by multipliers fitted on every family but its
