@@ -226,6 +226,9 @@ def test_the_config_line_says_why_the_width_is_not_the_longest_row(capsys, tiny_
                            "--max-seq-length", longest - 8)
     assert f"{longest - 8} tokens per row (the longest of {rows} rows has {longest} tokens, " \
            "cut to max_seq_length)" in text
+    status, text, _ = plan(capsys, "--model", tiny_model, "--data", data,
+                           "--max-seq-length", longest)
+    assert f"{longest} tokens per row (the longest of {rows} rows has {longest} tokens)" in text
 
 
 def test_preference_data_is_planned_as_the_preference_run_it_trains(capsys, tiny_model,

@@ -279,9 +279,10 @@ def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipp
         longest = max(lengths)
         # Say why the width differs from the longest row: the trainer pads a batch up to a
         # multiple of 32 (plus the shifted token), as mlx-lm does, and cuts at max_seq_length.
-        how = ("cut to max_seq_length" if longest >= estimate.batch_width
-               else "padded as mlx-lm pads a batch")
-        sequence += f" (the longest of {len(lengths)} rows has {longest} tokens, {how})"
+        how = ("" if longest == estimate.batch_width
+               else ", cut to max_seq_length" if longest > estimate.batch_width
+               else ", padded as mlx-lm pads a batch")
+        sequence += f" (the longest of {len(lengths)} rows has {longest} tokens{how})"
     parts.append(sequence)
     if config.sequences_per_row > 1:
         parts.append("2 sequences a row (chosen, rejected)")
