@@ -132,6 +132,15 @@ def test_after_one_run_the_plan_reckons_the_next_from_that_runs_events(tiny_mode
     assert longer["duration_seconds"] == pytest.approx(
         sum(parts[name] for name in ("startup_seconds", "training_seconds",
                                      "validation_seconds", "other_seconds")), abs=0.5)
+    assert basis["tokens_per_step_from"] == "basis" and "give --data" not in basis["sentence"]
+
+    # Without the dataset a step's tokens are a guess from the basis run's rows (scaled by the
+    # batch), and the sentence says so: the memory verdict beside it assumes max_seq_length.
+    unseen = plan_json("--model", str(tiny_model), "--iters", "20",
+                       "--batch-size", str(2 * FAST["batch_size"]))["duration_basis"]
+    assert unseen["tokens_per_step_from"] == "basis_batch_scaled"
+    assert unseen["tokens_per_step"] == pytest.approx(2 * basis["tokens_per_step"], abs=0.2)
+    assert f"as long as run {first.id}'s rows; give --data to count these" in unseen["sentence"]
 
 
 # -- what mlx.launch is given ---------------------------------------------------------------

@@ -161,7 +161,7 @@ def estimate_duration(store: RunStore, model: str, facts: ModelFacts, method: Me
             break
 
     iters = int(hp.iters)
-    per_step = _tokens_per_step(hp, data, lengths, speed)
+    per_step, per_step_from = _tokens_per_step(hp, data, lengths, speed)
     if measured_tokens_per_second:
         rate, source = measured_tokens_per_second, "measured"
     elif speed is not None:
@@ -191,6 +191,7 @@ def estimate_duration(store: RunStore, model: str, facts: ModelFacts, method: Me
         "source": source,
         "tokens_per_second": round(rate, 1),
         "tokens_per_step": round(per_step, 1),
+        "tokens_per_step_from": per_step_from,
         "iters": iters,
         "training_seconds": round(training, 1),
         "validations": val_count,
@@ -205,7 +206,11 @@ def estimate_duration(store: RunStore, model: str, facts: ModelFacts, method: Me
               f"from run {speed.run.id}" + (" (same model)" if basis["same_model"] else
                                             f" ({os.path.basename(speed.run.model)}, scaled "
                                             "by model size)"))
-    basis["sentence"] = (f"{iters} steps x {per_step:,.0f} tokens at {rate:,.0f} tokens/s "
+    # Without the dataset a step's tokens are the basis run's rows: say so, since the memory
+    # verdict beside it assumes every row as long as max_seq_length.
+    guessed = (f" (as long as run {speed.run.id}'s rows; give --data to count these)"
+               if per_step_from == "basis_batch_scaled" else "")
+    basis["sentence"] = (f"{iters} steps x {per_step:,.0f} tokens{guessed} at {rate:,.0f} tokens/s "
                          f"{origin}; plus {startup:.0f} s to start, {val_count} validations "
                          f"and {other:.0f} s of reports and checkpoints")
     return DurationEstimate(total, basis)
@@ -216,19 +221,21 @@ def _has_validation(data: str | None, hp: Hyperparameters) -> bool:
 
 
 def _tokens_per_step(hp: Hyperparameters, data: str | None, lengths: list[int] | None,
-                     speed: _Speed | None) -> float | None:
-    """Tokens a step trains on: the basis run's when it trained the same data the same way,
-    else from the rows' lengths, else the basis run's scaled by the batch size."""
+                     speed: _Speed | None) -> tuple[float | None, str | None]:
+    """Tokens a step trains on, and where the figure came from: the basis run's when it
+    trained the same data the same way (`basis`), else from the rows' lengths (`rows`), else
+    the basis run's scaled by the batch size (`basis_batch_scaled`)."""
     if speed is not None:
         then = speed.run.hyperparameters
         same_data = data is not None and os.path.realpath(speed.run.data) == \
             os.path.realpath(data)
         if same_data and then.batch_size == hp.batch_size and \
                 then.max_seq_length == hp.max_seq_length and then.mask_prompt == hp.mask_prompt:
-            return speed.tokens_per_step
+            return speed.tokens_per_step, "basis"
     if lengths:
         cut = [min(n, hp.max_seq_length) - 1 for n in lengths]
-        return hp.batch_size * max(1.0, sum(cut) / len(cut))
+        return hp.batch_size * max(1.0, sum(cut) / len(cut)), "rows"
     if speed is not None and speed.run.hyperparameters.batch_size:
-        return speed.tokens_per_step * hp.batch_size / speed.run.hyperparameters.batch_size
-    return None
+        scaled = speed.tokens_per_step * hp.batch_size / speed.run.hyperparameters.batch_size
+        return scaled, "basis_batch_scaled"
+    return None, None
