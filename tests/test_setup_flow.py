@@ -592,13 +592,15 @@ async def test_the_form_says_how_long_the_run_takes_estimated_off_the_event_loop
 
     class HistorySources(FixedSources):
         with_history = False
+        rows_from = "rows"
 
         def duration(self, model, facts, method, hp, data, lengths, measured):
             calls.append((threading.current_thread() is threading.main_thread(), hp.iters))
             if not self.with_history:  # the real estimate, on this test's empty store
                 return super().duration(model, facts, method, hp, data, lengths, measured)
             return DurationEstimate(hp.iters * 0.72, {"source": "history", "same_model": True,
-                                                      "run_name": "earlier run"})
+                                                      "run_name": "earlier run",
+                                                      "tokens_per_step_from": self.rows_from})
 
     sources = HistorySources
     app = dashboard(lambda home: sources(home, budget=8 * GIB))
@@ -616,8 +618,16 @@ async def test_the_form_says_how_long_the_run_takes_estimated_off_the_event_loop
         await until(pilot, lambda: "about" in shown(screen, "#memory-figures"), "the duration")
         assert "Time · about 6m00s, from run earlier run of this model" in shown(
             screen, "#memory-figures")
+        assert "rows' lengths" not in shown(screen, "#memory-figures")
+        # No dataset to count a step's tokens: the figure rests on the basis run's rows.
+        app.setup_sources.rows_from = "basis_batch_scaled"
+        await type_into(pilot, screen, "iters", "600")
+        await settle(pilot, screen)
+        await until(pilot, lambda: "7m12s" in shown(screen, "#memory-figures"), "the duration")
+        assert ("from run earlier run of this model, its rows' lengths (no dataset yet)"
+                in shown(screen, "#memory-figures").replace("\n", " "))
     assert calls and not any(on_loop for on_loop, _ in calls)
-    assert calls[-1][1] == 500
+    assert calls[-1][1] == 600
 
 
 async def test_a_distributed_run_is_judged_with_its_ranks_here_and_its_other_hosts(models):
