@@ -77,6 +77,24 @@ def test_two_ranks_lose_what_mlx_lm_loses_under_mlx_launch(uninterrupted, tmp_pa
     assert sorted(our_train) == [4, 8, 12, 16, 20, 24]
 
 
+def test_runs_show_names_the_ranks_and_each_ranks_peak(uninterrupted, monkeypatch):
+    """`runs show` of a run on two processes: where its ranks ran, and every rank's MLX peak
+    beside rank 0's (the figures the progress line holds)."""
+    import json
+
+    store, run = uninterrupted
+    monkeypatch.setenv("ZYQUO_HOME", str(store.home))
+    shown = zyquo_cli("runs", "show", run.id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    progress = json.loads(shown.stdout)["progress"]
+    peaks = progress["rank_peak_memory_bytes"]
+    assert len(peaks) == 2 and peaks[0] == progress["peak_memory_bytes"]
+    text = zyquo_cli("runs", "show", run.id)
+    host = run.process["ranks"][0]["host"]
+    assert f"ranks      2 processes (mlx.launch): r0 on {host}, r1 on {host}" in text.stdout
+    assert "(rank 0; each rank: " in text.stdout
+
+
 def test_two_ranks_of_a_dpo_run_report_what_one_process_reports(tiny_model):
     """Each rank holds half of every batch: the reward metrics of a report are the mean over
     both halves (not rank 0's alone), so they equal one process's over the whole batch."""

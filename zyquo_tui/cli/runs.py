@@ -371,7 +371,8 @@ def show_data(store: RunStore, run: Run) -> dict:
         "id": run.id, "name": run.name, "state": run.state.value, "method": run.method.value,
         "model": run.model, "data": run.data, "created": run.created,
         "hyperparameters": run.hyperparameters.to_dict(),
-        "progress": {**metrics.summary(), "iters": run.hyperparameters.iters},
+        "progress": {**metrics.summary(), "iters": run.hyperparameters.iters,
+                     "rank_peak_memory_bytes": metrics.rank_peaks},
         "checkpoints": checkpoints,
         "process": run.process,
         "failure": run.failure,
@@ -400,10 +401,18 @@ def cmd_show(args) -> int:
     print(f"train loss {fmt_loss(p['last_train_loss'])}   val loss "
           f"{fmt_loss(p['last_val_loss'])}   best val {fmt_loss(p['best_val_loss'])}"
           + (f" @ {p['best_val_step']}" if p["best_val_step"] is not None else ""))
+    ranks = (run.process or {}).get("ranks") or []
     if p["peak_memory_bytes"]:
         resident = (f", {fmt_bytes(int(p['peak_rss_bytes']))} resident"
                     if p.get("peak_rss_bytes") else "")
-        print(f"peak mem   {fmt_bytes(int(p['peak_memory_bytes']))} MLX{resident}")
+        # A run on several processes reports rank 0's figures, and each rank's MLX peak.
+        each = p.get("rank_peak_memory_bytes") or []
+        per_rank = (" (rank 0; each rank: " + ", ".join(fmt_bytes(b) for b in each) + " MLX)"
+                    if len(each) > 1 else "")
+        print(f"peak mem   {fmt_bytes(int(p['peak_memory_bytes']))} MLX{resident}{per_rank}")
+    if len(ranks) > 1:
+        print(f"ranks      {len(ranks)} processes (mlx.launch): "
+              + ", ".join(f"r{r.get('rank')} on {r.get('host')}" for r in ranks))
     if data["stopped"]:
         print(f"stopped    {data['stopped']['message']}")
     if run.failure:
