@@ -19,6 +19,7 @@ from helpers import copy_run
 
 from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE
 from zyquo_tui.core.processes import exports
+from zyquo_tui.core.processes.try_session import shown_answer
 from zyquo_tui.core.store.store import RunStore
 
 COMPLETIONS = SAMPLE_DATA / "completions"
@@ -60,8 +61,16 @@ def test_try_prints_different_adapter_and_base_answers_in_text_and_json(trained_
     answers = json.loads(as_json.stdout)
     assert set(answers) == {"adapter", "base", "step"} and answers["step"] == 40
     assert answers["adapter"] != answers["base"]
-    # Temperature 0 is greedy: the text and the JSON say the same.
-    assert (answers["adapter"], answers["base"]) == (match.group(1), match.group(2))
+    # Temperature 0 is greedy: the text and the JSON say the same (the text without the
+    # newlines around an answer, and an answer of newlines alone said to be empty).
+    assert (shown_answer(answers["adapter"]), shown_answer(answers["base"])) == \
+        (match.group(1), match.group(2))
+
+
+def test_an_answer_of_newlines_alone_is_shown_as_empty():
+    assert shown_answer("\n\n\n") == "(an empty answer)"
+    assert shown_answer("\nOne.\n\n") == "One."
+    assert shown_answer(" spaced ") == " spaced "
 
 
 def test_try_an_earlier_step_without_the_base(trained_runs, isolated_home):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from zyquo_tui.cli.output import print_json
 from zyquo_tui.core.processes.try_session import (
     DEFAULT_MAX_TOKENS,
+    shown_answer,
     try_once,
     try_request,
 )
@@ -35,8 +36,8 @@ def cmd_try(args) -> int:
         print_json(answers)
         return 0
     print(f"── adapter (step {request.step}) ──")
-    print(answers["adapter"])
+    print(shown_answer(answers["adapter"]))
     if request.base:
         print("── base ──")
-        print(answers["base"])
+        print(shown_answer(answers["base"]))
     return 0

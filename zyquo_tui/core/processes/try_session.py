@@ -70,6 +70,15 @@ def try_request(store: RunStore, run_id: str, step: int | None = None, *,
                       max_tokens, temperature, base)
 
 
+EMPTY_ANSWER = "(an empty answer)"
+
+
+def shown_answer(text: str) -> str:
+    """An answer as the dashboard and the CLI show it: without the newlines around it, and
+    said to be empty when that is all it was (an untrained model often answers only those)."""
+    return text.strip("\n") or EMPTY_ANSWER
+
+
 def parse_event(line: str) -> dict[str, Any] | None:
     """One line of the generator's output as an event; None for anything else."""
     try:

@@ -19,7 +19,12 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Input, Static
 
 from zyquo_tui.core.errors import UserError
-from zyquo_tui.core.processes.try_session import TryRequest, TrySession, try_request
+from zyquo_tui.core.processes.try_session import (
+    TryRequest,
+    TrySession,
+    shown_answer,
+    try_request,
+)
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.dashboard.screens.run_view_screen import RunViewScreen
 from zyquo_tui.dashboard.widgets.title_bar import TitleBar
@@ -76,8 +81,8 @@ class Exchange(Vertical):
             self._show(side)
 
     def _show(self, side: str) -> None:
-        text = self.texts[side].strip("\n")
-        shown = text or ("(an empty answer)" if self.finished[side] else "…")
+        text = self.texts[side]
+        shown = shown_answer(text) if self.finished[side] or text.strip("\n") else "…"
         self.query_one(f".-{side}", Static).update(shown)
 
 
