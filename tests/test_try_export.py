@@ -109,6 +109,11 @@ def test_export_of_the_float_run_loads_and_keeps_the_adapter(trained_runs, isola
     job = json.loads(done.stdout)
     assert job["state"] == "completed" and job["weights"] == "float" and job["step"] == 40
     assert job["check"]["passed"] and job["check"]["difference"] <= 1e-3
+    check = job["check"]
+    assert job["message"] == (
+        f"{output} written (float); its validation loss {check['fused_loss']:.4f} is "
+        f"{check['difference']:.4f} from base + adapter's {check['adapter_loss']:.4f} "
+        f"({check['tolerance']:.4f} allowed; base alone: {check['base_loss']:.4f}).")
     adapters = isolated_home / "runs" / run_id / "adapters"
     assert validation_loss(output) == pytest.approx(
         validation_loss(Path(job["model"]), adapters), abs=1e-3)
@@ -264,6 +269,8 @@ def test_gguf_export_writes_the_file_for_a_llama_model(trained_runs, isolated_ho
     output = Path(json.loads(done.stdout)["output"])
     assert (output / "ggml-model-f16.gguf").stat().st_size > 0
     assert (output / "ggml-model-f16.gguf").read_bytes()[:4] == b"GGUF"
+    assert json.loads(done.stdout)["message"].startswith(
+        f"{output} written (float and ggml-model-f16.gguf); ")
 
 
 def test_the_gguf_model_types_are_those_mlx_lm_fuse_converts():

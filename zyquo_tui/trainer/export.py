@@ -147,10 +147,11 @@ class Exporter:
                             str(output / GGUF_FILE))
         link = list_model_folder(output, self.home)
         job.listed_as = str(link) if link else None
+        gguf = f" and {GGUF_FILE}" if job.gguf else ""
         return self.end(COMPLETED, (
-            f"{output} written ({job.weights}); its validation loss {fused_loss:.4f} is within "
-            f"{allowed:.4f} of base + adapter's {adapter_loss:.4f} (base alone: "
-            f"{base_loss:.4f})."))
+            f"{output} written ({job.weights}{gguf}); its validation loss {fused_loss:.4f} is "
+            f"{difference:.4f} from base + adapter's {adapter_loss:.4f} ({allowed:.4f} allowed; "
+            f"base alone: {base_loss:.4f})."))
 
 
 def validation_loss(model, rows) -> float:
