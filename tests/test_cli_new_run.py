@@ -151,6 +151,22 @@ def test_the_forms_data_checks_refuse_in_the_cli_with_the_same_sentence(capsys, 
     assert message == f"The run was not created: {sentence}"
 
 
+def test_an_empty_train_jsonl_is_refused_by_the_form_and_the_cli_alike(capsys, models,
+                                                                       tmp_path):
+    """No rows to train on (a file emptied, or blank lines only): refused before any run is
+    made, not left for the trainer to fail on."""
+    data = tmp_path / "empty"
+    data.mkdir()
+    (data / "train.jsonl").write_text("\n\n")
+    (data / "valid.jsonl").write_text((SAMPLE_DATA / "completions" / "valid.jsonl").read_text())
+    sentence = "empty: train.jsonl has no rows; add the rows to train on."
+    assert ("dataset", sentence, "error") in form_sentence(data)
+    message = refused(capsys, "runs", "new", "--model", "zyquo-tiny", "--num-layers", "-1",
+                      "--data", data)
+    assert message == f"The run was not created: {sentence}"
+    assert not list((RunStore().home / "runs").glob("*/run.json"))
+
+
 def test_the_forms_data_warning_is_the_clis_warning(capsys, models):
     (key, sentence, severity), = form_sentence(SAMPLE_DATA / "chat", batch_size=64)
     assert (key, severity) == ("batch_size", "warning")

@@ -83,13 +83,15 @@ class DataTraits:
         if not path.is_dir():
             return cls(str(folder), False, False, is_file=path.is_file())
         train = path / "train.jsonl"
-        rows = {split: count_rows(path / f"{split}.jsonl") for split in SPLITS_COUNTED
-                if (path / f"{split}.jsonl").is_file()}
+        counted = {split: count_rows(path / f"{split}.jsonl") for split in SPLITS_COUNTED
+                   if (path / f"{split}.jsonl").is_file()}
+        rows = {split: n for split, n in counted.items() if n is not None}
         return cls(str(folder), True, train.is_file(), peek_format(train), rows)
 
 
-def count_rows(path: Path) -> int:
-    """The non-blank lines of a JSON Lines file (seconds per gigabyte, in bounded memory)."""
+def count_rows(path: Path) -> int | None:
+    """The non-blank lines of a JSON Lines file (seconds per gigabyte, in bounded memory);
+    None when it cannot be read (training's own load then says why, with the file)."""
     rows = 0
     try:
         with open(path, "rb") as handle:
@@ -97,7 +99,7 @@ def count_rows(path: Path) -> int:
                 if not line.isspace():
                     rows += 1
     except OSError:
-        return 0
+        return None
     return rows
 
 
@@ -143,8 +145,11 @@ def problems_with_data(hp: Hyperparameters, data: DataTraits) -> list[Problem]:
     if refusal:
         found.append(Problem("dataset", f"{data.name}: {refusal}."))
     batch = hp.batch_size
-    if is_whole(batch) and batch >= 1:
-        train, valid = data.rows.get("train"), data.rows.get("valid")
+    train, valid = data.rows.get("train"), data.rows.get("valid")
+    if train == 0:
+        found.append(Problem("dataset", f"{data.name}: train.jsonl has no rows; add the rows "
+                                        "to train on."))
+    elif is_whole(batch) and batch >= 1:
         if train and train < batch:
             found.append(Problem("batch_size", f"batch_size {batch} is more than the {train} "
                                               "rows of train.jsonl: mlx-lm refuses to train; "
