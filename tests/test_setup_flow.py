@@ -593,12 +593,13 @@ async def test_the_form_says_how_long_the_run_takes_estimated_off_the_event_loop
     class HistorySources(FixedSources):
         with_history = False
         rows_from = "rows"
+        source = "history"
 
         def duration(self, model, facts, method, hp, data, lengths, measured):
             calls.append((threading.current_thread() is threading.main_thread(), hp.iters))
             if not self.with_history:  # the real estimate, on this test's empty store
                 return super().duration(model, facts, method, hp, data, lengths, measured)
-            return DurationEstimate(hp.iters * 0.72, {"source": "history", "same_model": True,
+            return DurationEstimate(hp.iters * 0.72, {"source": self.source, "same_model": True,
                                                       "run_name": "earlier run",
                                                       "tokens_per_step_from": self.rows_from})
 
@@ -626,8 +627,14 @@ async def test_the_form_says_how_long_the_run_takes_estimated_off_the_event_loop
         await until(pilot, lambda: "7m12s" in shown(screen, "#memory-figures"), "the duration")
         assert ("from run earlier run of this model, its rows' lengths (no dataset yet)"
                 in shown(screen, "#memory-figures").replace("\n", " "))
+        app.setup_sources.source = "measured"  # the speed measured: the rows still that run's
+        await type_into(pilot, screen, "iters", "500")
+        await settle(pilot, screen)
+        await until(pilot, lambda: "measured" in shown(screen, "#memory-figures"), "the duration")
+        assert ("about 6m00s, at the measured speed, rows as long as run earlier run's (no "
+                "dataset yet)" in shown(screen, "#memory-figures").replace("\n", " "))
     assert calls and not any(on_loop for on_loop, _ in calls)
-    assert calls[-1][1] == 600
+    assert calls[-1][1] == 500
 
 
 async def test_a_distributed_run_is_judged_with_its_ranks_here_and_its_other_hosts(models):

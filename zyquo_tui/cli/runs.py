@@ -164,8 +164,9 @@ def _checked_run(config: dict[str, Any], *, source: str, base_dir: Path | None,
                  name: str | None = None, config_file: Path | None = None
                  ) -> tuple[Run, list[str], list[str]]:
     """A new run from an mlx-lm config and the command line's choices, checked as the new-run
-    form checks it (core/library/run_checks.py `check_run`): returns it with the config's unknown keys
-    and the warnings; raises UserError (`refused` and the first error's sentence) instead.
+    form checks it (core/library/run_checks.py `check_run`): returns it with the config's
+    unknown keys and the warnings; raises UserError (`refused` and the first error's sentence)
+    instead.
 
     The model is resolved as `data check --model` resolves it (a folder, or a name as `zyquo-tui
     models` lists it) and stored as its absolute folder; LoRA on a quantized base is QLoRA.
