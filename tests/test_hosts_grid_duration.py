@@ -142,6 +142,17 @@ def test_after_one_run_the_plan_reckons_the_next_from_that_runs_events(tiny_mode
     assert unseen["tokens_per_step"] == pytest.approx(2 * basis["tokens_per_step"], abs=0.2)
     assert f"as long as run {first.id}'s rows; give --data to count these" in unseen["sentence"]
 
+    # A speed measured without the dataset is measured on rows of max_seq_length tokens: the
+    # step's tokens are those rows', not another run's (speed and tokens from the same rows).
+    measured = plan_json("--model", str(tiny_model), "--iters", "20", "--max-seq-length", "64",
+                         "--batch-size", str(FAST["batch_size"]), "--measure")["duration_basis"]
+    assert measured["source"] == "measured"
+    assert measured["tokens_per_step_from"] == "max_seq_length"
+    assert measured["tokens_per_step"] == FAST["batch_size"] * 63
+    assert measured["training_seconds"] == pytest.approx(
+        20 * measured["tokens_per_step"] / measured["tokens_per_second"], abs=0.2)
+    assert "(every row max_seq_length long, as measured; give --data" in measured["sentence"]
+
 
 # -- what mlx.launch is given ---------------------------------------------------------------
 

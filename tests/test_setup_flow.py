@@ -627,12 +627,13 @@ async def test_the_form_says_how_long_the_run_takes_estimated_off_the_event_loop
         await until(pilot, lambda: "7m12s" in shown(screen, "#memory-figures"), "the duration")
         assert ("from run earlier run of this model, its rows' lengths (no dataset yet)"
                 in shown(screen, "#memory-figures").replace("\n", " "))
-        app.setup_sources.source = "measured"  # the speed measured: the rows still that run's
+        # Measured without a dataset: on rows of max_seq_length, which the step's tokens count.
+        app.setup_sources.source, app.setup_sources.rows_from = "measured", "max_seq_length"
         await type_into(pilot, screen, "iters", "500")
         await settle(pilot, screen)
         await until(pilot, lambda: "measured" in shown(screen, "#memory-figures"), "the duration")
-        assert ("about 6m00s, at the measured speed, rows as long as run earlier run's (no "
-                "dataset yet)" in shown(screen, "#memory-figures").replace("\n", " "))
+        assert ("about 6m00s, at the measured speed, rows of max_seq_length (no dataset yet)"
+                in shown(screen, "#memory-figures").replace("\n", " "))
     assert calls and not any(on_loop for on_loop, _ in calls)
     assert calls[-1][1] == 500
 

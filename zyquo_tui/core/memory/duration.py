@@ -161,7 +161,8 @@ def estimate_duration(store: RunStore, model: str, facts: ModelFacts, method: Me
             break
 
     iters = int(hp.iters)
-    per_step, per_step_from = _tokens_per_step(hp, data, lengths, speed)
+    per_step, per_step_from = _tokens_per_step(hp, data, lengths, speed,
+                                               measured=bool(measured_tokens_per_second))
     if measured_tokens_per_second:
         rate, source = measured_tokens_per_second, "measured"
     elif speed is not None:
@@ -208,8 +209,12 @@ def estimate_duration(store: RunStore, model: str, facts: ModelFacts, method: Me
                                             "by model size)"))
     # Without the dataset a step's tokens are the basis run's rows: say so, since the memory
     # verdict beside it assumes every row as long as max_seq_length.
-    guessed = (f" (as long as run {speed.run.id}'s rows; give --data to count these)"
-               if per_step_from == "basis_batch_scaled" else "")
+    guessed = {
+        "basis_batch_scaled": f" (as long as run {speed.run.id}'s rows; give --data to count "
+                              "these)" if speed is not None else "",
+        "max_seq_length": " (every row max_seq_length long, as measured; give --data to count "
+                          "these)",
+    }.get(per_step_from, "")
     basis["sentence"] = (f"{iters} steps x {per_step:,.0f} tokens{guessed} at {rate:,.0f} tokens/s "
                          f"{origin}; plus {startup:.0f} s to start, {val_count} validations "
                          f"and {other:.0f} s of reports and checkpoints")
@@ -221,10 +226,13 @@ def _has_validation(data: str | None, hp: Hyperparameters) -> bool:
 
 
 def _tokens_per_step(hp: Hyperparameters, data: str | None, lengths: list[int] | None,
-                     speed: _Speed | None) -> tuple[float | None, str | None]:
+                     speed: _Speed | None, measured: bool = False
+                     ) -> tuple[float | None, str | None]:
     """Tokens a step trains on, and where the figure came from: the basis run's when it
-    trained the same data the same way (`basis`), else from the rows' lengths (`rows`), else
-    the basis run's scaled by the batch size (`basis_batch_scaled`)."""
+    trained the same data the same way (`basis`), else from the rows' lengths (`rows`), else,
+    with a speed measured on rows of max_seq_length tokens (no dataset), those rows'
+    (`max_seq_length`: the speed and the tokens from the same rows), else the basis run's scaled
+    by the batch size (`basis_batch_scaled`)."""
     if speed is not None:
         then = speed.run.hyperparameters
         same_data = data is not None and os.path.realpath(speed.run.data) == \
@@ -235,6 +243,8 @@ def _tokens_per_step(hp: Hyperparameters, data: str | None, lengths: list[int] |
     if lengths:
         cut = [min(n, hp.max_seq_length) - 1 for n in lengths]
         return hp.batch_size * max(1.0, sum(cut) / len(cut)), "rows"
+    if measured:
+        return float(hp.batch_size * max(hp.max_seq_length - 1, 1)), "max_seq_length"
     if speed is not None and speed.run.hyperparameters.batch_size:
         scaled = speed.tokens_per_step * hp.batch_size / speed.run.hyperparameters.batch_size
         return scaled, "basis_batch_scaled"

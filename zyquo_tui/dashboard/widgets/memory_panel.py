@@ -231,10 +231,11 @@ def duration_line(duration: DurationEstimate | None) -> Text:
     else:
         text.append(f", from run {basis.get('run_name') or basis.get('run_id')} of "
                     f"{basename(str(basis.get('run_model') or ''))}, scaled by size")
-    if basis.get("tokens_per_step_from") == "basis_batch_scaled":  # a guess until a dataset
-        text.append(f", rows as long as run {basis.get('run_name') or basis.get('run_id')}'s"
-                    if basis.get("source") == "measured" else ", its rows' lengths")
-        text.append(" (no dataset yet)")
+    rows_from = basis.get("tokens_per_step_from")  # without a dataset, a step's tokens are a guess
+    if rows_from == "basis_batch_scaled":
+        text.append(", its rows' lengths (no dataset yet)")
+    elif rows_from == "max_seq_length":
+        text.append(", rows of max_seq_length (no dataset yet)")
     return text
 
 
