@@ -207,14 +207,12 @@ def estimate_duration(store: RunStore, model: str, facts: ModelFacts, method: Me
               f"from run {speed.run.id}" + (" (same model)" if basis["same_model"] else
                                             f" ({os.path.basename(speed.run.model)}, scaled "
                                             "by model size)"))
-    # Without the dataset a step's tokens are the basis run's rows: say so, since the memory
-    # verdict beside it assumes every row as long as max_seq_length.
-    guessed = {
-        "basis_batch_scaled": f" (as long as run {speed.run.id}'s rows; give --data to count "
-                              "these)" if speed is not None else "",
-        "max_seq_length": " (every row max_seq_length long, as measured; give --data to count "
-                          "these)",
-    }.get(per_step_from, "")
+    # Without the dataset a step's tokens are a guess: say whose rows it rests on.
+    guessed = ""
+    if per_step_from == "basis_batch_scaled":
+        guessed = f" (as long as run {speed.run.id}'s rows; give --data to count these)"
+    elif per_step_from == "max_seq_length":
+        guessed = " (every row max_seq_length long, as measured; give --data to count these)"
     basis["sentence"] = (f"{iters} steps x {per_step:,.0f} tokens{guessed} at {rate:,.0f} tokens/s "
                          f"{origin}; plus {startup:.0f} s to start, {val_count} validations "
                          f"and {other:.0f} s of reports and checkpoints")
