@@ -36,7 +36,7 @@ def test_start_wait_watch_logs_and_show(tiny_model):
     assert shown["state"] == "completed" and shown["progress"]["step"] == 30
     assert shown["progress"]["rank_peak_memory_bytes"] is None  # one process: no ranks
     text = zyquo_cli("runs", "show", run_id).stdout
-    assert "peak mem" in text and "rank" not in text
+    assert "peak mem" in text and "\nranks " not in text and "each rank" not in text
     assert [c["step"] for c in shown["checkpoints"]] == [10, 20, 30]
     assert sum(c["best"] for c in shown["checkpoints"]) == 1
     best = min((c for c in shown["checkpoints"] if c["val_loss"] is not None),

@@ -65,6 +65,9 @@ def test_try_prints_different_adapter_and_base_answers_in_text_and_json(trained_
     # newlines around an answer, and an answer of newlines alone said to be empty).
     assert (shown_answer(answers["adapter"]), shown_answer(answers["base"])) == \
         (match.group(1), match.group(2))
+    # The untrained sample base answers this prompt with newlines alone: the text says so.
+    assert answers["base"] and not answers["base"].strip("\n")
+    assert match.group(2) == "(an empty answer)"
 
 
 def test_an_answer_of_newlines_alone_is_shown_as_empty():
