@@ -14,6 +14,8 @@ import psutil
 import pytest
 
 from zyquo_tui.core.events.protocol import read_events
+from zyquo_tui.core.memory.duration import estimate_duration
+from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.processes.supervisor import Supervisor
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.store.store import RunStore
@@ -87,6 +89,18 @@ def test_sigkill_gives_interrupted_and_resume_completes_exactly(tiny_model):
     assert sorted(have) == sorted(want)
     for step in want:
         assert have[step] == pytest.approx(want[step], abs=1e-5), step
+
+    # plan's duration takes the resumed run's start-up from its last session, as it does a
+    # run of one session's (it used to count none after a resume).
+    resumed_run = store.get(run.id)
+    last_start = [e for e in read_events(store.events_path(run.id)) if e["type"] == "started"][-1]
+    planned = estimate_duration(store, resumed_run.model, ModelFacts.from_folder(tiny_model),
+                                resumed_run.method, resumed_run.hyperparameters,
+                                resumed_run.data, None)
+    assert planned.basis["run_id"] == run.id
+    startup = last_start["time"] - resumed_run.process["requested_at"]
+    assert startup > 0.5
+    assert planned.basis["startup_seconds"] == pytest.approx(startup, abs=0.1)
 
 
 FOLLOWER = textwrap.dedent("""

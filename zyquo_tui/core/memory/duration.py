@@ -102,8 +102,12 @@ def _speed_of(store: RunStore, run: Run) -> _Speed | None:
         return None
     val_times = [e["val_time"] for e in session if e["type"] == ev.VAL]
     val_total = sum(val_times)
+    # The runner stamps requested_at at every start, a resume's too; a stamp from before the
+    # last session's events (an older record) says nothing about this session's start-up.
     requested = (run.process or {}).get("requested_at")
-    startup = max(0.0, started["time"] - requested) if requested and not starts[:-1] else 0.0
+    before = events[starts[-1] - 1]["time"] if starts[-1] > 0 else None
+    fresh = requested is not None and (before is None or requested >= before)
+    startup = max(0.0, started["time"] - requested) if fresh else 0.0
     other = max(0.0, end["time"] - started["time"] - seconds - val_total)
     return _Speed(run, tokens / seconds, tokens / steps, steps,
                   val_total / len(val_times) if val_times else None, startup, other / steps)
