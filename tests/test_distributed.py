@@ -95,6 +95,24 @@ def test_runs_show_names_the_ranks_and_each_ranks_peak(uninterrupted, monkeypatc
     assert "(rank 0; each rank: " in text.stdout
 
 
+def test_runs_compare_gives_a_distributed_runs_largest_process_peak(uninterrupted, tiny_model,
+                                                                     monkeypatch):
+    """Compared, a run on two processes shows the peak of its largest rank, and says so."""
+    import json
+
+    store, run = uninterrupted
+    monkeypatch.setenv("ZYQUO_HOME", str(store.home))
+    _, other = make_run(tiny_model, SAMPLE_DATA / "completions", store=store)
+    shown = zyquo_cli("runs", "compare", run.id, other.id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    figures = json.loads(shown.stdout)["runs"][0]
+    largest = max(max(e["rank_peak_memory_bytes"]) for e in read_events(
+        store.events_path(run.id)) if e["type"] == "train")
+    assert figures["peak_memory_bytes"] == largest
+    text = zyquo_cli("runs", "compare", run.id, other.id).stdout
+    assert "PEAK MEM of a run on several processes is its largest process's." in text
+
+
 def test_two_ranks_of_a_dpo_run_report_what_one_process_reports(tiny_model):
     """Each rank holds half of every batch: the reward metrics of a report are the mean over
     both halves (not rank 0's alone), so they equal one process's over the whole batch."""

@@ -39,6 +39,8 @@ def cmd_compare(args) -> int:
           fmt_rate(f.tokens_per_second), fmt_bytes(f.peak_memory_bytes),
           fmt_duration(f.duration_seconds), stop_text(f.stop_reason)]
          for letter, f in zip(names, comparison.figures)])
+    if any(f.metrics.rank_peaks for f in comparison.figures):
+        print("PEAK MEM of a run on several processes is its largest process's.")
     print()
     if not comparison.differences:
         print("The runs have the same settings.")

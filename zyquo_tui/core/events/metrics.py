@@ -78,8 +78,10 @@ class RunMetrics:
         self.step = 0
         self.last_time: float | None = None
         self.events_seen = 0
-        # A distributed run's latest peak memory of each rank, by rank (train events).
+        # A distributed run's latest peak memory of each rank, by rank (train events), and the
+        # largest any rank reported in any session.
         self.rank_peaks: list[int] | None = None
+        self.largest_rank_peak: int | None = None
 
     def ingest(self, events: Iterable[dict[str, Any]]) -> None:
         for event in events:
@@ -103,6 +105,7 @@ class RunMetrics:
                 peaks = event.get(ev.RANK_PEAKS)
                 if isinstance(peaks, list) and all(isinstance(p, int) for p in peaks):
                     self.rank_peaks = peaks
+                    self.largest_rank_peak = max([*peaks, self.largest_rank_peak or 0])
         elif kind == ev.CHECKPOINT:
             step = event.get("iteration")
             if isinstance(step, int):

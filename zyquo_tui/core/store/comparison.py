@@ -25,7 +25,8 @@ from zyquo_tui.core.store.store import RunStore
 class RunFigures:
     """How one run went. `duration_seconds` adds up its sessions (a cancel and a resume
     count their training time, not the pause between); `tokens_per_second` is the median of
-    its reports (the first, slowed by compilation, does not drag it down)."""
+    its reports (the first, slowed by compilation, does not drag it down); `peak_memory_bytes`
+    is MLX's peak of its largest process (rank 0's alone is not the one to judge a host by)."""
 
     id: str
     name: str
@@ -82,7 +83,9 @@ def run_figures(store: RunStore, run: Run) -> RunFigures:
     metrics.ingest(events)
     best = metrics.best_val()
     speeds = [v for v in metrics.series["tokens_per_second"].values if v > 0]
-    peaks = metrics.series["peak_memory_bytes"].values
+    # A run on several processes needs its largest process's memory on that process's host.
+    peaks = [*metrics.series["peak_memory_bytes"].values, *([metrics.largest_rank_peak]
+                                                            if metrics.largest_rank_peak else [])]
     stop = metrics.stop_reason()
     return RunFigures(
         id=run.id, name=run.name, state=run.state.value, step=metrics.step,
