@@ -103,6 +103,37 @@ def test_sigkill_gives_interrupted_and_resume_completes_exactly(tiny_model):
     assert planned.basis["startup_seconds"] == pytest.approx(startup, abs=0.1)
 
 
+def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(tiny_model,
+                                                                          monkeypatch):
+    """Nothing saved, nothing to continue: resume trains it again from step 0 (as an
+    uninterrupted run would), and the killed session's reports no longer stand."""
+    store, run = make_run(tiny_model, COMPLETIONS, iters=12, steps_per_report=1,
+                          save_every=1000, steps_per_eval=1000)
+    monkeypatch.setenv("ZYQUO_HOME", str(store.home))
+    supervisor = Supervisor(store)
+    try:
+        supervisor.start(run.id)
+        wait_for_event(store.run_dir(run.id), lambda e: e["type"] == "train"
+                       and e["iteration"] >= 2)
+        os.kill(supervisor.get(run.id).process["pid"], signal.SIGKILL)
+        assert wait_state(supervisor, run.id).state is RunState.INTERRUPTED
+        assert not list(store.adapters_dir(run.id).glob("*_adapters.safetensors"))
+
+        done = zyquo_cli("runs", "resume", run.id, "--wait")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "(from the start: it saved no checkpoint)" in done.stdout
+    finally:
+        stop_runs(store, run.id)
+    events = read_events(store.events_path(run.id))
+    starts = [i for i, e in enumerate(events) if e["type"] == "started"]
+    assert len(starts) == 2 and events[starts[1]]["resumed_from_step"] is None
+    assert [e["iteration"] for e in events[starts[1]:] if e["type"] == "train"] == \
+        list(range(1, 13))
+    shown = zyquo_cli("runs", "show", run.id, "--json")
+    progress = __import__("json").loads(shown.stdout)["progress"]
+    assert progress["step"] == 12 and shown.returncode == 0
+
+
 FOLLOWER = textwrap.dedent("""
     import asyncio, json, sys
     from zyquo_tui.core.processes.supervisor import Supervisor
@@ -298,17 +329,20 @@ def test_run_control_refuses_bad_requests_with_one_sentence_and_changes_nothing(
         queued = zyquo_cli("runs", "start", other.id, "--queue-if-busy")
         assert queued.returncode == 0 and store.get(other.id).state is RunState.QUEUED
         supervisor.dequeue(other.id)
+        wait_for_event(store.run_dir(active.id), lambda e: e["type"] == "checkpoint")
     finally:
         stop_runs(store, active.id, other.id)
     assert supervisor.get(active.id).state is RunState.CANCELLED
     done = zyquo_cli("runs", "cancel", active.id)
     assert done.returncode == 2 and "nothing to cancel" in done.stderr
 
-    # A cancelled run without a resumable checkpoint cannot be resumed.
+    # A cancelled run whose checkpoints kept no optimizer state cannot be resumed exactly:
+    # the refusal gives the fork that warm-starts from them.
     for path in store.adapters_dir(active.id).glob("*_state.json"):
         path.unlink()
     done = zyquo_cli("runs", "resume", active.id)
-    assert done.returncode == 2 and "no checkpoint to resume from" in done.stderr
+    assert done.returncode == 2 and "no checkpoint to resume from exactly" in done.stderr
+    assert f"`zyquo-tui runs fork {active.id} --from-step " in done.stderr
 
 
 def test_cancel_still_works_when_the_runner_is_gone(tiny_model):

@@ -343,7 +343,9 @@ def cmd_cancel(args) -> int:
 def cmd_resume(args) -> int:
     supervisor = _supervisor()
     run = supervisor.resume(args.id, args.step, queue_if_busy=args.queue_if_busy)
-    print(f"{run.id} {run.state.value} (from step {run.resume_from_step})")
+    where = (f"from step {run.resume_from_step}" if run.resume_from_step is not None else
+             "from the start: it saved no checkpoint")
+    print(f"{run.id} {run.state.value} ({where})")
     return _wait_for(supervisor, run.id, RunState.COMPLETED) if args.wait else 0
 
 

@@ -421,8 +421,9 @@ class RunService:
 
     def resume(self, run_id: str, step: int | None = None) -> None:
         def resumed(run: Run) -> None:
-            self.app.notify(f"{run.name} resumes from step {run.resume_from_step} "
-                            f"({run.state.value}).", title="Resume")
+            where = (f"from step {run.resume_from_step}" if run.resume_from_step is not None
+                     else "from the start (it saved no checkpoint)")
+            self.app.notify(f"{run.name} resumes {where} ({run.state.value}).", title="Resume")
         self.act("Resume", lambda: self.supervisor.resume(run_id, step, queue_if_busy=True),
                  resumed)
 

@@ -234,7 +234,9 @@ class TrainingSession:
     def run(self) -> int:
         try:
             run = self.store.get(self.run_id)
-            self.summary = dict(run.summary)
+            # A resume carries the run's figures on; a start from step 0 (a run stopped before
+            # its first checkpoint, started again) begins them anew.
+            self.summary = dict(run.summary) if run.resume_from_step is not None else {}
             return self._train(run)
         except TrainerFailure as error:
             return self._failed(error.failure, error)
@@ -257,7 +259,8 @@ class TrainingSession:
                                     error)
             return self._failed(
                 failure("internal", f"Training stopped on an unexpected error: "
-                        f"{type(error).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")),
+                        f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+                        .rstrip(": ")),
                 error)
         finally:
             self.events.close()

@@ -281,15 +281,32 @@ class Supervisor:
         return run
 
     def resume(self, run_id: str, step: int | None = None, *, queue_if_busy: bool = False) -> Run:
-        """Continue a cancelled, failed or interrupted run exactly, from a saved step."""
+        """Continue a cancelled, failed or interrupted run exactly, from a saved step.
+
+        A run stopped before its first checkpoint has nothing to continue: it trains again
+        from the start (`resume_from_step` None), which is what an uninterrupted run does."""
         run = self.refresh(self.store.get(run_id))
         if not run.state.can_resume:
             raise UserError(f"Run {run_id} is {run.state.value}; only a cancelled, failed or "
                             "interrupted run can be resumed.")
-        checkpoints = [c for c in list_checkpoints(self.store.adapters_dir(run_id)) if c.resumable]
+        saved = list_checkpoints(self.store.adapters_dir(run_id))
+        checkpoints = [c for c in saved if c.resumable]
+        if not saved and step is None:
+            self._check_settings(run)
+
+            def afresh(r: Run) -> None:
+                r.resume_from_step = None
+                r.failure = None
+            self.store.update(run_id, afresh)
+            return self._launch(self.store.get(run_id), queue_if_busy)
+        if not saved:
+            raise UserError(f"Run {run_id} has no checkpoint at step {step}; it saved none, so "
+                            f"resume it without a step to train it from the start.")
         if not checkpoints:
-            raise UserError(f"Run {run_id} has no checkpoint to resume from; fork or create a "
-                            "new run instead.")
+            raise UserError(f"Run {run_id} has no checkpoint to resume from exactly (none kept "
+                            f"its optimizer state); fork it from one to train on from its "
+                            f"weights: `zyquo-tui runs fork {run_id} --from-step "
+                            f"{saved[-1].step}`.")
         steps = [c.step for c in checkpoints]
         if step is None:
             step = steps[-1]
