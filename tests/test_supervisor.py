@@ -188,12 +188,13 @@ def test_training_outlives_its_supervisors_and_a_new_one_sees_every_event_once(t
 
 
 def test_cancel_leaves_a_checkpoint_and_the_cancelled_state(tiny_model):
-    store, run = make_run(tiny_model, COMPLETIONS, **ENDLESS)
+    # No train report before the cancel: the summary's step must come from the step reached.
+    store, run = make_run(tiny_model, COMPLETIONS, **{**ENDLESS, "steps_per_report": 1000})
     supervisor = Supervisor(store)
     supervisor.start(run.id)
     try:
         wait_for_event(store.run_dir(run.id),
-                       lambda e: e["type"] == "train" and e["iteration"] >= 3)
+                       lambda e: e["type"] == "checkpoint" and e["iteration"] >= 5)
         done = zyquo_cli("runs", "cancel", run.id, "--wait")
     finally:
         stop_runs(store, run.id)
@@ -202,7 +203,9 @@ def test_cancel_leaves_a_checkpoint_and_the_cancelled_state(tiny_model):
     final = supervisor.get(run.id)
     assert final.state is RunState.CANCELLED
     cancelled = read_events(store.events_path(run.id))[-1]
-    assert cancelled["type"] == "cancelled" and cancelled["checkpoint"] >= 3
+    assert cancelled["type"] == "cancelled" and cancelled["checkpoint"] >= 5
+    # What the dashboard's notification and `runs list` say: the step it stopped at.
+    assert final.summary["step"] == cancelled["iteration"] == cancelled["checkpoint"]
     assert (store.adapters_dir(run.id) / f"{cancelled['checkpoint']:07d}_adapters.safetensors"
             ).is_file()
 

@@ -79,6 +79,8 @@ class TrainingSession:
     def _update(self, state: RunState | None = None, **fields: Any) -> None:
         if state is not None and state.is_terminal:
             self.summary["ended_at"] = time.time()
+            # The step it ended at, which a cancel's checkpoint can put past the last report.
+            self.summary["step"] = max(self.step, self.summary.get("step") or 0)
 
         def change(run: Run) -> None:
             if state is not None and run.state is not state:
