@@ -13,6 +13,7 @@ import time
 import psutil
 import pytest
 
+from zyquo_tui.core.events.metrics import RunMetrics
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.memory.duration import estimate_duration
 from zyquo_tui.core.memory.facts import ModelFacts
@@ -20,6 +21,7 @@ from zyquo_tui.core.processes.supervisor import Supervisor
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.system.liveness import identity, is_alive
+from zyquo_tui.dashboard.run_service import RunService
 
 from conftest import SAMPLE_DATA, wait_for_event, zyquo_cli
 from helpers import losses_by_iteration, make_run, stop_runs
@@ -101,6 +103,18 @@ def test_sigkill_gives_interrupted_and_resume_completes_exactly(tiny_model):
     startup = last_start["time"] - resumed_run.process["requested_at"]
     assert startup > 0.5
     assert planned.basis["startup_seconds"] == pytest.approx(startup, abs=0.1)
+
+    # Elapsed adds up the sessions (the killed one to its last event), not the pause before the
+    # resume: the same from the events (run screen, runs show) and from run.json (runs list).
+    events = read_events(store.events_path(run.id))
+    starts = [i for i, e in enumerate(events) if e["type"] == "started"]
+    sessions = [events[j - 1]["time"] - events[i]["time"]
+                for i, j in zip(starts, [*starts[1:], len(events)])]
+    metrics = RunMetrics()
+    metrics.ingest(events)
+    assert len(sessions) == 2
+    assert metrics.elapsed_seconds() == pytest.approx(sum(sessions), abs=1e-6)
+    assert RunService(None, store).elapsed(resumed_run) == pytest.approx(sum(sessions), abs=0.5)
 
 
 def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(tiny_model,

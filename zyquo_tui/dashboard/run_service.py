@@ -235,14 +235,17 @@ class RunService:
         return self.queue.index(run_id) + 1 if run_id in self.queue else None
 
     def elapsed(self, run: Run) -> float | None:
-        """Running time: from the events when followed (the latest session), else from the
-        summary the trainer keeps in run.json (first start to last end)."""
+        """The time the run has trained, its sessions added up: from the events when followed,
+        else from the summary the trainer keeps in run.json (the earlier sessions' time and
+        the latest session's start; a run from before those keys: first start to last end)."""
         feed = self.feeds.get(run.id)
         if feed is not None and feed.loaded and feed.metrics.session_started_time is not None:
             return feed.metrics.elapsed_seconds(now=self.clock())
         summary = run.summary or {}
         process = run.process or {}
-        start = summary.get("started_at", process.get("requested_at"))
+        before = summary.get("elapsed_before") or 0.0
+        start = summary.get("session_started_at",
+                            summary.get("started_at", process.get("requested_at")))
         if start is None:
             return None
         end = summary.get("ended_at") or process.get("ended_at")
@@ -250,7 +253,7 @@ class RunService:
             if not run.state.is_active:
                 return None
             end = self.clock()
-        return max(0.0, end - start)
+        return before + max(0.0, end - start)
 
     def row(self, record: Run | DamagedRun) -> RunRow:
         if isinstance(record, DamagedRun):

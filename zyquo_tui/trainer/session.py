@@ -18,6 +18,7 @@ from typing import Any
 from zyquo_tui import __version__
 from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.events import protocol as ev
+from zyquo_tui.core.events.metrics import RunMetrics
 from zyquo_tui.core.formatting import fmt_bytes
 from zyquo_tui.core.runs.failures import (
     Failure,
@@ -373,6 +374,12 @@ class TrainingSession:
         from mlx_lm.utils import get_total_parameters
 
         trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
+        # The time earlier sessions trained, so "elapsed" (runs list, run screen) adds up the
+        # sessions, not the pause between a cancel and its resume.
+        earlier = RunMetrics()
+        earlier.ingest(ev.read_events(self.run_dir / EVENTS_FILE))
+        self.summary["elapsed_before"] = earlier.seconds_to_last_event() or 0.0
+        self.summary["session_started_at"] = time.time()
         self.events.write(
             ev.STARTED, pid=os.getpid(), host=socket.gethostname(),
             versions={"python": platform.python_version(), "mlx": mx.__version__,

@@ -73,6 +73,9 @@ class RunMetrics:
         self.started: dict[str, Any] | None = None
         self.first_started_time: float | None = None
         self.session_started_time: float | None = None
+        # The time the sessions before the latest took, each from its `started` to its last
+        # event (a cancel and a resume count their training, not the pause between).
+        self.earlier_sessions_seconds = 0.0
         self.terminal: dict[str, Any] | None = None
         self.iters: int | None = None
         self.step = 0
@@ -90,6 +93,7 @@ class RunMetrics:
     def _ingest_one(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         self.events_seen += 1
+        previous_time = self.last_time
         self.last_time = event.get("time", self.last_time)
         fields = _FIELDS_BY_TYPE.get(kind)
         if fields is not None:
@@ -112,6 +116,9 @@ class RunMetrics:
                 self.checkpoints[step] = event
                 self.step = max(self.step, step)
         elif kind == ev.STARTED:
+            if self.session_started_time is not None and previous_time is not None:
+                self.earlier_sessions_seconds += max(0.0, previous_time
+                                                     - self.session_started_time)
             self.started = event
             self.terminal = None
             self.session_started_time = event.get("time")
@@ -175,11 +182,20 @@ class RunMetrics:
         reason = summary.get("stop_reason")
         return (reason, summary.get("stop_message") or reason) if reason else None
 
+    def seconds_to_last_event(self) -> float | None:
+        """The time the sessions took, each from its `started` to its last event."""
+        if self.session_started_time is None or self.last_time is None:
+            return None
+        return self.earlier_sessions_seconds + max(0.0, self.last_time
+                                                   - self.session_started_time)
+
     def elapsed_seconds(self, now: float | None = None) -> float | None:
+        """The time the run has trained: its sessions added up, the latest to its end (or to
+        `now` while it runs)."""
         if self.session_started_time is None:
             return None
         end = self.terminal.get("time") if self.terminal else (now or time.time())
-        return max(0.0, end - self.session_started_time)
+        return self.earlier_sessions_seconds + max(0.0, end - self.session_started_time)
 
     def eta_seconds(self) -> float | None:
         """From the latest iterations per second; None when finished or unknown."""

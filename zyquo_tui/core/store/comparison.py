@@ -60,23 +60,6 @@ class Comparison:
                 "differences": self.differences}
 
 
-def session_seconds(events: list[dict[str, Any]]) -> float | None:
-    """The time the run's sessions took: from each `started` to the session's last event."""
-    total, start, last = 0.0, None, None
-    for event in events:
-        when = event.get("time")
-        if not isinstance(when, (int, float)):
-            continue
-        if event.get("type") == ev.STARTED:
-            if start is not None and last is not None:
-                total += last - start
-            start = when
-        last = when
-    if start is None or last is None:
-        return None
-    return total + (last - start)
-
-
 def run_figures(store: RunStore, run: Run) -> RunFigures:
     events = ev.read_events(store.events_path(run.id))
     metrics = RunMetrics()
@@ -94,7 +77,7 @@ def run_figures(store: RunStore, run: Run) -> RunFigures:
         final_train_loss=metrics.series["train_loss"].last,
         tokens_per_second=statistics.median(speeds) if speeds else None,
         peak_memory_bytes=int(max(peaks)) if len(peaks) else None,
-        duration_seconds=session_seconds(events), stop_reason=stop[0] if stop else None,
+        duration_seconds=metrics.seconds_to_last_event(), stop_reason=stop[0] if stop else None,
         metrics=metrics)
 
 
