@@ -162,6 +162,7 @@ async def test_wont_fit_turns_to_fits_with_the_first_suggestion(models):
         screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]))
         await type_into(pilot, screen, "batch_size", "64")
         await type_into(pilot, screen, "max_seq_length", "8192")
+        await type_into(pilot, screen, "iters", "100")
         await pilot.pause()
         assert screen.plan.assessment.verdict is Verdict.WONT_FIT
         assert "won't fit" in shown(screen, "#memory-title")
@@ -174,6 +175,9 @@ async def test_wont_fit_turns_to_fits_with_the_first_suggestion(models):
         values = screen.form.values
         assert int(values["batch_size"]) * int(values["grad_accumulation_steps"]) == 64
         assert int(values["batch_size"]) == first.changes["batch_size"]
+        # A step is one batch (as mlx-lm counts): the same updates take that many more steps.
+        factor = int(values["grad_accumulation_steps"])
+        assert first.iters_factor == factor > 1 and int(values["iters"]) == 100 * factor
 
 
 async def test_qlora_is_refused_on_the_unquantized_sample_and_offered_on_the_quantized(models):

@@ -92,10 +92,14 @@ class Suggestion:
     estimate: Estimate
     verdict: Verdict
     truncated_rows: int | None = None  # rows the new max_seq_length cuts, when known
+    # How many times the run's iters to take: mlx-lm counts a step per batch, so a batch
+    # split over more accumulation steps needs that many more steps for the same updates.
+    iters_factor: int = 1
 
     def to_json(self) -> dict[str, Any]:
         data = {"title": self.title, "changes": dict(self.changes),
-                "estimate_bytes": self.estimate.total_bytes, "verdict": self.verdict.value}
+                "estimate_bytes": self.estimate.total_bytes, "verdict": self.verdict.value,
+                "iters_factor": self.iters_factor}
         if "max_seq_length" in self.changes:
             data["truncated_rows"] = self.truncated_rows
         return data
@@ -351,7 +355,7 @@ class MemoryAdvisor:
         estimate = self.estimate(model, config)
         title = _describe(original, config, truncated, len(lengths) if lengths else None)
         return Suggestion(title, changes, config, estimate, self.judge(estimate).verdict,
-                          truncated)
+                          truncated, _iters_factor(original, config))
 
     def plan(self, model: ModelFacts, config: TrainingConfig,
              token_lengths: Sequence[int] | None = None) -> Plan:
@@ -461,9 +465,11 @@ def _describe(before: TrainingConfig, after: TrainingConfig, truncated: int | No
             before.batch_size, before.grad_accumulation_steps):
         same = (after.batch_size * after.grad_accumulation_steps
                 == before.batch_size * before.grad_accumulation_steps)
+        factor = _iters_factor(before, after)
         parts.append(f"batch {after.batch_size} with grad accumulation "
                      f"{after.grad_accumulation_steps}"
-                     + (" (same effective batch)" if same else ""))
+                     + (f" (same effective batch; {factor}x the iters, as a step is one batch: "
+                        "the same updates, slower)" if same else ""))
     if after.grad_checkpoint and not before.grad_checkpoint:
         parts.append("grad checkpointing (slower steps)")
     if after.max_seq_length != before.max_seq_length:
@@ -483,6 +489,14 @@ def _describe(before: TrainingConfig, after: TrainingConfig, truncated: int | No
         parts.append(f"QLoRA on a {bits}-bit copy of the model (`mlx_lm convert --hf-path "
                      f"MODEL --mlx-path OUT -q --q-bits {bits}`)")
     return "; ".join(parts)
+
+
+def _iters_factor(before: TrainingConfig, after: TrainingConfig) -> int:
+    """The steps a split batch needs for the same updates and rows (1 when not split)."""
+    if after.batch_size * after.grad_accumulation_steps != \
+            before.batch_size * before.grad_accumulation_steps:
+        return 1
+    return max(1, after.grad_accumulation_steps // before.grad_accumulation_steps)
 
 
 def _changes(before: TrainingConfig, after: TrainingConfig) -> dict[str, Any]:

@@ -843,6 +843,9 @@ class NewRunScreen(ZyquoScreen):
         for key in ("grad_checkpoint", "optimizer"):
             if key in changes:
                 values[key] = changes[key]
+        iters = self.hp.iters if self.hp is not None else None
+        if suggestion.iters_factor > 1 and isinstance(iters, int):
+            values["iters"] = str(iters * suggestion.iters_factor)  # the same updates
         if "method" in changes:
             self.set_method(Method(changes["method"]))
         self.form.set_values(values, touched=values)
