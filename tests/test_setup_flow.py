@@ -642,6 +642,21 @@ async def test_the_form_says_how_long_the_run_takes_estimated_off_the_event_loop
     assert calls[-1][1] == 500
 
 
+def test_the_time_line_does_not_say_no_dataset_when_one_is_picked_but_not_counted():
+    """A dataset picked whose rows are not counted (still counting, or it has errors to fix)
+    is not "no dataset": the line says which."""
+    from zyquo_tui.core.memory.duration import DurationEstimate
+    from zyquo_tui.dashboard.widgets.memory_panel import duration_line
+
+    guessed = DurationEstimate(60.0, {"source": "history", "same_model": True,
+                                      "run_name": "earlier", "tokens_per_step_from":
+                                      "basis_batch_scaled"})
+    assert "its rows' lengths (no dataset yet)" in duration_line(guessed).plain
+    picked = duration_line(guessed, dataset_picked=True).plain
+    assert "its rows' lengths (the dataset's rows not counted)" in picked
+    assert "no dataset" not in picked
+
+
 async def test_a_distributed_run_is_judged_with_its_ranks_here_and_its_other_hosts(models):
     """A copy of a run on two processes (`N`): the panel counts both ranks in this machine's
     memory, one rank's share of the batch each; a run on two hosts names the other one, whose

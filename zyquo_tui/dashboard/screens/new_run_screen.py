@@ -708,7 +708,7 @@ class NewRunScreen(ZyquoScreen):
         panel.show_plan(plan, rows_line=self._rows_line(plan),
                         suggestion_keys=list(SUGGESTION_KEYS), applicable=applicable,
                         measure=self.measure_state, disk=self.disk,
-                        duration=duration_line(self.duration),
+                        duration=duration_line(self.duration, self.data_path is not None),
                         hosts=hosts_lines(self.host_verdicts))
 
     def _estimate_duration(self, hp: Hyperparameters) -> None:

@@ -208,9 +208,10 @@ def hosts_lines(verdicts: list[HostVerdict]) -> Text:
     return text
 
 
-def duration_line(duration: DurationEstimate | None) -> Text:
+def duration_line(duration: DurationEstimate | None, dataset_picked: bool = False) -> Text:
     """How long the run would take, beside the verdicts (core/memory/duration.py), in short:
-    the figure and what it rests on, or why it is unknown and what would tell."""
+    the figure and what it rests on, or why it is unknown and what would tell. A dataset
+    picked but not counted (still counting, or with errors to fix) is not "no dataset"."""
     text = Text()
     if duration is None:
         return text  # not estimated yet
@@ -232,10 +233,11 @@ def duration_line(duration: DurationEstimate | None) -> Text:
         text.append(f", from run {basis.get('run_name') or basis.get('run_id')} of "
                     f"{basename(str(basis.get('run_model') or ''))}, scaled by size")
     rows_from = basis.get("tokens_per_step_from")  # without a dataset, a step's tokens are a guess
+    why = "the dataset's rows not counted" if dataset_picked else "no dataset yet"
     if rows_from == "basis_batch_scaled":
-        text.append(", its rows' lengths (no dataset yet)")
+        text.append(f", its rows' lengths ({why})")
     elif rows_from == "max_seq_length":
-        text.append(", rows of max_seq_length (no dataset yet)")
+        text.append(f", rows of max_seq_length ({why})")
     return text
 
 
