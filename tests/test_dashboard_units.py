@@ -401,6 +401,34 @@ async def test_a_run_ending_notifies_and_applies_retention(tmp_path):
         sleeper.wait()
 
 
+async def test_retention_chosen_for_a_completed_run_applies_now(tmp_path):
+    """A run that has already completed has no end ahead to prune at: the policy chosen on its
+    checkpoints screen (t) prunes now, and the list shows what is left."""
+    store = RunStore(tmp_path / "home").ensure()
+    run_id = "20251129-100000-000-abcd"
+    make(store, run_id, "done", RunState.COMPLETED, iters=400)
+    write_events(store, run_id, [*training_events(400, 400, start=T0),  # best val at 300
+                                 event("completed", T0 + 400, iteration=400)])
+    write_checkpoints(store, run_id, [100, 200, 300, 400])
+    app = ZyquoApp(store, clock=lambda: NOW, notifications=QUIET, poll_interval=0.2)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await listed(pilot)
+        await pilot.press("3")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "CheckpointsScreen"
+        await pilot.press("t")
+        await pilot.pause()
+        assert "applied now" in str(app.screen.query_one(".dialog-heading").render())
+        await pilot.press("down", "enter")  # keep the best and the last
+        deadline = time.monotonic() + 20
+        while [c.step for c in app.screen.table.checkpoints] != [300, 400]:
+            assert time.monotonic() < deadline, [c.step for c in app.screen.table.checkpoints]
+            await pilot.pause(0.1)
+        messages = [n.message for n in app._notifications]
+        assert any("keep the best and the last, applied now" in m for m in messages), messages
+    assert [c.step for c in list_checkpoints(store.adapters_dir(run_id))] == [300, 400]
+
+
 async def test_the_end_notice_counts_the_trainers_steps_when_the_feed_is_behind(tmp_path):
     """The events shown reach step 200 of 400; the trainer's summary says 400 and its best
     validation loss: the notice takes the summary, the trainer's own last word."""

@@ -448,7 +448,8 @@ class RunService:
             done()
         self.act("Delete checkpoint", delete, deleted)
 
-    def apply_retention(self, run_id: str) -> None:
+    def apply_retention(self, run_id: str, done: Callable[[], None] | None = None) -> None:
+        """Prune a completed run's checkpoints by its policy (nothing for another state)."""
         feed = self.feeds.get(run_id)
         best = feed.metrics.best_checkpoint_step() if feed is not None and feed.loaded else None
 
@@ -456,6 +457,8 @@ class RunService:
             if steps:
                 self.app.notify(f"Retention removed {len(steps)} checkpoint(s) of run {run_id} "
                                 f"(steps {', '.join(map(str, steps))}).", title="Checkpoints")
+            if done is not None:
+                done()
         self.act("Retention", lambda: apply_retention(self.store, run_id, best), pruned)
 
     # -- the sample -------------------------------------------------------------------------------

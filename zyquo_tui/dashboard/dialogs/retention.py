@@ -24,8 +24,9 @@ class RetentionDialog(Dialog[object]):
     RetentionDialog OptionList { height: auto; margin-top: 1; }
     """
 
-    def __init__(self, current: RetentionPolicy | None) -> None:
-        super().__init__("Which checkpoints to keep when the run completes")
+    def __init__(self, current: RetentionPolicy | None, completed: bool = False) -> None:
+        super().__init__("Which checkpoints to keep (applied now: the run has completed)"
+                         if completed else "Which checkpoints to keep when the run completes")
         self.current = current
 
     def compose_content(self) -> ComposeResult:

@@ -9,6 +9,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Static
 
 from zyquo_tui.core.formatting import fmt_bytes, fmt_loss
+from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.store.checkpoints import list_checkpoints
 from zyquo_tui.core.store.retention import RetentionPolicy, load_policy, save_policy
 from zyquo_tui.dashboard.dialogs.adapter_command import (
@@ -116,7 +117,9 @@ class CheckpointsScreen(RunViewScreen):
         policy = load_policy(service.store.run_dir(self.run_id))
         summary.append("\nRetention: ")
         summary.append(policy.describe() if policy else "keep every checkpoint", style="bold")
-        summary.append(" (applied when the run completes; t to change)", style="dim")
+        summary.append(" (t to choose another and prune now)"
+                       if run.state is RunState.COMPLETED else
+                       " (applied when the run completes; t to change)", style="dim")
         export = latest_export_line(service.store.home, self.run_id)
         if export:
             summary.append("\nExport: ")
@@ -208,10 +211,19 @@ class CheckpointsScreen(RunViewScreen):
             policy = choice if isinstance(choice, RetentionPolicy) else None
             save_policy(run_dir, policy)
             said = policy.describe() if policy else "keep every checkpoint"
+            run = self.current_run()
+            if policy is not None and run is not None and run.state is RunState.COMPLETED:
+                # It has completed: the policy applies now, not at an end already past.
+                self.notify(f"Run {self.run_id}: {said}, applied now.", title="Retention",
+                            timeout=4)
+                self.service.apply_retention(self.run_id, done=self.reload)
+                return
             self.notify(f"Run {self.run_id}: {said} when it completes.", title="Retention",
                         timeout=4)
             self.reload()
-        self.app.push_screen(RetentionDialog(load_policy(run_dir)), chosen)
+        run = self.current_run()
+        completed = run is not None and run.state is RunState.COMPLETED
+        self.app.push_screen(RetentionDialog(load_policy(run_dir), completed), chosen)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in VERBS:
