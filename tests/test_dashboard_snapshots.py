@@ -254,8 +254,8 @@ class TestCheckpointsScreen:
                             run_before=lambda pilot: open_run(pilot, COMPLETED, "k", "d"))
 
     def test_retention_choices(self, snap_compare, showcase):
-        """`t` on the completed run: a modal saying the choice applies now (it has completed), listing
-        "Keep every checkpoint" (highlighted) and "Keep the best and the last", "... last 2",
+        """`t` on the completed run: a modal saying the choice applies now (it has completed),
+        listing "Keep every checkpoint" (highlighted) and "Keep the best and the last", "... last 2",
         3, 5 and 10."""
         assert snap_compare(dashboard(showcase), terminal_size=(80, 24),
                             run_before=lambda pilot: open_run(pilot, COMPLETED, "k", "t"))
