@@ -252,6 +252,9 @@ def test_the_queue_can_be_reordered_and_runs_removed(tiny_model):
     try:
         for run_id in waiting:
             assert supervisor.enqueue(run_id).state is RunState.QUEUED
+        # A damaged queue.json strands no run: the order is rebuilt from the queued runs.
+        (store.home / "queue.json").write_text('{"order": [')
+        assert supervisor.queue.ids() == waiting
         assert supervisor.move(waiting[2], 1) == [waiting[2], waiting[0], waiting[1]]
         assert zyquo_cli("runs", "dequeue", waiting[0]).returncode == 0
         assert supervisor.queue.ids() == [waiting[2], waiting[1]]
@@ -261,6 +264,18 @@ def test_the_queue_can_be_reordered_and_runs_removed(tiny_model):
     finally:
         stop_runs(store, active.id, *waiting)
     assert supervisor.queue.ids() == []
+
+
+def test_a_store_path_that_is_a_file_is_one_sentence(tmp_path, monkeypatch):
+    blocking = tmp_path / "afile"
+    blocking.write_text("not a folder")
+    monkeypatch.setenv("ZYQUO_HOME", str(blocking))
+    for argv in (("runs", "list"), ("runs", "list", "--json")):
+        done = zyquo_cli(*argv)
+        assert done.returncode == 2, (argv, done.stdout, done.stderr)
+        assert done.stderr.strip() == (
+            f"zyquo-tui: {blocking} is a file, but zyquo-tui needs a folder there for the "
+            "zyquo-tui store: move the file away or set $ZYQUO_HOME to another folder.")
 
 
 def pretend_running(store: RunStore, run_id: str, process: dict) -> None:

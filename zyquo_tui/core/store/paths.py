@@ -18,6 +18,16 @@ def zyquo_home() -> Path:
     return Path.home() / ".zyquo"
 
 
+def file_in_the_way(path: Path, what: str) -> UserError:
+    """The error for reading `path` when a file stands where it or a parent folder should be
+    (reading raised NotADirectoryError): it names that file, not `path`."""
+    blocking = Path(path)
+    while not blocking.exists() and blocking != blocking.parent:
+        blocking = blocking.parent
+    return UserError(f"{blocking} is a file, but zyquo-tui needs a folder there for {what}: "
+                     f"move the file away or set ${HOME_ENV} to another folder.")
+
+
 def ensure_dir(path: Path, what: str) -> Path:
     """Create `path` (mode 0700) if missing; explain clearly when that is impossible."""
     if path.exists() and not path.is_dir():

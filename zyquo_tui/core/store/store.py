@@ -26,7 +26,7 @@ from zyquo_tui.core.store.atomic import (
     temp_sibling,
     write_json_atomic,
 )
-from zyquo_tui.core.store.paths import ensure_dir, zyquo_home
+from zyquo_tui.core.store.paths import ensure_dir, file_in_the_way, zyquo_home
 
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
@@ -162,10 +162,7 @@ class RunStore:
         except FileNotFoundError:
             return []
         except NotADirectoryError:
-            raise UserError(
-                f"{self.runs_root} is a file, but zyquo-tui keeps its runs in a folder there: "
-                "move the file away."
-            ) from None
+            raise file_in_the_way(self.runs_root, "runs") from None
         return names
 
     def delete(self, run_id: str) -> None:
