@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from conftest import SAMPLE_DATA, zyquo_cli
 
@@ -51,6 +52,16 @@ def test_fork_warm_starts_a_new_run_from_a_checkpoint(tiny_model):
     assert forked.returncode == 0, forked.stderr
     child = json.loads(forked.stdout)
     assert child["lineage"]["parent"] == parent and child["lineage"]["step"] == 30
+    # The fork keeps its own link to the weights: deleting the parent takes nothing from it.
+    store = RunStore()
+    assert child["lineage"]["adapter_file"].startswith(str(store.run_dir(child["id"])))
+    orphan = json.loads(zyquo_cli("runs", "fork", parent, "--from-step", "20", "--json").stdout)
+    assert zyquo_cli("runs", "delete", parent).returncode == 0
+    # Weights that are gone (a file a config named, removed by hand): one sentence, exit 2.
+    os.unlink(orphan["lineage"]["adapter_file"])
+    gone = zyquo_cli("runs", "start", orphan["id"])
+    assert gone.returncode == 2 and "the weights it starts from" in gone.stderr
+    assert len(gone.stderr.strip().splitlines()) == 1
     fresh = new_run(tiny_model)
     for run_id in (child["id"], fresh):
         assert zyquo_cli("runs", "start", run_id, "--wait").returncode == 0
@@ -60,5 +71,5 @@ def test_fork_warm_starts_a_new_run_from_a_checkpoint(tiny_model):
         return next(e["val_loss"] for e in read_events(store.events_path(run_id))
                     if e["type"] == "val")
     assert first_val(child["id"]) < first_val(fresh) - 0.5, "the fork starts from trained weights"
-    bad = zyquo_cli("runs", "fork", parent, "--from-step", "7")
+    bad = zyquo_cli("runs", "fork", child["id"], "--from-step", "7")
     assert bad.returncode == 2 and "no checkpoint at step 7; it has 10, 20, 30" in bad.stderr

@@ -9,6 +9,7 @@ the same runs, reads the same events and can cancel them.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -24,7 +25,7 @@ from zyquo_tui.core.store.checkpoints import adapter_file, list_checkpoints
 from zyquo_tui.core.store.index import listing_rows
 from zyquo_tui.core.store.logs import rotate_if_large
 from zyquo_tui.core.store.queue import RunQueue
-from zyquo_tui.core.store.store import RunStore
+from zyquo_tui.core.store.store import FORK_WEIGHTS, RunStore
 from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.core.system.entry_points import RUNNER, python_command
 from zyquo_tui.core.system.liveness import process_alive, signal_group
@@ -112,6 +113,11 @@ class Supervisor:
                                      data=DataTraits.read(run.data)))
         if errors:
             raise UserError(f"Run {run.id} cannot start: {errors[0].sentence}")
+        warm_start = (run.lineage or {}).get("adapter_file")
+        if warm_start and not os.path.isfile(warm_start):
+            raise UserError(f"Run {run.id} cannot start: the weights it starts from, "
+                            f"{warm_start}, are gone; fork again from a checkpoint that exists, "
+                            "or make a new run.")
 
     def check_memory(self, run: Run, *, override: bool = False) -> Run:
         """The memory gate: put the verdict in `run.memory`; refuse "won't fit" without override.
@@ -336,8 +342,23 @@ class Supervisor:
                         name=name or f"{parent.name} (fork @{step})",
                         hyperparameters=parent.hyperparameters)
         child.extra_config = dict(parent.extra_config)
-        child.lineage = {"parent": parent.id, "step": step, "adapter_file": str(weights)}
-        return self.store.create(child)
+        child = self.store.create(child)
+        # The fork keeps its own link to the weights it starts from, so deleting the parent
+        # (or pruning its checkpoints) cannot take them away: a hard link costs no space.
+        start = self.store.run_dir(child.id) / FORK_WEIGHTS
+        try:
+            try:
+                os.link(weights, start)
+            except OSError:  # another filesystem, or links not allowed: a copy
+                shutil.copyfile(weights, start)
+        except OSError as error:
+            self.store.delete(child.id)
+            raise UserError(f"Run {run_id} was not forked: its step {step} weights could not "
+                            f"be kept in the fork's folder ({error.strerror}).") from None
+
+        def starts_from(r: Run) -> None:
+            r.lineage = {"parent": parent.id, "step": step, "adapter_file": str(start)}
+        return self.store.update(child.id, starts_from)
 
     # -- after a reboot ------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ EVENTS_FILE = "events.jsonl"
 LOG_FILE = "trainer.log"
 CONFIG_FILE = "config.yaml"
 ADAPTERS_DIR = "adapters"
+FORK_WEIGHTS = "fork_weights.safetensors"  # a fork's link to the checkpoint it starts from
 
 
 @dataclass
