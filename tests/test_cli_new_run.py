@@ -67,6 +67,10 @@ def on(tiny_model):
      "sgd, adafactor."),
     (["--model", "nowhere/model", "--num-layers", "-1"],
      "No model 'nowhere/model': give a model folder, or a name that `zyquo-tui models` lists."),
+    (["--model", "{tiny4}", "--num-layers", "-1", "--lora-keys", "attn.q,attn.v"],
+     "The run was not created: lora_parameters.keys names no matrix of zyquo-tiny-4bit's "
+     "layers (attn.q, attn.v); its layers have mlp.down_proj, mlp.gate_proj, mlp.up_proj, "
+     "self_attn.k_proj, self_attn.o_proj, self_attn.q_proj, self_attn.v_proj."),
 ])
 def test_runs_new_refuses_a_model_or_method_that_cannot_train(capsys, sample_models, args,
                                                               sentence):
@@ -274,3 +278,11 @@ def test_the_docs_name_every_settings_flag():
         flag = setting.flag if setting.kind != "bool" else f"--[no-]{setting.flag[2:]}"
         assert f"`{flag}`" in cli_doc, flag
         assert flag in " ".join(readme.split()), flag
+
+
+def test_a_lora_key_the_model_has_not_is_a_warning_beside_ones_it_has(capsys, on):
+    run, err = made(capsys, "runs", "new", *on, "--lora-keys", "self_attn.q_proj,self_attn.qproj")
+    assert run.hyperparameters.to_dict()["lora_parameters"]["keys"] == [
+        "self_attn.q_proj", "self_attn.qproj"]
+    assert "lora_parameters.keys self_attn.qproj is not in zyquo-tiny's layers, so only the " \
+        "others get adapters" in err

@@ -18,9 +18,10 @@ import functools
 import importlib.util
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.library.folder_search import find_folders, resolved
@@ -85,6 +86,9 @@ class ModelInfo:
     context_length: int | None = None
     tied_embeddings: bool | None = None
     chat_template: bool = False
+    # The weight matrices of a layer, as mlx-lm's lora_parameters.keys name them
+    # ("self_attn.q_proj"), from the headers; empty when the weights name no layers.
+    layer_matrices: list[str] = field(default_factory=list)
 
     @property
     def ready(self) -> bool:
@@ -318,11 +322,22 @@ def inspect_model(folder: Path | str, name: str | None = None, source: str = SOU
         if info.tied_embeddings is None:
             # Without the config key, an output projection stored apart means untied.
             info.tied_embeddings = not any("lm_head" in t.name for t in table)
+        info.layer_matrices = layer_matrices(t.name for t in table if len(t.shape) >= 2)
 
     info.status, info.status_detail = _status(
         folder, info, config, config_problem, weights, weight_problem, hub_repo
     )
     return info
+
+
+_LAYER_WEIGHT = re.compile(r"(?:^|\.)layers\.\d+\.(.+)\.weight$")
+
+
+def layer_matrices(names: Iterable[str]) -> list[str]:
+    """The modules within a layer that hold a matrix (`self_attn.q_proj`), from the weights'
+    names (`model.layers.3.self_attn.q_proj.weight`): what lora_parameters.keys can name."""
+    found = {match.group(1) for name in names if (match := _LAYER_WEIGHT.search(name))}
+    return sorted(found)
 
 
 def _describe_shape(info: ModelInfo, config: dict[str, Any]) -> None:

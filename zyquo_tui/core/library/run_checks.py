@@ -39,12 +39,13 @@ class ModelTraits:
     quantized: bool
     num_layers: int | None = None
     positions: int | None = None  # config.json's max_position_embeddings
+    layer_matrices: tuple[str, ...] = ()  # what lora keys can name; () when unknown
 
     @classmethod
     def from_info(cls, info: "ModelInfo") -> "ModelTraits":
         """From the model list's description of a folder (core/library/models.py)."""
         return cls(Path(info.path).name or info.name, info.quantization is not None,
-                   info.num_layers, info.context_length)
+                   info.num_layers, info.context_length, tuple(info.layer_matrices))
 
     @classmethod
     def read(cls, folder: str | os.PathLike) -> "ModelTraits | None":
@@ -118,6 +119,22 @@ def problems_with_model(method: Method, hp: Hyperparameters, model: ModelTraits
                                                f"{model.name}'s max_position_embeddings "
                                                f"({model.positions}); lower it to "
                                                f"{model.positions}.", WARNING))
+    keys = SETTINGS["lora_keys"].get(hp)
+    if keys and method is not Method.FULL and model.layer_matrices:
+        # mlx-lm adapts the modules a key names and skips a key it does not find: none found
+        # trains nothing (and fails at the first step), some not found is likely a typo.
+        unknown = [key for key in keys if key not in model.layer_matrices]
+        offered = ", ".join(model.layer_matrices)
+        if len(unknown) == len(keys):
+            found.append(Problem("lora_keys", f"lora_parameters.keys names no matrix of "
+                                              f"{model.name}'s layers ({', '.join(unknown)}); "
+                                              f"its layers have {offered}."))
+        elif unknown:
+            found.append(Problem("lora_keys", f"lora_parameters.keys {', '.join(unknown)} "
+                                              f"{'is' if len(unknown) == 1 else 'are'} not in "
+                                              f"{model.name}'s layers, so only the others get "
+                                              f"adapters; its layers have {offered}.",
+                                 WARNING))
     if method is Method.FULL and model.quantized:
         found.append(Problem("method", f"full fine-tuning needs an unquantized model, and "
                                        f"{model.name} is quantized; use qlora (or lora) on it."))
