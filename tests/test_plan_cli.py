@@ -136,6 +136,11 @@ def test_an_unknown_architecture_is_estimated_and_said(capsys, tmp_path, isolate
     (["--batch-size", "abc"], "batch_size must be a whole number, not 'abc'."),
     (["--max-seq-length", "0"], "max_seq_length must be"),
     (["--num-layers", "16"], "has only 4 layers"),
+    # Not memory settings, but plan reckons checkpoints and time with them.
+    (["--iters", "-5"], "iters must be at least 1, not -5."),
+    (["--save-every", "0"], "save_every must be at least 1, not 0."),
+    (["--steps-per-eval", "0"], "steps_per_eval must be at least 1, not 0."),
+    (["--val-batches", "0"], "val_batches must be at least 1 (or -1), not 0."),
     (["--num-layers", "4", "--method", "qlora"], "qlora needs a quantized base model"),
 ])
 def test_bad_settings_exit_2_with_one_sentence(capsys, model, isolated_home, args, message):

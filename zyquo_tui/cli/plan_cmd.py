@@ -160,7 +160,10 @@ def run(args) -> int:
     elif method is Method.LORA and facts.quantized:
         method = Method.QLORA  # LoRA on a quantized base is QLoRA: same training
     config = TrainingConfig.from_hyperparameters(method, hp)
-    bad = config.problems() + errors_in(hp.problems(method, only=PLACEMENT_SETTINGS))
+    # The memory settings are checked by the config; the rest plan reads, by their own
+    # definitions' checks (a zero save_every would count a checkpoint a step).
+    checked = PLACEMENT_SETTINGS | DISK_SETTINGS | DURATION_SETTINGS
+    bad = config.problems() + errors_in(hp.problems(method, only=checked))
     bad += distribution_problems(hp.batch_size, hp.zyquo_tui)
     if bad:
         raise UserError(bad[0].sentence)
