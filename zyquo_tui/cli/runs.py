@@ -517,7 +517,12 @@ def cmd_export(args) -> int:
     # this run's own checkpoints (the run folder's config.yaml has the exact path).
     text = dump_mlx_yaml(run_to_mlx_config(run))
     if args.output:
-        args.output.write_text(text, encoding="utf-8")
+        try:
+            args.output.write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise UserError(f"Cannot write the config to {args.output} (-o): "
+                            f"{error.strerror or error}; give -o a file in a folder you can "
+                            "write.") from None
         print(str(args.output))
     else:
         sys.stdout.write(text)
