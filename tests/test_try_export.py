@@ -260,8 +260,13 @@ def test_export_refuses_bad_requests_in_one_sentence_and_starts_nothing(trained_
     (isolated_home / "runs" / other / "run.json").write_text(
         json.dumps({**record, "model": str(other_model)}))
 
+    blocked = tmp_path / "a-file"
+    blocked.write_text("x")
+    unwritable = blocked / "sub" / "model"
+
     cases = {
         "exists": zyquo_cli("runs", "export", run_id, "-o", str(taken)),
+        "unwritable": zyquo_cli("runs", "export", run_id, "-o", str(unwritable)),
         "both": zyquo_cli("runs", "export", run_id, "--dequantize", "--quantize", "8"),
         "gguf-quantized": zyquo_cli("runs", "export", run_id, "--gguf", "--quantize", "4"),
         "gguf-type": zyquo_cli("runs", "export", other, "--gguf"),
@@ -273,6 +278,10 @@ def test_export_refuses_bad_requests_in_one_sentence_and_starts_nothing(trained_
         assert done.returncode == EXIT_USAGE, (name, done.stderr)
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert "already exists" in cases["exists"].stderr
+    # The folder the user named is the problem, not the store.
+    assert f"(-o {unwritable})" in cases["unwritable"].stderr
+    assert cases["unwritable"].stderr.strip().endswith("; give -o a folder you can write.")
+    assert "ZYQUO_HOME" not in cases["unwritable"].stderr
     assert cases["gguf-type"].stderr.strip() == (
         "zyquo-tui: GGUF export is not supported for 'qwen2' models: mlx-lm converts only "
         "llama, mixtral, mistral; drop --gguf.")
