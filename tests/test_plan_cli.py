@@ -204,6 +204,18 @@ def test_a_missing_dataset_exits_2(capsys, model, isolated_home, tmp_path):
     assert status == 2 and "no such dataset folder" in err
 
 
+def test_a_file_given_as_the_dataset_is_refused_with_runs_new_s_sentence(capsys, model,
+                                                                          isolated_home):
+    fake_machine(isolated_home, 64 * GIB)
+    train = REPO / "sample_data" / "completions" / "train.jsonl"
+    status, _, err = plan(capsys, "--model", model, "--data", train)
+    assert status == 2
+    assert err == (f"zyquo-tui: {train} is a file, not a dataset folder; give the folder that "
+                   "holds train.jsonl.\n")
+    assert main(["runs", "new", "--model", str(model), "--data", str(train)]) == 2
+    assert capsys.readouterr().err.endswith(err.removeprefix("zyquo-tui: "))
+
+
 def test_data_sets_the_width_from_the_longest_tokenized_row(capsys, tiny_model, isolated_home):
     fake_machine(isolated_home, 64 * GIB)
     data = REPO / "sample_data" / "text"
