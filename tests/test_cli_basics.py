@@ -26,8 +26,25 @@ def test_doctor_reports_versions_device_memory_and_the_store(isolated_home):
     assert facts["memory"]["total_bytes"] > facts["memory"]["available_bytes"] > 0
     assert facts["store"] == {"path": str(isolated_home), "exists": True, "writable": True,
                               "problem": None}
+    assert facts["config"] == {"path": str(isolated_home / "config.toml"), "exists": False,
+                               "problem": None}
     plain = zyquo_cli("doctor")
     assert "mlx-lm" in plain.stdout and str(isolated_home) in plain.stdout
+
+
+def test_doctor_says_why_a_config_toml_the_commands_refuse_is_unusable_and_exits_1(
+        isolated_home):
+    (isolated_home / "config.toml").write_text("[runs]\nauto_resume = 3\n")
+    refused = zyquo_cli("models")
+    assert refused.returncode == 2
+    sentence = refused.stderr.removeprefix("zyquo-tui: ").strip()
+    assert sentence.startswith(f"{isolated_home / 'config.toml'}: [runs] auto_resume")
+
+    done = zyquo_cli("doctor", "--json")
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["config"]["problem"] == sentence
+    plain = zyquo_cli("doctor")
+    assert plain.returncode == 1 and f"config     NOT usable: {sentence}\n" in plain.stdout
 
 
 def test_doctor_says_why_a_store_it_cannot_write_is_unusable_and_exits_1(monkeypatch):

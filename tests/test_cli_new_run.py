@@ -247,10 +247,33 @@ def test_flags_override_a_config_and_none_removes_its_schedule(capsys, tiny_mode
     (["--lr-schedule", "wobbly", "--lr-schedule-arguments", "1e-5"],
      "lr_schedule 'wobbly' is unknown; choose one of cosine_decay, linear_schedule, "
      "exponential_decay, step_decay."),
-    (["--warmup", "5"], "lr_schedule needs a name and arguments, as in mlx-lm's config."),
 ])
 def test_a_bad_flag_value_is_refused_with_the_definitions_sentence(capsys, on, flags, sentence):
     assert refused(capsys, "runs", "new", *on, *flags) == f"The run was not created: {sentence}"
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--warmup", "5"], "--warmup is"),
+    (["--lr-schedule", "none", "--warmup", "5", "--warmup-init", "1e-7"],
+     "--warmup and --warmup-init are"),
+])
+def test_a_schedule_part_without_a_schedule_names_the_flag_to_add(capsys, on, flags, named,
+                                                                  tmp_path):
+    assert refused(capsys, "runs", "new", *on, *flags) == (
+        f"The run was not created: {named} part of a learning-rate schedule, and none is set; "
+        "add --lr-schedule (cosine_decay, linear_schedule, exponential_decay, step_decay) with "
+        "its --lr-schedule-arguments.")
+    # A config without a name keeps mlx-lm's words, naming the file.
+    path = tmp_path / "config.yaml"
+    path.write_text("iters: 10\nlr_schedule: {warmup: 5}\n")
+    sentence = refused(capsys, "runs", "new", *on, "--config", path)
+    assert sentence.startswith(f"The run was not created: {path}")
+    assert sentence.endswith(": lr_schedule needs a name and arguments, as in mlx-lm's config.")
+    # A config's schedule, or the flag, gives the warmup its schedule.
+    made(capsys, "runs", "new", *on, "--warmup", "5", "--lr-schedule", "cosine_decay",
+         "--lr-schedule-arguments", "1e-5,100")
+    path.write_text("lr_schedule: {name: cosine_decay, arguments: [1.0e-5, 100]}\n")
+    made(capsys, "runs", "new", *on, "--config", path, "--warmup", "5")
 
 
 def test_runs_start_makes_the_same_checks_on_a_run_made_before(capsys, tiny_model, tmp_path):

@@ -8,6 +8,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from conftest import zyquo_cli
 
 from zyquo_tui.cli.main import main
 from zyquo_tui.core.library.dataset_files import MAX_PROBLEMS_LISTED, validate_file
@@ -127,6 +128,17 @@ def test_whole_file_findings_are_listed_even_past_the_limit(tmp_path):
     report = validate_file(write_lines(tmp_path / "train.jsonl", lines))
     assert len(report.problems) == MAX_PROBLEMS_LISTED + 1
     assert report.problems[-1].message.startswith("119 duplicate rows")
+
+
+def test_data_check_says_how_many_problems_at_a_line_it_listed(tmp_path, capsys):
+    folder = tmp_path / "many"
+    folder.mkdir()
+    lines = [chat_row(0)] + ["{broken"] * 120  # and a whole-file finding: duplicates
+    write_lines(folder / "train.jsonl", lines)
+    done = zyquo_cli("data", "check", str(folder))
+    assert done.returncode == 1
+    assert (f"{folder / 'train.jsonl'}: ... and 70 more problems (the first "
+            f"{MAX_PROBLEMS_LISTED} at a line are listed)\n") in done.stdout
 
 
 def test_good_rows_of_every_format_pass(tmp_path):

@@ -134,3 +134,16 @@ def test_a_config_with_a_bad_value_is_refused_with_the_reason(tiny_model, tmp_pa
     done = zyquo_cli("runs", "import-config", str(path))
     assert done.returncode == 2 and "batch_size must be at least 1, not 0" in done.stderr
     assert json.loads(zyquo_cli("runs", "list", "--json").stdout) == []
+
+
+def test_export_config_to_a_path_that_cannot_be_written_is_one_sentence(tiny_model, tmp_path):
+    created = zyquo_cli("runs", "new", "--model", str(tiny_model), "--data",
+                        str(SAMPLE_DATA / "completions"), "--iters", "6", "--num-layers", "-1")
+    run_id = created.stdout.strip()
+    for target, reason in ((tmp_path / "no-such-folder" / "run.yaml", "No such file"),
+                           (tmp_path, "Is a directory")):
+        done = zyquo_cli("runs", "export-config", run_id, "-o", str(target))
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr.startswith(f"zyquo-tui: Cannot write the config to {target} (-o): "
+                                      f"{reason}")
+        assert len(done.stderr.strip().splitlines()) == 1

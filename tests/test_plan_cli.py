@@ -137,6 +137,11 @@ def test_an_unknown_architecture_is_estimated_and_said(capsys, tmp_path, isolate
     (["--batch-size", "abc"], "batch_size must be a whole number, not 'abc'."),
     (["--max-seq-length", "0"], "max_seq_length must be"),
     (["--num-layers", "16"], "has only 4 layers"),
+    # Not memory settings, but plan reckons checkpoints and time with them.
+    (["--iters", "-5"], "iters must be at least 1, not -5."),
+    (["--save-every", "0"], "save_every must be at least 1, not 0."),
+    (["--steps-per-eval", "0"], "steps_per_eval must be at least 1, not 0."),
+    (["--val-batches", "0"], "val_batches must be at least 1 (or -1), not 0."),
     (["--num-layers", "4", "--method", "qlora"], "qlora needs a quantized base model"),
 ])
 def test_bad_settings_exit_2_with_one_sentence(capsys, model, isolated_home, args, message):
@@ -198,6 +203,18 @@ def test_a_missing_dataset_exits_2(capsys, model, isolated_home, tmp_path):
     fake_machine(isolated_home, 64 * GIB)
     status, _, err = plan(capsys, "--model", model, "--data", tmp_path / "no-data")
     assert status == 2 and "no such dataset folder" in err
+
+
+def test_a_file_given_as_the_dataset_is_refused_with_runs_new_s_sentence(capsys, model,
+                                                                          isolated_home):
+    fake_machine(isolated_home, 64 * GIB)
+    train = REPO / "sample_data" / "completions" / "train.jsonl"
+    status, _, err = plan(capsys, "--model", model, "--data", train)
+    assert status == 2
+    assert err == (f"zyquo-tui: {train} is a file, not a dataset folder; give the folder that "
+                   "holds train.jsonl.\n")
+    assert main(["runs", "new", "--model", str(model), "--data", str(train)]) == 2
+    assert capsys.readouterr().err.endswith(err.removeprefix("zyquo-tui: "))
 
 
 def test_data_sets_the_width_from_the_longest_tokenized_row(capsys, tiny_model, isolated_home):
@@ -275,6 +292,21 @@ def test_measure_reports_the_real_peak_beside_the_estimate_and_remembers_it(
         out["measured_peak_rss_bytes"] - out["measured_start_rss_bytes"])
     assert record["estimate_bytes"] == out["model_estimate_bytes"]
     assert (isolated_home / HISTORY_FILE).is_file()
+
+
+def test_a_measure_of_the_small_sample_model_does_not_scale_later_plans(
+        capsys, tiny_model, isolated_home):
+    fake_machine(isolated_home, 64 * GIB)
+    args = ("--model", tiny_model, "--batch-size", "2", "--max-seq-length", "128", "--json")
+    status, measured, _ = plan(capsys, *args, "--measure")
+    assert status == 0
+    record = MemoryHistory.load(isolated_home).records[0]
+    # The runtime's own resident memory puts the measure well above this small estimate...
+    assert record["measured_peak_bytes"] > 1.1 * record["estimate_bytes"]
+    # ...by a fixed amount, which later plans do not take for an error of scale.
+    status, later, _ = plan(capsys, *args)
+    assert status == 0 and "history_correction" not in later["breakdown"]
+    assert later["estimate_bytes"] == later["model_estimate_bytes"]
 
 
 def test_measure_refuses_a_config_that_wont_fit(capsys, model, isolated_home):

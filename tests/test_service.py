@@ -158,8 +158,11 @@ def test_cli_install_writes_the_unit_says_what_the_manager_said_and_uninstall_re
         assert "warning: `systemctl --user " in installed.stderr
     else:
         assert installed.returncode == 0, installed.stderr
-    status = cli("status", "--json")
-    assert json.loads(status.stdout)["installed"] is True
+    status = json.loads(cli("status", "--json").stdout)
+    assert status["installed"] is True
+    # docs/CLI.md's keys, details null when the manager cannot be asked (as loaded is)
+    assert set(status) == {"kind", "path", "installed", "loaded", "details"}
+    assert (status["details"] is None) == (status["loaded"] is None)
 
     removed = cli("uninstall")
     assert removed.returncode == 0 and not unit.exists()

@@ -227,6 +227,23 @@ def test_an_exporter_that_died_is_reported_as_failed(isolated_home):
     assert listed.state == exports.FAILED and "stopped without finishing" in listed.message
 
 
+def test_exports_of_an_unknown_run_is_refused_as_other_commands_refuse_it(isolated_home):
+    done = zyquo_cli("runs", "exports", "nope")
+
+    assert done.returncode == EXIT_USAGE and done.stdout == ""
+    assert done.stderr == f"zyquo-tui: There is no run nope in {isolated_home / 'runs'}; " \
+                          "`zyquo-tui runs list` shows them.\n"
+    # A deleted run's export jobs stay on record, and stay listed.
+    job = exports.ExportJob(id="20260101-000000-000-gone", run_id="gone", run_name="gone",
+                            step=1, model="m", adapters="a", data="d", output="o",
+                            dequantize=False, quantize=None, gguf=False)
+    (isolated_home / "exports").mkdir()
+    exports.save_job(isolated_home, job)
+    listed = zyquo_cli("runs", "exports", "gone", "--json")
+    assert listed.returncode == 0
+    assert [j["id"] for j in json.loads(listed.stdout)] == [job.id]
+
+
 def test_export_refuses_bad_requests_in_one_sentence_and_starts_nothing(trained_runs,
                                                                        isolated_home, tmp_path):
     run_id = copy_run(trained_runs["float"], isolated_home)
@@ -243,8 +260,13 @@ def test_export_refuses_bad_requests_in_one_sentence_and_starts_nothing(trained_
     (isolated_home / "runs" / other / "run.json").write_text(
         json.dumps({**record, "model": str(other_model)}))
 
+    blocked = tmp_path / "a-file"
+    blocked.write_text("x")
+    unwritable = blocked / "sub" / "model"
+
     cases = {
         "exists": zyquo_cli("runs", "export", run_id, "-o", str(taken)),
+        "unwritable": zyquo_cli("runs", "export", run_id, "-o", str(unwritable)),
         "both": zyquo_cli("runs", "export", run_id, "--dequantize", "--quantize", "8"),
         "gguf-quantized": zyquo_cli("runs", "export", run_id, "--gguf", "--quantize", "4"),
         "gguf-type": zyquo_cli("runs", "export", other, "--gguf"),
@@ -256,6 +278,10 @@ def test_export_refuses_bad_requests_in_one_sentence_and_starts_nothing(trained_
         assert done.returncode == EXIT_USAGE, (name, done.stderr)
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert "already exists" in cases["exists"].stderr
+    # The folder the user named is the problem, not the store.
+    assert f"(-o {unwritable})" in cases["unwritable"].stderr
+    assert cases["unwritable"].stderr.strip().endswith("; give -o a folder you can write.")
+    assert "ZYQUO_HOME" not in cases["unwritable"].stderr
     assert cases["gguf-type"].stderr.strip() == (
         "zyquo-tui: GGUF export is not supported for 'qwen2' models: mlx-lm converts only "
         "llama, mixtral, mistral; drop --gguf.")

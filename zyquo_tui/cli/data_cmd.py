@@ -16,6 +16,7 @@ from typing import Any
 
 from zyquo_tui.cli.output import fmt_bytes, print_json, print_table
 from zyquo_tui.core.errors import EXIT_OK, EXIT_PROBLEMS, UserError
+from zyquo_tui.core.library.dataset_files import MAX_PROBLEMS_LISTED
 from zyquo_tui.core.library.datasets import (
     DEFAULT_BATCH_SIZE,
     DatasetReport,
@@ -125,8 +126,9 @@ def _print_check(report: DatasetReport, stats: TokenStats | None, skipped: str) 
         print(problem)
     for file in report.files.values():
         if file.problems_not_listed:
+            # The listed ones are the first at a line, then every whole-file finding.
             print(f"{file.path}: ... and {file.problems_not_listed} more problems (the first "
-                  f"{len(file.problems)} are listed)")
+                  f"{MAX_PROBLEMS_LISTED} at a line are listed)")
     if Path(report.path).is_file():
         rows = f"{sum(report.rows.values())} rows"
     else:

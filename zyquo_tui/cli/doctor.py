@@ -7,7 +7,8 @@ import sys
 
 from zyquo_tui import __version__
 from zyquo_tui.cli.output import fmt_bytes, print_json
-from zyquo_tui.core.store.paths import zyquo_home
+from zyquo_tui.core.errors import UserError
+from zyquo_tui.core.store.paths import settings_file, zyquo_home
 from zyquo_tui.core.system import machine
 
 
@@ -24,6 +25,18 @@ def _version(package: str) -> str | None:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def _config_problem(home) -> str | None:
+    """Why config.toml cannot be used (the sentence `models`, `plan` and the rest refuse
+    with), or None: doctor reports it where they would stop."""
+    from zyquo_tui.core.store.user_settings import Settings
+
+    try:
+        Settings.load(home)
+    except UserError as error:
+        return error.message
+    return None
 
 
 def collect() -> dict:
@@ -49,6 +62,8 @@ def collect() -> dict:
         },
         "store": {"path": str(home), "exists": home.is_dir(), "writable": problem is None,
                   "problem": problem},
+        "config": {"path": str(settings_file(home)), "exists": settings_file(home).is_file(),
+                   "problem": _config_problem(home)},
     }
 
 
@@ -74,5 +89,11 @@ def run(args) -> int:
         else:
             state = f"NOT usable: {store['problem']}; set ZYQUO_HOME to a folder you can write"
         print(f"store      {store['path']} ({state})")
-    ok = facts["mlx_works"] and facts["store"]["writable"]
+        config = facts["config"]
+        if config["problem"]:
+            print(f"config     NOT usable: {config['problem']}")
+        else:
+            state = "read" if config["exists"] else "none: the defaults"
+            print(f"config     {config['path']} ({state})")
+    ok = facts["mlx_works"] and facts["store"]["writable"] and not facts["config"]["problem"]
     return 0 if ok else 1

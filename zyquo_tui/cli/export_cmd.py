@@ -75,7 +75,12 @@ def cmd_export(args) -> int:
 
 
 def cmd_exports(args) -> int:
-    jobs = exports.list_jobs(RunStore().home, args.id)
+    store = RunStore()
+    jobs = exports.list_jobs(store.home, args.id)
+    if args.id and not jobs:
+        # An unknown run is refused as every command refuses it (exit 2); a deleted run's
+        # jobs, still on record, are listed all the same.
+        store.get(args.id)
     if args.json:
         print_json([job.to_json() for job in jobs])
         return 0

@@ -126,23 +126,24 @@ def _settings(args) -> tuple[str, str | None, Method | None, Hyperparameters, di
     return model_path, data, method, hp, extra
 
 
-def _check_data(data: str) -> str:
-    folder = Path(data).expanduser()
-    if not folder.is_dir():
-        raise UserError(f"{data}: no such dataset folder; give the folder that holds "
-                        "train.jsonl.")
-    if not (folder / "train.jsonl").is_file():
-        raise UserError(f"{folder} has no train.jsonl; give the folder that holds it.")
-    return str(folder.resolve())
+def _check_data(data: str) -> tuple[str, str | None]:
+    """The dataset folder and its rows' format; one that is not a folder holding train.jsonl
+    is refused with `runs new`'s sentence."""
+    from zyquo_tui.core.library.run_checks import DataTraits, dataset_folder_problem
+
+    traits = DataTraits.read(data)
+    problem = dataset_folder_problem(traits)
+    if problem is not None:
+        raise UserError(problem.sentence)
+    return str(Path(data).expanduser().resolve()), traits.format
 
 
-def _choose_objective(hp: Hyperparameters, data: str, chosen: bool) -> None:
+def _choose_objective(hp: Hyperparameters, data: str, data_format: str | None,
+                      chosen: bool) -> None:
     """The objective the data trains when none was chosen (dpo for preference pairs, as the
     form offers first); one that cannot train the data is refused as `runs new` refuses it."""
     from zyquo_tui.core.library.rows import objectives_for, training_refusal
-    from zyquo_tui.core.library.run_checks import DataTraits
 
-    data_format = DataTraits.read(data).format
     objective = SETTINGS["objective"]
     trains = objectives_for(data_format)
     if not chosen and trains and objective.get(hp) not in trains:
@@ -160,7 +161,10 @@ def run(args) -> int:
     elif method is Method.LORA and facts.quantized:
         method = Method.QLORA  # LoRA on a quantized base is QLoRA: same training
     config = TrainingConfig.from_hyperparameters(method, hp)
-    bad = config.problems() + errors_in(hp.problems(method, only=PLACEMENT_SETTINGS))
+    # The memory settings are checked by the config; the rest plan reads, by their own
+    # definitions' checks (a zero save_every would count a checkpoint a step).
+    checked = PLACEMENT_SETTINGS | DISK_SETTINGS | DURATION_SETTINGS
+    bad = config.problems() + errors_in(hp.problems(method, only=checked))
     bad += distribution_problems(hp.batch_size, hp.zyquo_tui)
     if bad:
         raise UserError(bad[0].sentence)
@@ -168,8 +172,8 @@ def run(args) -> int:
 
     lengths: list[int] | None = None
     if data is not None:
-        data = _check_data(data)
-        _choose_objective(hp, data, "objective" in settings_given(args))
+        data, data_format = _check_data(data)
+        _choose_objective(hp, data, data_format, "objective" in settings_given(args))
         config = TrainingConfig.from_hyperparameters(method, hp)
         try:
             lengths = row_token_lengths(model_path, data, extra)

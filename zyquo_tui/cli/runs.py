@@ -16,6 +16,7 @@ from zyquo_tui.cli.setting_flags import (
     add_setting_flags,
     apply_settings,
     settings_given,
+    unnamed_schedule,
 )
 from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
 from zyquo_tui.core.runs.run import Run, RunState
@@ -198,6 +199,9 @@ def _checked_run(config: dict[str, Any], *, source: str, base_dir: Path | None,
     run.data = str(Path(data or run.data).expanduser().resolve())
     settings = settings or {}
     apply_settings(run.hyperparameters, settings)
+    unnamed = unnamed_schedule(run.hyperparameters, settings)
+    if unnamed is not None:
+        raise UserError(f"{refused}{unnamed}")
     traits = ModelTraits.from_info(info)
     if method:
         run.method = Method(method)
@@ -519,7 +523,12 @@ def cmd_export(args) -> int:
     # this run's own checkpoints (the run folder's config.yaml has the exact path).
     text = dump_mlx_yaml(run_to_mlx_config(run))
     if args.output:
-        args.output.write_text(text, encoding="utf-8")
+        try:
+            args.output.write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise UserError(f"Cannot write the config to {args.output} (-o): "
+                            f"{error.strerror or error}; give -o a file in a folder you can "
+                            "write.") from None
         print(str(args.output))
     else:
         sys.stdout.write(text)

@@ -18,9 +18,11 @@ from zyquo_tui.core.runs.settings import (
     FILE,
     FLOAT,
     INT,
+    LR_SCHEDULES,
     NAMES,
     NONE_TEXT,
     NUMBERS,
+    SCHEDULE,
     SETTINGS,
     Hyperparameters,
 )
@@ -85,3 +87,16 @@ def apply_settings(hp: Hyperparameters, values: dict[str, Any]) -> None:
     for key in SETTINGS:
         if key in values:
             SETTINGS[key].set(hp, values[key])
+
+
+def unnamed_schedule(hp: Hyperparameters, given: dict[str, Any]) -> str | None:
+    """The sentence for a schedule's part given by flag (--warmup, ...) with no schedule to
+    belong to, naming the flag to add: the settings' own check speaks mlx-lm's config
+    (`lr_schedule needs a name`), which names no flag. None when there is no such part."""
+    parts = [SETTINGS[key].flag for key in given
+             if SETTINGS[key].group == SCHEDULE and key != "schedule"]
+    if not parts or SETTINGS["schedule"].get(hp) is not None:
+        return None
+    return (f"{' and '.join(parts)} {'is' if len(parts) == 1 else 'are'} part of a "
+            "learning-rate schedule, and none is set; add --lr-schedule "
+            f"({', '.join(LR_SCHEDULES)}) with its --lr-schedule-arguments.")

@@ -145,18 +145,26 @@ def problems_with_model(method: Method, hp: Hyperparameters, model: ModelTraits
     return found
 
 
+def dataset_folder_problem(data: DataTraits) -> Problem | None:
+    """A dataset given that is not a folder holding train.jsonl (`runs new` and `plan`)."""
+    if data.is_file:
+        return Problem("dataset", f"{data.path} is a file, not a dataset folder; give the "
+                                  "folder that holds train.jsonl.")
+    if not data.exists:
+        return Problem("dataset", f"{data.path}: no such dataset folder; give the folder that "
+                                  "holds train.jsonl.")
+    if not data.has_train:
+        return Problem("dataset", f"{data.path} has no train.jsonl, which training needs; "
+                                  "give the folder that holds it.")
+    return None
+
+
 def problems_with_data(hp: Hyperparameters, data: DataTraits) -> list[Problem]:
     """The settings against the dataset: rows enough for a batch, prompts to mask, and rows
     mlx-lm's trainer trains at all."""
-    if data.is_file:
-        return [Problem("dataset", f"{data.path} is a file, not a dataset folder; give the "
-                                   "folder that holds train.jsonl.")]
-    if not data.exists:
-        return [Problem("dataset", f"{data.path}: no such dataset folder; give the folder that "
-                                   "holds train.jsonl.")]
-    if not data.has_train:
-        return [Problem("dataset", f"{data.path} has no train.jsonl, which training needs; "
-                                   "give the folder that holds it.")]
+    missing = dataset_folder_problem(data)
+    if missing is not None:
+        return [missing]
     found = []
     refusal = training_refusal(data.format, SETTINGS["objective"].get(hp))
     if refusal:

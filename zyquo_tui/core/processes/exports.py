@@ -223,7 +223,11 @@ def start_export(store: RunStore, run_id: str, *, step: int | None = None,
     target = target.expanduser().absolute()
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise UserError(f"{target} already exists; give another -o folder, or move it away.")
-    ensure_dir(target.parent, "the exported model")
+    if output is None:
+        ensure_dir(target.parent, "the exported model")
+    else:
+        ensure_dir(target.parent, f"the exported model (-o {output})",
+                   remedy="give -o a folder you can write")
     job.output = str(target)
     ensure_dir(exports_dir(store.home), "export jobs")
     save_job(store.home, job)

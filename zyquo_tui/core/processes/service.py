@@ -216,18 +216,17 @@ def parse_systemctl_show(result: tuple[int, str] | None) -> dict | None:
 
 def service_status(plan: ServicePlan) -> dict:
     """Installed (the file is there) and loaded (its manager knows it); loaded is None when
-    the manager cannot be asked."""
+    the manager cannot be asked. `details` is what else the manager said (the job's state, its
+    last exit), None then too: always there, so a script's `status["details"]` never fails."""
     installed = plan.path.is_file()
     if plan.kind == SYSTEMD_USER:
         facts = parse_systemctl_show(systemctl_show())
     else:
         target = plan.uninstall_commands[0][-1]  # gui/UID/LABEL or system/LABEL
         facts = parse_launchctl_print(launchctl_print(target))
-    status = {"kind": plan.kind, "path": str(plan.path), "installed": installed,
-              "loaded": facts.get("loaded") if facts else None}
-    if facts:
-        status["details"] = {k: v for k, v in facts.items() if k != "loaded"}
-    return status
+    return {"kind": plan.kind, "path": str(plan.path), "installed": installed,
+            "loaded": facts.get("loaded") if facts else None,
+            "details": {k: v for k, v in facts.items() if k != "loaded"} if facts else None}
 
 
 def run_commands(commands: list[list[str]]) -> list[dict]:

@@ -28,29 +28,32 @@ def file_in_the_way(path: Path, what: str) -> UserError:
                      f"move the file away or set ${HOME_ENV} to another folder.")
 
 
-def ensure_dir(path: Path, what: str) -> Path:
-    """Create `path` (mode 0700) if missing; explain clearly when that is impossible."""
+def ensure_dir(path: Path, what: str, remedy: str | None = None) -> Path:
+    """Create `path` (mode 0700) if missing; explain clearly when that is impossible.
+
+    `remedy` says what to do instead of moving the store, for a folder the user named
+    (`runs export -o`): another $ZYQUO_HOME would not help there.
+    """
     if path.exists() and not path.is_dir():
         raise UserError(
             f"{path} is a file, but zyquo-tui needs a folder there for {what}: "
-            f"move the file away or set ${HOME_ENV} to another folder."
+            f"move the file away or {remedy or f'set ${HOME_ENV} to another folder'}."
         )
+    remedy = remedy or f"set ${HOME_ENV} to a folder you can write"
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except NotADirectoryError:
         raise UserError(
             f"Cannot create {path} for {what}: a file stands where one of its parent folders "
-            f"should be; set ${HOME_ENV} to a folder you can write."
+            f"should be; {remedy}."
         ) from None
     except PermissionError:
         raise UserError(
-            f"Cannot create {path} for {what}: permission denied; "
-            f"set ${HOME_ENV} to a folder you can write."
+            f"Cannot create {path} for {what}: permission denied; {remedy}."
         ) from None
     except OSError as error:
         raise UserError(
-            f"Cannot create {path} for {what}: {error.strerror}; "
-            f"set ${HOME_ENV} to a folder you can write."
+            f"Cannot create {path} for {what}: {error.strerror}; {remedy}."
         ) from None
     return path
 
