@@ -105,8 +105,11 @@ class TestRunsScreen:
     def test_every_state_and_a_damaged_run(self, snap_compare, showcase, size):
         """Eight runs newest first, each state with its symbol and word (▶ running, … queued,
         ○ configured, ✓ completed, ✗ failed, ■ cancelled, ! interrupted) and one "? damaged"
-        row whose name column gives the reason in red. The running run shows 230/600 with a
-        green bar, its ETA (3m05s) and elapsed (1h00m, cut at 80 columns); the title bar says
+        row whose name column gives the reason in red. Names read whole ("support-chat lora
+        r32"): the Name column takes the width the columns that fit whole leave, up to ETA at
+        80 columns, Method at 120 (the others are a scroll away, none cut at the edge). The
+        running run shows 230/600 with a green bar, its ETA (3m05s) and, at 120 columns,
+        elapsed (1h00m); the title bar says
         8 runs · 1 active · 1 queued; tab "1 Runs" is highlighted. Footer: enter Open,
         / Filter, o Sort, s Start (the selected run is configured), l Logs, k Checkpoints,
         ? Help."""

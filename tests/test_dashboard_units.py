@@ -323,6 +323,29 @@ async def test_footer_offers_only_the_verbs_valid_for_the_selected_run(tmp_path)
         assert "s" in footer_keys(app)
 
 
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (80, 8)], ids=str)
+async def test_the_runs_name_column_takes_the_free_width_and_no_column_shows_cut(tmp_path, size):
+    # (80, 8): more runs than rows, so the vertical scrollbar takes its share of the width.
+    store = write_showcase_store(tmp_path / "home", with_running=False)
+    copy = "support-chat lora r16 (again)"
+    make(store, "20251129-095000-000-f0f0", copy, RunState.CONFIGURED)
+    app = ZyquoApp(store, clock=lambda: NOW, notifications=QUIET)
+    async with app.run_test(size=size) as pilot:
+        await listed(pilot)
+        table = app.screen.table
+        assert table.show_vertical_scrollbar == (size[1] == 8)
+        shown = table.scrollable_content_region.width
+        edges = []
+        for column in table.columns.values():
+            edges.append((edges[-1] if edges else 0) + column.get_render_width(table))
+        # Every column ends inside the view or starts at its edge or beyond: none is cut.
+        assert not any(start < shown < end for start, end in zip([0] + edges, edges)), edges
+        assert shown - edges[-1] < 0 or shown in edges  # and the free width went to the name
+        name = table.get_cell("20251129-095000-000-f0f0", "name")
+        assert name == copy
+        assert table.columns["name"].width >= (len(copy) if size[0] >= 120 else 18)
+
+
 async def test_palette_names_every_command_area_colon_action(tmp_path):
     store = write_showcase_store(tmp_path / "home", with_running=False)
     app = ZyquoApp(store, clock=lambda: NOW, notifications=QUIET)
