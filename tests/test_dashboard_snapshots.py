@@ -161,8 +161,10 @@ class TestLiveMetricsScreen:
     def test_failed_run_says_why_and_what_to_try(self, snap_compare, showcase, size):
         """The failed full fine-tune: "✗ failed", step 140/1000 at 14%, no ETA. At the bottom
         a red-edged panel: "failed (oom): The trainer ran out of memory." and "Try: lower
-        batch_size or max_seq_length, ...". The last event line says failed at step 143 (oom).
-        Footer offers r Resume, not c Cancel."""
+        batch_size or max_seq_length, ...". At 120x40 the latest events above it, the last
+        line saying failed at step 143 (oom); at 80x24 no events box: the panel has its place
+        and the loss chart keeps eight rows of plot. Footer offers r Resume, not c
+        Cancel."""
         assert snap_compare(dashboard(showcase), terminal_size=size,
                             run_before=lambda pilot: open_run(pilot, FAILED))
 
