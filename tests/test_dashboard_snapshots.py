@@ -105,8 +105,11 @@ class TestRunsScreen:
     def test_every_state_and_a_damaged_run(self, snap_compare, showcase, size):
         """Eight runs newest first, each state with its symbol and word (▶ running, … queued,
         ○ configured, ✓ completed, ✗ failed, ■ cancelled, ! interrupted) and one "? damaged"
-        row whose name column gives the reason in red. The running run shows 230/600 with a
-        green bar, its ETA (3m05s) and elapsed (1h00m, cut at 80 columns); the title bar says
+        row whose name column gives the reason in red. Names read whole ("support-chat lora
+        r32"): the Name column takes the width the columns that fit whole leave, up to ETA at
+        80 columns, Method at 120 (the others are a scroll away, none cut at the edge). The
+        running run shows 230/600 with a green bar, its ETA (3m05s) and, at 120 columns,
+        elapsed (1h00m); the title bar says
         8 runs · 1 active · 1 queued; tab "1 Runs" is highlighted. Footer: enter Open,
         / Filter, o Sort, s Start (the selected run is configured), l Logs, k Checkpoints,
         ? Help."""
@@ -158,8 +161,10 @@ class TestLiveMetricsScreen:
     def test_failed_run_says_why_and_what_to_try(self, snap_compare, showcase, size):
         """The failed full fine-tune: "✗ failed", step 140/1000 at 14%, no ETA. At the bottom
         a red-edged panel: "failed (oom): The trainer ran out of memory." and "Try: lower
-        batch_size or max_seq_length, ...". The last event line says failed at step 143 (oom).
-        Footer offers r Resume, not c Cancel."""
+        batch_size or max_seq_length, ...". At 120x40 the latest events above it, the last
+        line saying failed at step 143 (oom); at 80x24 no events box: the panel has its place
+        and the loss chart keeps eight rows of plot. Footer offers r Resume, not c
+        Cancel."""
         assert snap_compare(dashboard(showcase), terminal_size=size,
                             run_before=lambda pilot: open_run(pilot, FAILED))
 

@@ -179,6 +179,34 @@ async def test_export_from_the_checkpoints_screen(trained_runs, isolated_home):
         assert f"Export: step 30 → {job.output} (float): completed" in summary
 
 
+async def test_an_export_to_a_taken_folder_says_what_to_do_in_the_dashboard(tmp_path):
+    from test_dashboard_fixtures import make, write_checkpoints
+
+    from zyquo_tui.core.runs.run import RunState
+    from zyquo_tui.dashboard.dialogs.export import ExportChoice
+    from zyquo_tui.dashboard.export_jobs import start_export
+
+    model, data, taken = tmp_path / "model", tmp_path / "data", tmp_path / "taken"
+    for folder in (model, data, taken):
+        folder.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    (data / "valid.jsonl").write_text('{"text": "a row"}\n')
+    (taken / "config.json").write_text("{}")
+    store = RunStore(tmp_path / "home").ensure()
+    run_id = "20251129-080000-000-a1b2"
+    make(store, run_id, "taken", RunState.COMPLETED, model=str(model), data=str(data))
+    write_checkpoints(store, run_id, [100])
+    app = ZyquoApp(store, notifications=QUIET)
+    async with app.run_test(size=(100, 30)) as pilot:
+        start_export(app, run_id, 100, ExportChoice(taken))
+        await wait_until(pilot, lambda: app._notifications, "the refusal", timeout=20)
+        [refusal] = list(app._notifications)
+        # The dashboard has no -o: its own next step instead (the CLI keeps -o).
+        assert refusal.message == (f"{taken} already exists; press e again and give another "
+                                   "folder, or move it away.")
+    assert not (store.home / "exports").exists()
+
+
 # -- snapshots ------------------------------------------------------------------------------------
 
 class ScriptedSession:

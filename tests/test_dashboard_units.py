@@ -323,6 +323,62 @@ async def test_footer_offers_only_the_verbs_valid_for_the_selected_run(tmp_path)
         assert "s" in footer_keys(app)
 
 
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (80, 8)], ids=str)
+async def test_the_runs_name_column_takes_the_free_width_and_no_column_shows_cut(tmp_path, size):
+    # (80, 8): more runs than rows, so the vertical scrollbar takes its share of the width.
+    store = write_showcase_store(tmp_path / "home", with_running=False)
+    copy = "support-chat lora r16 (again)"
+    make(store, "20251129-095000-000-f0f0", copy, RunState.CONFIGURED)
+    app = ZyquoApp(store, clock=lambda: NOW, notifications=QUIET)
+    async with app.run_test(size=size) as pilot:
+        await listed(pilot)
+        table = app.screen.table
+        assert table.show_vertical_scrollbar == (size[1] == 8)
+        shown = table.scrollable_content_region.width
+        edges = []
+        for column in table.columns.values():
+            edges.append((edges[-1] if edges else 0) + column.get_render_width(table))
+        # Every column ends inside the view or starts at its edge or beyond: none is cut.
+        assert not any(start < shown < end for start, end in zip([0] + edges, edges)), edges
+        assert shown - edges[-1] < 0 or shown in edges  # and the free width went to the name
+        name = table.get_cell("20251129-095000-000-f0f0", "name")
+        assert name == copy
+        assert table.columns["name"].width >= (len(copy) if size[0] >= 120 else 18)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=str)
+async def test_a_stopped_runs_cause_leaves_the_loss_chart_readable(tmp_path, size):
+    store = write_showcase_store(tmp_path / "home", with_running=False)
+    interrupted = "20251129-082000-000-a3b4"
+
+    def killed(run):  # the runner's own words for a SIGKILL: five lines at 80 columns
+        run.failure = {"cause": "killed", "message": (
+            "The trainer was killed (SIGKILL), most likely by the system running out of "
+            "memory or by a user."), "suggestion": (
+            "if memory was short, lower batch_size or max_seq_length, turn on "
+            "grad_checkpoint, train fewer layers, or use a quantized base model (run "
+            "`zyquo-tui plan` for a configuration that fits); otherwise resume the run")}
+    store.update(interrupted, killed)
+    app = ZyquoApp(store, clock=lambda: NOW, notifications=QUIET)
+    async with app.run_test(size=size) as pilot:
+        await listed(pilot)
+        app.screen.table.select_run(interrupted)
+        await pilot.press("enter")
+        deadline = time.monotonic() + 20
+        while not (app.service.feed(interrupted) and app.service.feed(interrupted).loaded):
+            assert time.monotonic() < deadline
+            await pilot.pause(0.05)
+        await pilot.pause(0.2)
+        screen = app.screen
+        assert isinstance(screen, LiveMetricsScreen)
+        # The cause and what to try, whole: five lines at 80 columns, three at 120.
+        assert screen.query_one("#failure").region.height == (5 if size[0] == 80 else 3)
+        # Six rows of plot at least (borders and the x axis aside), at 80x24 too.
+        assert screen.query_one("#loss-chart").region.height >= 9
+        # The events box gives its room up only where the room is short.
+        assert screen.query_one("#events").display == (size[1] > 24)
+
+
 async def test_palette_names_every_command_area_colon_action(tmp_path):
     store = write_showcase_store(tmp_path / "home", with_running=False)
     app = ZyquoApp(store, clock=lambda: NOW, notifications=QUIET)

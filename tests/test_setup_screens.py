@@ -171,6 +171,63 @@ async def test_token_statistics_count_in_a_worker_while_the_screen_responds(mode
         assert "train.jsonl line 2: 25 tokens" in preview and "9 minus 4 is 5." in preview
 
 
+class CountedTokens(SlowTokens):
+    """Token statistics at once, each count recorded."""
+
+    def __init__(self, home):
+        super().__init__(home)
+        self.release.set()
+
+
+async def test_going_back_to_a_row_shows_its_tokens_without_counting_again(models):
+    app = dashboard(CountedTokens)
+    sources = app.setup_sources
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.push_screen(DatasetsScreen())
+        await until(pilot, lambda: app.screen.datasets and app.screen.report, "the report")
+        screen = app.screen
+        await pilot.press("t")
+        await until(pilot, lambda: screen.stats is not None, "the statistics")
+        sources.release.clear()  # a count from here on waits: the table must stay meanwhile
+        await pilot.press("right_square_bracket")
+        await until(pilot, lambda: len(sources.calls) == 2, "row 2 counted")
+        assert "8736" in text_of(screen, "#tokens")  # row 1's statistics, not "Counting…"
+        assert "Counting" in text_of(screen, "#preview")
+        sources.release.set()
+        await until(pilot, lambda: screen.stats.preview.line == 2, "row 2's preview")
+        sources.release.clear()
+        await pilot.press("left_square_bracket")  # back to row 1: remembered
+        await pilot.pause()
+        assert screen.stats.preview.line == 1 and len(sources.calls) == 2
+        assert "train.jsonl line 1" in text_of(screen, "#preview")
+        sources.release.set()
+
+
+def test_token_statistics_are_counted_again_when_the_files_change(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"text": "one"}\n')
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer.json").write_text("{}")
+    sources = CountedTokens(tmp_path / "home")
+
+    def count(line=1):
+        return sources.counted_token_stats(str(data), str(model), 2048, line, lambda: False)
+    count()
+    count()
+    assert len(sources.calls) == 1  # remembered
+    count(line=2)
+    assert len(sources.calls) == 2  # another row: another preview
+    (data / "train.jsonl").write_text('{"text": "one"}\n{"text": "two"}\n')
+    count()
+    assert len(sources.calls) == 3  # the dataset changed
+    (model / "tokenizer.json").write_text('{"changed": true}')
+    count()
+    assert len(sources.calls) == 4  # the tokenizer changed
+    assert sources.cached_token_stats(str(data), str(model), 2048, 1) is not None
+
+
 async def test_real_token_statistics_and_a_masked_preview(models):
     """The real subprocess with the sample model's tokenizer and chat template."""
     app = dashboard(FixedSources)

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from zyquo_tui.dashboard.dialogs.export import ExportChoice
 
 POLL_SECONDS = 0.5
+# The next step when the folder is taken (the CLI's says -o, which the dashboard has not).
+EXISTS_HINT = "press e again and give another folder, or move it away"
 
 
 def start_export(app: ZyquoApp, run_id: str, step: int, choice: ExportChoice) -> None:
@@ -26,7 +28,8 @@ def start_export(app: ZyquoApp, run_id: str, step: int, choice: ExportChoice) ->
 
     def start() -> exports.ExportJob:
         return exports.start_export(app.store, run_id, step=step, output=choice.output,
-                                    quantize=choice.quantize, gguf=choice.gguf)
+                                    quantize=choice.quantize, gguf=choice.gguf,
+                                    exists_hint=EXISTS_HINT)
 
     def started(job: exports.ExportJob) -> None:
         app.notify(f"Exporting step {job.step} of {job.run_name} to {job.output} "

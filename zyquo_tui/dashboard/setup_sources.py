@@ -124,6 +124,7 @@ class SetupSources:
         self._probe: Any = _UNREAD
         self._reports: dict[str, tuple[tuple, DatasetReport]] = {}
         self._lengths: dict[tuple, list[int]] = {}
+        self._token_stats: dict[tuple, tuple[tuple, TokenStats]] = {}
         self._lock = threading.Lock()
 
     # -- models and datasets ------------------------------------------------------------------
@@ -188,6 +189,30 @@ class SetupSources:
                     cancelled: Callable[[], bool]) -> TokenStats:
         return measure_tokens(data, model, max_seq_length=max_seq_length,
                               preview_line=preview_line, cancelled=cancelled)
+
+    def counted_token_stats(self, data: str, model: str, max_seq_length: int,
+                            preview_line: int, cancelled: Callable[[], bool]) -> TokenStats:
+        """token_stats, remembered for the session while the dataset's files and the model's
+        are unchanged: the datasets screen asks again at every `[` `]`, and a subprocess
+        takes seconds."""
+        found = self.cached_token_stats(data, model, max_seq_length, preview_line)
+        if found is not None:
+            return found
+        stamp = _files_stamp(Path(data)) + _folder_stamp(Path(model))
+        stats = self.token_stats(data, model, max_seq_length, preview_line, cancelled)
+        with self._lock:
+            self._token_stats[(data, model, max_seq_length, preview_line)] = (stamp, stats)
+        return stats
+
+    def cached_token_stats(self, data: str, model: str, max_seq_length: int,
+                           preview_line: int) -> TokenStats | None:
+        """Statistics already counted for exactly these (files unchanged), without counting."""
+        with self._lock:
+            cached = self._token_stats.get((data, model, max_seq_length, preview_line))
+        if cached is not None and cached[0] == (_files_stamp(Path(data))
+                                                + _folder_stamp(Path(model))):
+            return cached[1]
+        return None
 
     # -- memory ---------------------------------------------------------------------------------
 
@@ -271,6 +296,16 @@ def _files_stamp(folder: Path) -> tuple:
             continue
         stamp.append((file.name, stat.st_mtime_ns, stat.st_size))
     return tuple(stamp)
+
+
+def _folder_stamp(folder: Path) -> tuple:
+    """The files directly in a model folder: its tokenizer and chat template among them."""
+    try:
+        return tuple(sorted((entry.name, stat.st_mtime_ns, stat.st_size)
+                            for entry in os.scandir(folder) if entry.is_file()
+                            for stat in (entry.stat(),)))
+    except OSError:
+        return ()
 
 
 def setup_sources(app: Any) -> SetupSources:

@@ -193,8 +193,11 @@ def _model_config(model: str) -> dict[str, Any]:
 
 def start_export(store: RunStore, run_id: str, *, step: int | None = None,
                  output: Path | None = None, dequantize: bool = False,
-                 quantize: int | None = None, gguf: bool = False) -> ExportJob:
-    """Check the request (UserError, exit 2, nothing started) and start the job."""
+                 quantize: int | None = None, gguf: bool = False,
+                 exists_hint: str = "give another -o folder, or move it away") -> ExportJob:
+    """Check the request (UserError, exit 2, nothing started) and start the job.
+    `exists_hint` ends the refusal of an output folder that is taken: what to do instead, in
+    the caller's own terms (the CLI's -o; the dashboard's export dialog)."""
     run = store.get(run_id)
     checkpoint = checkpoint_at(store.adapters_dir(run.id), step, run.id)
     if quantize is not None and quantize not in QUANTIZE_BITS:
@@ -222,7 +225,7 @@ def start_export(store: RunStore, run_id: str, *, step: int | None = None,
     target = (output or default_output(store.home, run.name, checkpoint.step, job.weights))
     target = target.expanduser().absolute()
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise UserError(f"{target} already exists; give another -o folder, or move it away.")
+        raise UserError(f"{target} already exists; {exists_hint}.")
     if output is None:
         ensure_dir(target.parent, "the exported model")
     else:

@@ -7,7 +7,8 @@ training sees it with mask_prompt: the masked prompt, the trained tokens, the cu
 and `]` preview the previous or next row. A preference dataset shows one pair side by side
 (the prompt, then chosen and rejected next to each other), and `[` `]` move through the pairs.
 Validation and counting run in worker threads, and counting is cancelled when the dataset or
-model changes.
+model changes. Counts are remembered for the session (SetupSources) while the files are
+unchanged, so going back to a row shows it at once.
 """
 
 from __future__ import annotations
@@ -313,16 +314,25 @@ class DatasetsScreen(ZyquoScreen):
         key = (str(info.path), self.model_path, self.preview_line)
         self.stats_key = key
         data, model, line = key
-        self.query_one("#tokens", Static).update(Text(
-            "Counting with the model's tokenizer (a subprocess, seconds)…", style="italic"))
-        self.query_one("#preview", Static).update("")
         sources = self.sources
+        counted = sources.cached_token_stats(data, model, DEFAULT_MAX_SEQ_LENGTH, line)
+        if counted is not None:  # a row seen before: at once
+            self.workers.cancel_group(self, "tokens")
+            self._counted(key, counted, None)
+            return
+        counting = Text("Counting with the model's tokenizer (a subprocess, seconds)…",
+                        style="italic")
+        if self.stats is None:
+            self.query_one("#tokens", Static).update(counting)
+            self.query_one("#preview", Static).update("")
+        else:  # another row of the same dataset and model: the statistics stay meanwhile
+            self.query_one("#preview", Static).update(counting)
 
         def count() -> None:
             worker = get_current_worker()
             try:
-                stats, error = sources.token_stats(data, model, DEFAULT_MAX_SEQ_LENGTH, line,
-                                                   lambda: worker.is_cancelled), None
+                stats, error = sources.counted_token_stats(
+                    data, model, DEFAULT_MAX_SEQ_LENGTH, line, lambda: worker.is_cancelled), None
             except UserError as problem:
                 where = ""
                 if getattr(problem, "file", None):
@@ -341,6 +351,7 @@ class DatasetsScreen(ZyquoScreen):
         tokens = self.query_one("#tokens", Static)
         if stats is None:
             tokens.update(Text(f"✗ {error}", style="red"))
+            self.query_one("#preview", Static).update("")
             return
         table = stats_table(stats)
         if stats.note:

@@ -81,6 +81,9 @@ class LiveMetricsScreen(RunViewScreen):
     stops nothing; new events redraw it as they arrive."""
 
     AREA = "Run"
+    # -short below 30 rows (80x24): a failed run's panel then takes the events box's room, not
+    # the loss chart's (styles/dashboard.tcss).
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
     BINDINGS = [
         Binding("s", "toggle_smoothing", "Smoothing", id="run.smoothing",
                 tooltip="Smooth train loss and tokens/s (raw stays faintly behind; the "

@@ -55,11 +55,11 @@ def _missing_last(value: Any) -> tuple:
     return (value is None, value if value is not None else 0)
 
 
-NAME_WIDTH = 18
+NAME_MIN_WIDTH = 18  # the Name column's width when the table has no room to spare
 
 COLUMNS = (
     Column("state", "State", 13, lambda r: STATE_ORDER.get(r.state, 99)),
-    Column("name", "Name", NAME_WIDTH, lambda r: r.name.lower()),
+    Column("name", "Name", NAME_MIN_WIDTH, lambda r: r.name.lower()),
     Column("progress", "Progress", PROGRESS_WIDTH, lambda r: _missing_last(r.fraction)),
     Column("train", "Train", 6, lambda r: _missing_last(r.train_loss)),
     Column("val", "Val", 6, lambda r: _missing_last(r.val_loss)),
@@ -74,6 +74,22 @@ COLUMNS = (
 )
 COLUMN_BY_KEY = {c.key: c for c in COLUMNS}
 SORTABLE = tuple(c.key for c in COLUMNS)
+
+
+def name_width(available: int, padding: int) -> int:
+    """The Name column's width in a table whose cells have `available` cells across (each
+    column takes its width and `padding` on both sides): the columns that fit whole beside a
+    name of NAME_MIN_WIDTH keep their widths and the name takes the rest, so names read in full
+    where there is room and no column shows cut at its edge (Elapsed read "El" at 80 columns,
+    its figure easy to misread); the columns that don't fit are a scroll away, whole."""
+    used = NAME_MIN_WIDTH + 2 * padding
+    for column in COLUMNS:
+        if column.key == "name":
+            continue
+        if used + column.width + 2 * padding > available:
+            break
+        used += column.width + 2 * padding
+    return NAME_MIN_WIDTH + max(0, available - used)
 
 
 def progress_cell(row: RunRow | GroupRow) -> Text:
@@ -114,12 +130,12 @@ def _short_setting(word: str) -> str:
     return "".join(part[:1] for part in key.split("_") if part) + "=" + value
 
 
-def name_cell(row: RunRow, marked: bool) -> str | Text:
-    """The name (fitted to the column: `fitted_name`); a preference run's objective before it
-    (`dpo helpful`), so it reads apart from SFT runs at a glance (SFT runs show their name
-    alone)."""
+def name_cell(row: RunRow, marked: bool, width: int = NAME_MIN_WIDTH) -> str | Text:
+    """The name (fitted to the column's `width`: `fitted_name`); a preference run's objective
+    before it (`dpo helpful`), so it reads apart from SFT runs at a glance (SFT runs show their
+    name alone)."""
     prefix = (MARK if marked else "") + ("" if row.objective == "sft" else row.objective + " ")
-    name = fitted_name(row.name, NAME_WIDTH - len(prefix))
+    name = fitted_name(row.name, width - len(prefix))
     if row.objective == "sft":
         return Text(MARK + name, style="bold") if marked else name
     text = Text(MARK, style="bold") if marked else Text()
@@ -129,7 +145,8 @@ def name_cell(row: RunRow, marked: bool) -> str | Text:
     return text
 
 
-def row_cells(row: RunRow | GroupRow, marked: bool = False) -> tuple:
+def row_cells(row: RunRow | GroupRow, marked: bool = False,
+              name_width: int = NAME_MIN_WIDTH) -> tuple:
     if isinstance(row, GroupRow):
         return group_cells(row)
     symbol, style = STATE_LOOK.get(row.state, ("?", ""))
@@ -138,7 +155,7 @@ def row_cells(row: RunRow | GroupRow, marked: bool = False) -> tuple:
                 DASH, DASH, DASH, DASH, DASH, DASH, "", "", "", "", row.id)
     return (
         Text(f"{symbol} {row.state}", style=style),
-        name_cell(row, marked),
+        name_cell(row, marked, name_width),
         progress_cell(row),
         fmt_loss(row.train_loss),
         fmt_loss(row.val_loss),
@@ -262,11 +279,22 @@ class RunsTable(DataTable):
         self._shown_rows: dict[str, Row] = {}
         self.marked: list[str] = []  # runs marked for comparison, in the order marked
         self.collapsed: set[str] = set()  # grids shown as one line (g)
+        self.name_width = NAME_MIN_WIDTH  # the Name column's, fitted to the table (name_width)
 
     def on_mount(self) -> None:
         for column in COLUMNS:
             self.add_column(column.label, width=column.width, key=column.key)
         self._mark_sorted_column()
+
+    def on_resize(self) -> None:
+        # Also sent when the vertical scrollbar comes or goes (the rows' height changed), so
+        # the width measured here is the one the cells have.
+        width = name_width(self.scrollable_content_region.width, self.cell_padding)
+        if width != self.name_width:
+            self.name_width = width
+            self.columns["name"].width = width
+            rows = self.visible_rows()
+            self._rebuild(rows, [row.id for row in rows])  # names fitted to the new width
 
     def _mark_sorted_column(self) -> None:
         """The sorted column's header ends with an arrow (↓ for descending)."""
@@ -302,7 +330,7 @@ class RunsTable(DataTable):
             self.marked.append(run_id)
         row = self._rows.get(run_id)
         if row is not None and run_id in self._cells:
-            cells = row_cells(row, run_id in self.marked)
+            cells = row_cells(row, run_id in self.marked, self.name_width)
             self._cells[run_id] = cells
             self.update_cell(run_id, "name", cells[1])
 
@@ -378,7 +406,7 @@ class RunsTable(DataTable):
         for row in rows:
             if previous.get(row.id) == row:
                 continue  # the same figures: nothing to format
-            cells = row_cells(row, row.id in self.marked)
+            cells = row_cells(row, row.id in self.marked, self.name_width)
             before = self._cells.get(row.id)
             if cells == before:
                 continue
@@ -391,7 +419,8 @@ class RunsTable(DataTable):
     def _rebuild(self, rows: list[Row], keys: list[str]) -> None:
         selected = self._selected_key()
         self.clear()
-        self._cells = {row.id: row_cells(row, row.id in self.marked) for row in rows}
+        self._cells = {row.id: row_cells(row, row.id in self.marked, self.name_width)
+                       for row in rows}
         for row in rows:
             self.add_row(*self._cells[row.id], key=row.id)
         self._keys = keys
