@@ -34,6 +34,16 @@ def started(resumed=None, iters=100):
     return {"v": 1, "type": "started", "time": 0.0, "iters": iters, "resumed_from_step": resumed}
 
 
+def test_the_first_validation_names_the_step_before_any_report():
+    """mlx-lm validates at step 1, before the first train report: progress says step 1, as
+    `runs show` places that validation (it used to say step 0 beside the val loss)."""
+    m = RunMetrics()
+    m.ingest([started(), val(1, 5.0)])
+    assert m.summary()["step"] == 1
+    m.ingest([train(10, 4.0)])
+    assert m.summary()["step"] == 10
+
+
 def test_series_summary_and_best_checkpoint():
     m = RunMetrics()
     m.ingest([started(), val(1, 5.0), train(10, 4.0), val(10, 3.5),

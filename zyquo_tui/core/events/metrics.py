@@ -104,6 +104,10 @@ class RunMetrics:
                 value = event.get(key)
                 if isinstance(value, (int, float)):
                     self.series[series].add(step, float(value))
+            if kind == ev.VAL:
+                # The first validation (step 1) comes before the first report: the step it
+                # names is the run's, as `runs show` puts its best there.
+                self.step = max(self.step, step)
             if kind == ev.TRAIN:
                 self.step = step
                 peaks = event.get(ev.RANK_PEAKS)
