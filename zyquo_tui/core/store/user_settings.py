@@ -30,13 +30,27 @@ DEFAULT_LOG_MAX_BYTES = 10 << 20
 DEFAULT_LOG_BACKUPS = 3
 
 
+def _section(path: Path, data: dict, name: str) -> dict:
+    """`[name]` of config.toml: a table, or one sentence saying it is not one."""
+    table = data.get(name, {})
+    if not isinstance(table, dict):
+        raise UserError(f"{path}: {name} must be a table ([{name}] and its keys), not "
+                        f"{table!r}; fix the file.")
+    return table
+
+
 def _typed(path: Path, table: dict, section: str, key: str, kind: type, default, *,
            minimum: int | None = None):
-    """`[section] key` of config.toml, checked: one sentence naming the key when it is wrong."""
+    """`[section] key` of config.toml, checked: one sentence naming the key when it is wrong.
+    `kind` float takes any number (TOML writes 30 and 30.0 alike); str takes text."""
     value = table.get(key, default)
-    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
     if not ok or (minimum is not None and value < minimum):
-        wanted = "true or false" if kind is bool else "a whole number"
+        wanted = {bool: "true or false", float: "a number", str: "text"}.get(
+            kind, "a whole number")
         if minimum is not None:
             wanted += f" of at least {minimum}"
         raise UserError(f"{path}: [{section}] {key} must be {wanted}, not {value!r}; "
@@ -75,23 +89,24 @@ class Settings:
             raise UserError(f"{path}:{toml_error_line(error, text)}: not valid TOML ({error}); "
                             "fix or remove the file.") from None
         settings = cls()
-        folders = data.get("models", {}).get("folders", [])
+        folders = _section(path, data, "models").get("folders", [])
         if not isinstance(folders, list) or not all(isinstance(f, str) for f in folders):
             raise UserError(f"{path}: models.folders must be a list of paths; fix the file.")
         settings.model_folders = folders
-        settings.webhook_url = data.get("notifications", {}).get("webhook_url")
-        runs = data.get("runs", {})
-        settings.cancel_grace_seconds = float(runs.get("cancel_grace_seconds", 30.0))
-        stop = runs.get("stop_on_divergence", False)
-        if not isinstance(stop, bool):
-            raise UserError(f"{path}: runs.stop_on_divergence must be true or false, not "
-                            f"{stop!r}; fix the file.")
-        settings.stop_on_divergence = stop
+        notifications = _section(path, data, "notifications")
+        if notifications.get("webhook_url") is not None:
+            settings.webhook_url = _typed(path, notifications, "notifications", "webhook_url",
+                                          str, None)
+        runs = _section(path, data, "runs")
+        settings.cancel_grace_seconds = float(_typed(path, runs, "runs", "cancel_grace_seconds",
+                                                     float, 30.0, minimum=0))
+        settings.stop_on_divergence = _typed(path, runs, "runs", "stop_on_divergence", bool,
+                                             False)
         settings.auto_resume = _typed(path, runs, "runs", "auto_resume", bool, True)
-        disk = data.get("disk", {})
+        disk = _section(path, data, "disk")
         settings.disk_floor_bytes = _typed(path, disk, "disk", "floor_bytes", int,
                                            DEFAULT_DISK_FLOOR_BYTES, minimum=0)
-        logs = data.get("logs", {})
+        logs = _section(path, data, "logs")
         settings.log_max_bytes = _typed(path, logs, "logs", "max_bytes", int,
                                         DEFAULT_LOG_MAX_BYTES, minimum=4096)
         settings.log_backups = _typed(path, logs, "logs", "backups", int,
