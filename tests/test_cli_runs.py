@@ -73,3 +73,35 @@ def test_fork_warm_starts_a_new_run_from_a_checkpoint(tiny_model):
     assert first_val(child["id"]) < first_val(fresh) - 0.5, "the fork starts from trained weights"
     bad = zyquo_cli("runs", "fork", child["id"], "--from-step", "7")
     assert bad.returncode == 2 and "no checkpoint at step 7; it has 10, 20, 30" in bad.stderr
+
+
+def test_checkpoints_are_listed_deleted_and_pruned_from_the_command_line(tiny_model):
+    """What the checkpoints screen's d and t do, headless: delete one step's checkpoint, and a
+    retention choice that a completed run applies at once."""
+    run_id = new_run(tiny_model)
+    assert zyquo_cli("runs", "start", run_id, "--wait").returncode == 0
+
+    def steps() -> list[int]:
+        done = zyquo_cli("runs", "checkpoints", run_id, "--json")
+        assert done.returncode == 0, done.stderr
+        return [c["step"] for c in json.loads(done.stdout)["checkpoints"]]
+    assert steps() == [10, 20, 30]
+
+    deleted = zyquo_cli("runs", "checkpoints", run_id, "--delete", "10")
+    assert deleted.returncode == 0 and "Deleted the checkpoint of step 10." in deleted.stdout
+    assert steps() == [20, 30]
+    missing = zyquo_cli("runs", "checkpoints", run_id, "--delete", "7")
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == (f"zyquo-tui: Run {run_id} has no checkpoint at step 7; "
+                                      "it has 20, 30.")
+
+    kept = zyquo_cli("runs", "checkpoints", run_id, "--keep-last", "1")
+    assert kept.returncode == 0 and "keep the best and the last, applied now" in kept.stdout
+    best = json.loads(zyquo_cli("runs", "show", run_id, "--json").stdout)["progress"][
+        "best_checkpoint_step"]
+    assert steps() == sorted({best, 30})
+    shown = json.loads(zyquo_cli("runs", "checkpoints", run_id, "--json").stdout)
+    assert shown["retention"] == {"keep_last": 1, "keep_best": True}
+    assert zyquo_cli("runs", "checkpoints", run_id, "--keep-all").returncode == 0
+    assert json.loads(zyquo_cli("runs", "checkpoints", run_id, "--json").stdout)[
+        "retention"] is None

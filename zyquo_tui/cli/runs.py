@@ -127,9 +127,10 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_import)
 
-    from zyquo_tui.cli import runs_compare
+    from zyquo_tui.cli import checkpoints_cmd, runs_compare
 
     runs_compare.register(sub)
+    checkpoints_cmd.register(sub)
 
     # After training: try an adapter, export a fused model (each in its own module).
     from zyquo_tui.cli import export_cmd, try_cmd

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from zyquo_tui.core.events import protocol as ev
 from zyquo_tui.core.events.metrics import RunMetrics
+from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.store.atomic import write_json_atomic
 from zyquo_tui.core.store.checkpoints import Checkpoint, list_checkpoints
 from zyquo_tui.core.store.store import RunStore
@@ -74,6 +75,17 @@ def doomed(checkpoints: list[Checkpoint], policy: RetentionPolicy,
     if policy.keep_best and best_step is not None:
         keep.add(best_step)
     return [c for c in checkpoints if c.step not in keep]
+
+
+def deletion_refusal(run: Run, checkpoint: Checkpoint, checkpoints: list[Checkpoint]
+                     ) -> str | None:
+    """Why this checkpoint may not be deleted now (None when it may): an active run's newest
+    is the one its trainer may be writing, and the one it would resume from."""
+    newest = max((c.step for c in checkpoints), default=None)
+    if run.state.is_active and checkpoint.step == newest:
+        return (f"Run {run.id} is {run.state.value} and step {checkpoint.step} is its newest "
+                "checkpoint, the one it resumes from; delete it once the run has stopped.")
+    return None
 
 
 def delete_checkpoint(checkpoint: Checkpoint) -> None:

@@ -11,7 +11,12 @@ from textual.widgets import DataTable, Footer, Static
 from zyquo_tui.core.formatting import fmt_bytes, fmt_loss
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.store.checkpoints import list_checkpoints
-from zyquo_tui.core.store.retention import RetentionPolicy, load_policy, save_policy
+from zyquo_tui.core.store.retention import (
+    RetentionPolicy,
+    deletion_refusal,
+    load_policy,
+    save_policy,
+)
 from zyquo_tui.dashboard.dialogs.adapter_command import (
     AdapterCommandDialog,
     adapter_commands,
@@ -238,8 +243,7 @@ class CheckpointsScreen(RunViewScreen):
         if action == "delete_checkpoint":
             if checkpoint is None or run is None:
                 return False
-            newest = max(c.step for c in self.table.checkpoints)
-            return not (run.state.is_active and checkpoint.step == newest)
+            return deletion_refusal(run, checkpoint, self.table.checkpoints) is None
         if action == "retention":
             return run is not None
         return True
