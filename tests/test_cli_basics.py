@@ -87,6 +87,15 @@ def test_runs_list_shows_damaged_runs_beside_good_ones(isolated_home, tiny_model
     assert "not valid JSON" in listing[1]["damaged"]
     plain = zyquo_cli("runs", "list")
     assert plain.returncode == 0 and "damaged" in plain.stdout and "good one" in plain.stdout
+    # Every other command names the way out; delete, asked, removes it and only it.
+    shown = zyquo_cli("runs", "show", bad_id)
+    assert shown.returncode == 2 and f"`zyquo-tui runs delete {bad_id}` removes" in shown.stderr
+    deleted = zyquo_cli("runs", "delete", bad_id)
+    assert deleted.returncode == 0, deleted.stderr
+    assert "its run.json was damaged" in deleted.stdout
+    assert not (isolated_home / "runs" / bad_id).exists()
+    assert [r["state"] for r in json.loads(zyquo_cli("runs", "list", "--json").stdout)] == [
+        "configured"]
 
 
 def _one_sentence_exit_2(done: subprocess.CompletedProcess) -> str:

@@ -23,7 +23,7 @@ from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.settings import Method
 from zyquo_tui.core.store.index import listing_row, listing_rows
 from zyquo_tui.core.store.queue import RunQueue
-from zyquo_tui.core.store.store import RunStore
+from zyquo_tui.core.store.store import DamagedRun, RunStore
 
 if TYPE_CHECKING:
     from zyquo_tui.core.events.metrics import RunMetrics
@@ -505,6 +505,15 @@ def cmd_logs(args) -> int:
 def cmd_delete(args) -> int:
     store = RunStore()
     supervisor = _supervisor(store)
+    record = store.record(args.id)
+    if isinstance(record, DamagedRun):
+        # Its run.json cannot say what it is doing; asked to delete it, that is the user's call.
+        with supervisor.queue.locked() as order:
+            if record.id in order:
+                order.remove(record.id)
+        store.delete(record.id)
+        print(f"{record.id} deleted (its run.json was damaged: {record.reason})")
+        return 0
     run = supervisor.get(args.id)
     if run.state.is_active:
         raise UserError(f"Run {run.id} is {run.state.value}; cancel it before deleting it.")

@@ -39,7 +39,8 @@ FORK_WEIGHTS = "fork_weights.safetensors"  # a fork's link to the checkpoint it 
 
 @dataclass
 class DamagedRun:
-    """A run folder whose run.json cannot be read; listed with the reason, never deleted."""
+    """A run folder whose run.json cannot be read; listed with the reason, deleted only when
+    the user asks (`runs delete`)."""
 
     id: str
     path: Path
@@ -105,18 +106,23 @@ class RunStore:
 
     def get(self, run_id: str) -> Run:
         """The run with this id; UserError when unknown or damaged."""
+        result = self.record(run_id)
+        if isinstance(result, DamagedRun):
+            raise UserError(
+                f"{self.run_dir(run_id) / RUN_FILE}: run {run_id} is damaged ({result.reason}); "
+                f"its files are kept as they are: mend run.json, or `zyquo-tui runs delete "
+                f"{run_id}` removes the run."
+            )
+        return result
+
+    def record(self, run_id: str) -> Run | DamagedRun:
+        """The run with this id as it reads, damaged or not; UserError when unknown."""
         folder = self.run_dir(run_id)
         if not (folder / RUN_FILE).exists():
             raise UserError(
                 f"There is no run {run_id} in {self.runs_root}; `zyquo-tui runs list` shows them."
             )
-        result = self._read(folder)
-        if isinstance(result, DamagedRun):
-            raise UserError(
-                f"{folder / RUN_FILE}: run {run_id} is damaged ({result.reason}); "
-                "its files are kept as they are."
-            )
-        return result
+        return self._read(folder)
 
     def update(self, run_id: str, change: Callable[[Run], object]) -> Run:
         """Read, change and write a run under its lock, so concurrent updates lose nothing.
