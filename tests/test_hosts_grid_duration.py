@@ -74,6 +74,18 @@ def test_a_two_by_two_grid_queues_four_runs_that_run_one_after_another(tiny_mode
         assert start >= end
 
 
+@pytest.mark.parametrize("rates, sentence", [
+    ("1e-3,,2e-3", "--learning-rate '1e-3,,2e-3' has an empty value between its ','s"),
+    ("1e-3,0.001", "--learning-rate gives 0.001 twice, which would make two identical runs"),
+])
+def test_an_empty_or_repeated_grid_value_makes_no_run(tiny_model, isolated_home, rates,
+                                                      sentence):
+    done = zyquo_cli("runs", "grid", "--model", str(tiny_model), "--data",
+                     str(SAMPLE_DATA / "completions"), "--learning-rate", rates, "--rank", "4,8")
+    assert done.returncode == 2 and sentence in done.stderr, done.stderr
+    assert not list((isolated_home / "runs").glob("*/run.json"))
+
+
 def test_a_bad_value_in_a_grid_makes_no_run(tiny_model, isolated_home):
     done = zyquo_cli("runs", "grid", "--model", str(tiny_model), "--data",
                      str(SAMPLE_DATA / "completions"), "--learning-rate", "1e-4,fast")

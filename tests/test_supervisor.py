@@ -256,6 +256,9 @@ def test_the_queue_can_be_reordered_and_runs_removed(tiny_model):
         (store.home / "queue.json").write_text('{"order": [')
         assert supervisor.queue.ids() == waiting
         assert supervisor.move(waiting[2], 1) == [waiting[2], waiting[0], waiting[1]]
+        nowhere = zyquo_cli("runs", "queue", waiting[0], "--to", "0")
+        assert nowhere.returncode == 2 and "1 (next) or more, not 0" in nowhere.stderr
+        assert supervisor.queue.ids() == [waiting[2], waiting[0], waiting[1]]
         assert zyquo_cli("runs", "dequeue", waiting[0]).returncode == 0
         assert supervisor.queue.ids() == [waiting[2], waiting[1]]
         assert store.get(waiting[0]).state is RunState.CONFIGURED

@@ -97,6 +97,10 @@ def test_try_refuses_a_step_without_a_checkpoint_in_one_sentence(trained_runs, i
     assert done.stderr.strip() == (f"zyquo-tui: Run {run_id} has no checkpoint at step 11; "
                                    "it has 10, 20, 30, 40.")
     assert no_tokens.returncode == EXIT_USAGE and "--max-tokens" in no_tokens.stderr
+    for temperature in ("nan", "inf", "-1"):
+        odd = zyquo_cli("runs", "try", run_id, "--prompt", PROMPT, "--temperature", temperature)
+        assert odd.returncode == EXIT_USAGE, (temperature, odd.stdout)
+        assert f"--temperature is {float(temperature)}; give 0" in odd.stderr
 
 
 # -- export ---------------------------------------------------------------------------------------

@@ -52,11 +52,19 @@ def grid_values(args: argparse.Namespace) -> dict[str, list[Any]]:
         if text is None:
             continue
         separator = ";" if setting.kind in LIST_KINDS else ","
-        parts = [part for part in (p.strip() for p in text.split(separator)) if part]
-        if not parts:
+        parts = [p.strip() for p in text.split(separator)]
+        if not any(parts):
             raise UserError(f"{setting.flag} has no value; give one or more, separated by "
                             f"'{separator}'.")
-        values[key] = [setting.parse(part) for part in parts]
+        if not all(parts):
+            raise UserError(f"{setting.flag} {text!r} has an empty value between its "
+                            f"'{separator}'s; give each value once.")
+        parsed = [setting.parse(part) for part in parts]
+        repeated = next((part for i, part in enumerate(parts) if parsed[i] in parsed[:i]), None)
+        if repeated is not None:
+            raise UserError(f"{setting.flag} gives {repeated} twice, which would make two "
+                            "identical runs; give each value once.")
+        values[key] = parsed
     return values
 
 

@@ -257,7 +257,10 @@ class Supervisor:
             return self.store.update(run_id, configured)
 
     def move(self, run_id: str, position: int) -> list[str]:
-        """Put a queued run at `position` (1 = next); returns the new order."""
+        """Put a queued run at `position` (1 = next; past the end, last); returns the new
+        order."""
+        if position < 1:
+            raise UserError(f"A queue position is 1 (next) or more, not {position}.")
         with self.queue.locked() as order:
             if run_id not in order:
                 raise UserError(f"Run {run_id} is not in the queue.")

@@ -9,6 +9,7 @@ events as they arrive (the dashboard's try screen, which reads them in a worker 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -58,7 +59,7 @@ def try_request(store: RunStore, run_id: str, step: int | None = None, *,
     (exit 2) for a step, a model folder or a setting that cannot be used."""
     if max_tokens < 1:
         raise UserError(f"--max-tokens is {max_tokens}; give a whole number of at least 1.")
-    if temperature < 0:
+    if not math.isfinite(temperature) or temperature < 0:
         raise UserError(f"--temperature is {temperature}; give 0 (the most likely answer) or "
                         "more (more varied answers).")
     run = store.get(run_id)
