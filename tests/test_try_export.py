@@ -293,6 +293,25 @@ def test_export_refuses_bad_requests_in_one_sentence_and_starts_nothing(trained_
         (isolated_home / "exports").glob("*.json"))
 
 
+def test_a_second_export_to_the_folder_one_is_writing_is_refused_at_once(trained_runs,
+                                                                         isolated_home):
+    """Two exports of one checkpoint to its default folder: the second used to start and fail
+    minutes later ("Directory not empty"); it is refused before it starts, naming the first."""
+    from zyquo_tui.core.errors import UserError
+
+    run_id = copy_run(trained_runs["float"], isolated_home)
+    store = RunStore()
+    first = exports.start_export(store, run_id)
+    try:
+        with pytest.raises(UserError, match=f"Export {first.id} \\(run {run_id}\\) is "
+                                            "writing .* now; wait for it"):
+            exports.start_export(store, run_id)
+        assert [job.id for job in exports.list_jobs(store.home)] == [first.id]
+    finally:
+        ended = exports.wait(store.home, first.id)
+    assert ended.state == exports.COMPLETED, ended.message
+
+
 def test_gguf_export_writes_the_file_for_a_llama_model(trained_runs, isolated_home):
     run_id = copy_run(trained_runs["float"], isolated_home)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.runs.run import new_run_id
-from zyquo_tui.core.store.atomic import write_json_atomic
+from zyquo_tui.core.store.atomic import file_lock, write_json_atomic
 from zyquo_tui.core.store.checkpoints import checkpoint_at
 from zyquo_tui.core.store.paths import ensure_dir, models_dir
 from zyquo_tui.core.store.store import RunStore
@@ -233,7 +233,15 @@ def start_export(store: RunStore, run_id: str, *, step: int | None = None,
                    remedy="give -o a folder you can write")
     job.output = str(target)
     ensure_dir(exports_dir(store.home), "export jobs")
-    save_job(store.home, job)
+    # Under a lock, so two exports started together cannot both take one folder: the second
+    # would only fail at its end, after minutes of fusing.
+    with file_lock(exports_dir(store.home) / "start.lock"):
+        taken = next((other for other in list_jobs(store.home)
+                      if other.state == RUNNING and other.output == job.output), None)
+        if taken is not None:
+            raise UserError(f"Export {taken.id} (run {taken.run_id}) is writing {target} "
+                            f"now; wait for it (`zyquo-tui runs exports`), or {exists_hint}.")
+        save_job(store.home, job)
     _spawn(store.home, job)
     return job
 
