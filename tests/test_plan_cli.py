@@ -80,7 +80,7 @@ def test_wont_fit_exits_1_with_suggestions_that_fit(capsys, model, isolated_home
     assert data["verdict"] == "won't fit" and "more than" in data["reason"]
     first = data["suggestions"][0]
     assert first["changes"] == {"batch_size": 2, "grad_accumulation_steps": 2}
-    assert first["iters_factor"] == 2 and "2x the iters" in first["title"]
+    assert first["iters_factor"] == 2 and "2x the steps" in first["title"]
     assert first["estimate_bytes"] == halved
     for suggestion in data["suggestions"]:
         assert suggestion["verdict"] == "fits"

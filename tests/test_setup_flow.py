@@ -175,9 +175,13 @@ async def test_wont_fit_turns_to_fits_with_the_first_suggestion(models):
         values = screen.form.values
         assert int(values["batch_size"]) * int(values["grad_accumulation_steps"]) == 64
         assert int(values["batch_size"]) == first.changes["batch_size"]
-        # A step is one batch (as mlx-lm counts): the same updates take that many more steps.
+        # A step is one batch (as mlx-lm counts): the same updates take that many more steps,
+        # and the steps between saves, validations and reports grow alike.
         factor = int(values["grad_accumulation_steps"])
         assert first.iters_factor == factor > 1 and int(values["iters"]) == 100 * factor
+        hp = Hyperparameters()
+        for key in ("save_every", "steps_per_eval", "steps_per_report"):
+            assert int(values[key]) == getattr(hp, key) * factor, key
 
 
 async def test_qlora_is_refused_on_the_unquantized_sample_and_offered_on_the_quantized(models):

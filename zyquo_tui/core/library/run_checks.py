@@ -120,7 +120,8 @@ def problems_with_model(method: Method, hp: Hyperparameters, model: ModelTraits
                                                f"({model.positions}); lower it to "
                                                f"{model.positions}.", WARNING))
     keys = SETTINGS["lora_keys"].get(hp)
-    if keys and method is not Method.FULL and model.layer_matrices:
+    if isinstance(keys, list) and all(isinstance(key, str) for key in keys) and keys \
+            and method is not Method.FULL and model.layer_matrices:  # (a wrong type: above)
         # mlx-lm adapts the modules a key names and skips a key it does not find: none found
         # trains nothing (and fails at the first step), some not found is likely a typo.
         unknown = [key for key in keys if key not in model.layer_matrices]

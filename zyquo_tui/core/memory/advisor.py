@@ -92,8 +92,9 @@ class Suggestion:
     estimate: Estimate
     verdict: Verdict
     truncated_rows: int | None = None  # rows the new max_seq_length cuts, when known
-    # How many times the run's iters to take: mlx-lm counts a step per batch, so a batch
-    # split over more accumulation steps needs that many more steps for the same updates.
+    # How many times the run's step counts to take (iters, and the steps between saves,
+    # validations and reports): mlx-lm counts a step per batch, so a batch split over more
+    # accumulation steps needs that many more steps for the same updates.
     iters_factor: int = 1
 
     def to_json(self) -> dict[str, Any]:
@@ -468,8 +469,8 @@ def _describe(before: TrainingConfig, after: TrainingConfig, truncated: int | No
         factor = _iters_factor(before, after)
         parts.append(f"batch {after.batch_size} with grad accumulation "
                      f"{after.grad_accumulation_steps}"
-                     + (f" (same effective batch; {factor}x the iters, as a step is one batch: "
-                        "the same updates, slower)" if same else ""))
+                     + (f" (same effective batch and updates: {factor}x the steps, as mlx-lm "
+                        "counts a step per batch)" if same else ""))
     if after.grad_checkpoint and not before.grad_checkpoint:
         parts.append("grad checkpointing (slower steps)")
     if after.max_seq_length != before.max_seq_length:

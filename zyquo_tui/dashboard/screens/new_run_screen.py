@@ -116,6 +116,11 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "run"
 
 
+# The settings counted in steps (batches, as mlx-lm counts them), which a suggestion that
+# splits the batch over accumulation steps multiplies.
+STEP_COUNTS = ("iters", "save_every", "steps_per_eval", "steps_per_report")
+
+
 class NewRunScreen(ZyquoScreen):
     """Set up a new run (see the module docstring). `like` prefills it from an existing run;
     `model` and `data` preselect a model or dataset folder."""
@@ -843,9 +848,12 @@ class NewRunScreen(ZyquoScreen):
         for key in ("grad_checkpoint", "optimizer"):
             if key in changes:
                 values[key] = changes[key]
-        iters = self.hp.iters if self.hp is not None else None
-        if suggestion.iters_factor > 1 and isinstance(iters, int):
-            values["iters"] = str(iters * suggestion.iters_factor)  # the same updates
+        if suggestion.iters_factor > 1 and self.hp is not None:
+            # The same updates, saves and validations: every count of steps grows alike.
+            for key in STEP_COUNTS:
+                count = getattr(self.hp, key)
+                if isinstance(count, int) and count > 0:
+                    values[key] = str(count * suggestion.iters_factor)
         if "method" in changes:
             self.set_method(Method(changes["method"]))
         self.form.set_values(values, touched=values)
