@@ -287,8 +287,16 @@ class RunsTable(DataTable):
         self._mark_sorted_column()
 
     def on_resize(self) -> None:
-        # Also sent when the vertical scrollbar comes or goes (the rows' height changed), so
-        # the width measured here is the one the cells have.
+        self._fit_name_column()
+
+    def watch_show_vertical_scrollbar(self, shown: bool) -> None:
+        # The scrollbar takes its columns from the cells' width, and no resize need follow
+        # (more rows than fit, on a screen of the same size): fit once it is laid out.
+        self.call_after_refresh(self._fit_name_column)
+
+    def _fit_name_column(self) -> None:
+        """Give the Name column the width the others leave (name_width), for the width the
+        cells have now."""
         width = name_width(self.scrollable_content_region.width, self.cell_padding)
         if width != self.name_width:
             self.name_width = width
