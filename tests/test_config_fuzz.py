@@ -276,3 +276,41 @@ def test_a_preset_with_a_wrong_shape_is_refused_in_one_sentence(isolated_home):
         load_preset("broken")
     assert refused.value.message == (f"{path}: lora_parameters must map rank, scale, dropout, "
                                      "keys to their values, as in mlx-lm's config, not 5.")
+
+
+def test_the_optimizer_arguments_are_the_installed_mlx_classes_own():
+    """The keys optimizer_config.NAME may hold are what MLX's class takes (beside
+    learning_rate, which mlx-lm passes): a newer MLX that adds or drops one fails here."""
+    import inspect
+
+    import mlx.optimizers as optimizers
+
+    from zyquo_tui.core.runs.config_keys import OPTIMIZER_ARGUMENTS
+
+    classes = {"adam": optimizers.Adam, "adamw": optimizers.AdamW, "sgd": optimizers.SGD,
+               "muon": optimizers.Muon, "adafactor": optimizers.Adafactor}
+    for name, cls in classes.items():
+        taken = set(inspect.signature(cls.__init__).parameters) - {"self", "learning_rate"}
+        assert set(OPTIMIZER_ARGUMENTS[name]) == taken, name
+
+
+@pytest.mark.parametrize("optimizer, settings, sentence", [
+    ("adam", "{bogus: 1}", "optimizer_config.adam has no bogus; its keys are betas, eps, "
+                           "bias_correction."),
+    ("adam", "{betas: 3}", "optimizer_config.adam.betas must be two numbers ([a, b]), not 3."),
+    ("sgd", "{nesterov: 'yes'}", "optimizer_config.sgd.nesterov must be true or false, not "
+                                 "'yes'."),
+    ("adamw", "{learning_rate: 0.1}", "optimizer_config.adamw.learning_rate is set by "
+                                      "learning_rate (or lr_schedule); move it there."),
+])
+def test_an_optimizer_setting_its_class_would_refuse_is_refused_when_the_run_is_made(
+        base_config, isolated_home, tmp_path, capsys, optimizer, settings, sentence):
+    """It used to be stored and fail at start ("unexpected keyword argument")."""
+    path = tmp_path / "run.yaml"
+    path.write_text(f"model: {base_config['model']}\ndata: {base_config['data']}\n"
+                    f"iters: 10\noptimizer: {optimizer}\noptimizer_config:\n"
+                    f"  {optimizer}: {settings}\n", encoding="utf-8")
+    assert _call(["runs", "import-config", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"zyquo-tui: {path}:") and err.endswith(sentence), err
+    assert _stored_runs(isolated_home) == 0

@@ -133,6 +133,55 @@ def normalize_config(config: dict[str, Any]) -> tuple[dict[str, Any], list[Probl
     return config, found
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _two_numbers(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) == 2 and all(map(_number, value))
+
+
+# What each optimizer's MLX class takes beside learning_rate (which mlx-lm passes itself, from
+# learning_rate or the schedule), and what each value must be. mlx-lm passes
+# optimizer_config[optimizer] to the class as keyword arguments, so a key the class does not
+# take, or a value it cannot use, would fail only when the run starts. tests/test_config_fuzz.py
+# checks these names against the installed MLX's signatures.
+_NUMBER = ("a number", _number)
+_BOOL = ("true or false", lambda v: isinstance(v, bool))
+_PAIR = ("two numbers ([a, b])", _two_numbers)
+OPTIMIZER_ARGUMENTS: dict[str, dict[str, tuple[str, Any]]] = {
+    "adam": {"betas": _PAIR, "eps": _NUMBER, "bias_correction": _BOOL},
+    "adamw": {"betas": _PAIR, "eps": _NUMBER, "weight_decay": _NUMBER, "bias_correction": _BOOL},
+    "sgd": {"momentum": _NUMBER, "weight_decay": _NUMBER, "dampening": _NUMBER,
+            "nesterov": _BOOL},
+    "muon": {"momentum": _NUMBER, "weight_decay": _NUMBER, "nesterov": _BOOL,
+             "ns_steps": ("a whole number", lambda v: isinstance(v, int)
+                          and not isinstance(v, bool))},
+    "adafactor": {"eps": _PAIR, "clip_threshold": _NUMBER, "decay_rate": _NUMBER,
+                  "beta_1": ("a number or null", lambda v: v is None or _number(v)),
+                  "weight_decay": _NUMBER, "scale_parameter": _BOOL, "relative_step": _BOOL,
+                  "warmup_init": _BOOL},
+}
+
+
+def _optimizer_arguments_problem(name: str, settings: dict[str, Any]) -> Problem | None:
+    """The first key of optimizer_config.NAME its MLX class would refuse, in one sentence."""
+    taken = OPTIMIZER_ARGUMENTS[name]
+    for key, value in settings.items():
+        if key == "learning_rate":
+            return Problem("optimizer_config", f"optimizer_config.{name}.learning_rate is "
+                                               "set by learning_rate (or lr_schedule); move it "
+                                               "there.")
+        if key not in taken:
+            return Problem("optimizer_config", f"optimizer_config.{name} has no {key}; its "
+                                               f"keys are {', '.join(taken)}.")
+        wanted, accepts = taken[key]
+        if not accepts(value):
+            return Problem("optimizer_config", f"optimizer_config.{name}.{key} must be "
+                                               f"{wanted}, not {value!r}.")
+    return None
+
+
 def _optimizer_config_problems(value: Any) -> list[Problem]:
     if not isinstance(value, dict):
         return [Problem("optimizer_config", f"optimizer_config must map optimizer names to "
@@ -146,4 +195,7 @@ def _optimizer_config_problems(value: Any) -> list[Problem]:
                                          and all(isinstance(k, str) for k in settings)):
             return [Problem("optimizer_config", f"optimizer_config.{name} must map {name}'s "
                                                 f"settings to values, not {settings!r}.")]
+        problem = _optimizer_arguments_problem(name, settings or {})
+        if problem is not None:
+            return [problem]
     return []
