@@ -59,6 +59,12 @@ def test_a_missing_prompts_file_is_refused_at_runs_new(tiny_model, tmp_path):
                         "--sample-prompts", str(tmp_path / "none.txt"))
     assert refused.returncode == 2
     assert "sample_prompts:" in refused.stderr and "is no file" in refused.stderr
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n")  # a file the trainer would refuse at start: no prompts in it
+    empty = zyquo_cli("runs", "new", "--model", str(tiny_model), "--data", str(COMPLETIONS),
+                      "--sample-prompts", str(blank))
+    assert empty.returncode == 2
+    assert f"sample_prompts: {blank} has no prompts; write one prompt a line" in empty.stderr
 
 
 def test_compare_of_two_runs_differing_in_learning_rate_lists_exactly_that(tiny_model):

@@ -188,9 +188,18 @@ class CountOrFile:
         if not isinstance(value, str) or not value.strip():
             return [(ERROR, f"{called} must be a number of prompts or a file of prompts, not "
                             f"{value!r}.")]
-        if not os.path.isfile(os.path.expanduser(value)):
+        path = os.path.expanduser(value)
+        if not os.path.isfile(path):
             return [(ERROR, f"{called}: {value} is no file; give a file of prompts, one a "
                             "line, or a number of validation prompts.")]
+        try:  # as the trainer reads it (trainer/samples.py), so a start does not fail on it
+            with open(path, encoding="utf-8") as prompts:
+                if not any(line.strip() for line in prompts):
+                    return [(ERROR, f"{called}: {value} has no prompts; write one prompt a "
+                                    "line in the file.")]
+        except (OSError, UnicodeDecodeError) as error:
+            return [(ERROR, f"{called}: {value} cannot be read ({error}); give a text file "
+                            "of prompts, one a line.")]
         return []
 
 
