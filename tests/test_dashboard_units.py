@@ -553,3 +553,23 @@ def test_a_full_dashboard_session_never_imports_mlx(tmp_path):
                           timeout=120, stdin=subprocess.DEVNULL, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_an_active_runs_newest_checkpoint_is_kept_from_deletion_by_either_door(tmp_path):
+    """One rule for the checkpoints screen's d and `runs checkpoints --delete`: the newest
+    checkpoint of an active run (the one it resumes from) stays; older ones, and every one of a
+    stopped run, may go."""
+    from zyquo_tui.core.runs.run import Run
+    from zyquo_tui.core.store.retention import deletion_refusal
+
+    store = RunStore(tmp_path / "home").ensure()
+    run = store.create(Run.new(model=str(tmp_path), data=str(tmp_path)))
+    write_checkpoints(store, run.id, [10, 20])
+    checkpoints = list_checkpoints(store.adapters_dir(run.id))
+    run.set_state(RunState.STARTING)
+    run.set_state(RunState.RUNNING)
+    assert "its newest checkpoint, the one it resumes from" in deletion_refusal(
+        run, checkpoints[-1], checkpoints)
+    assert deletion_refusal(run, checkpoints[0], checkpoints) is None
+    run.set_state(RunState.CANCELLED)
+    assert deletion_refusal(run, checkpoints[-1], checkpoints) is None
