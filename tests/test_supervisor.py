@@ -135,7 +135,7 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(tiny_mo
 
         done = zyquo_cli("runs", "resume", run.id, "--wait")
         assert done.returncode == 0, done.stdout + done.stderr
-        assert "(from the start: it saved no checkpoint)" in done.stdout
+        assert "(from the start, having saved no checkpoint)" in done.stdout
     finally:
         stop_runs(store, run.id)
     events = read_events(store.events_path(run.id))

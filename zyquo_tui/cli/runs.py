@@ -348,9 +348,9 @@ def cmd_cancel(args) -> int:
 def cmd_resume(args) -> int:
     supervisor = _supervisor()
     run = supervisor.resume(args.id, args.step, queue_if_busy=args.queue_if_busy)
-    where = (f"from step {run.resume_from_step}" if run.resume_from_step is not None else
-             "from the start: it saved no checkpoint")
-    print(f"{run.id} {run.state.value} ({where})")
+    from zyquo_tui.core.processes.supervisor import resume_point
+
+    print(f"{run.id} {run.state.value} ({resume_point(run)})")
     return _wait_for(supervisor, run.id, RunState.COMPLETED) if args.wait else 0
 
 

@@ -35,7 +35,7 @@ from zyquo_tui.core.library.sample import (
     sample_exists,
     sample_model_path,
 )
-from zyquo_tui.core.processes.supervisor import Supervisor
+from zyquo_tui.core.processes.supervisor import Supervisor, resume_point
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.settings import Hyperparameters
 from zyquo_tui.core.runs.stopping import DIVERGED
@@ -424,9 +424,8 @@ class RunService:
 
     def resume(self, run_id: str, step: int | None = None) -> None:
         def resumed(run: Run) -> None:
-            where = (f"from step {run.resume_from_step}" if run.resume_from_step is not None
-                     else "from the start (it saved no checkpoint)")
-            self.app.notify(f"{run.name} resumes {where} ({run.state.value}).", title="Resume")
+            self.app.notify(f"{run.name} resumes {resume_point(run)} ({run.state.value}).",
+                            title="Resume")
         self.act("Resume", lambda: self.supervisor.resume(run_id, step, queue_if_busy=True),
                  resumed)
 

@@ -36,6 +36,13 @@ RUNNER_LOG = "runner.log"
 STARTING_GRACE_SECONDS = 30.0
 
 
+def resume_point(run: Run) -> str:
+    """Where a resumed run goes on from, in words (the CLI's line and the dashboard's notice)."""
+    if run.resume_from_step is not None:
+        return f"from step {run.resume_from_step}"
+    return "from the start, having saved no checkpoint"
+
+
 class Supervisor:
     """Operations on runs that involve processes; everything it knows is in the store."""
 
