@@ -112,9 +112,9 @@ def training_config(config: dict):
                                                longest_row_tokens=config["seq"])
 
 
-def measure_one(config: dict, model_path: Path) -> dict:
+def measure_one(config: dict, model_path: Path, spec: dict | None = None) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump(spec_of(config, model_path), handle)
+        json.dump(spec or spec_of(config, model_path), handle)
     try:
         done = subprocess.run(
             [sys.executable, "-m", "zyquo_tui.trainer.measure", handle.name],
@@ -129,6 +129,45 @@ def measure_one(config: dict, model_path: Path) -> dict:
     if "error" in result:
         raise SystemExit(f"{config['id']}: {result['error']}")
     return result
+
+
+def replica_spec(config: dict, model_record_: dict, tokenizer_dir: Path):
+    """The measurement spec of the config's half-scale replica (core/memory/replica.py), and
+    the plan; None when no replica can stand for it."""
+    from zyquo_tui.core.memory.facts import ModelFacts
+    from zyquo_tui.core.memory.replica import plan_replica
+
+    replica = plan_replica(model_record_["config"], training_config(config), scales=(2,))
+    if replica is None:
+        return None, None
+    spec = spec_of(config, tokenizer_dir)
+    hp = spec["hyperparameters"]
+    hp["max_seq_length"] = replica.config.max_seq_length
+    hp["lora_parameters"]["rank"] = replica.config.rank
+    if isinstance(replica.config.loss_chunk_tokens, int):
+        hp["zyquo_tui"]["loss_chunk_tokens"] = replica.config.loss_chunk_tokens
+    facts = ModelFacts.from_record(model_record_, path=config["model"])
+    spec["synthetic_tokens"] = replica.config.max_seq_length
+    spec["replica"] = {"config": replica.model_config, "dtype": facts.compute_dtype}
+    return spec, replica
+
+
+def measure_replica(config: dict, models: dict, tokenizer_dir: Path) -> dict | None:
+    """Measure the config's half-scale replica; its figures and the real peak they predict."""
+    from zyquo_tui.core.memory.facts import ModelFacts
+
+    record = models[config["model"]]
+    spec, replica = replica_spec(config, record, tokenizer_dir)
+    if spec is None:
+        return None
+    result = measure_one(config, tokenizer_dir, spec)
+    facts = ModelFacts.from_record(record, path=config["model"])
+    return {"scale": replica.scale, "replica_peak_bytes": result["peak_memory_bytes"],
+            "replica_weights_bytes": result["model_weights_bytes"],
+            "estimate_bytes": replica.predicted_peak(facts, training_config(config),
+                                                     result["peak_memory_bytes"],
+                                                     result["model_weights_bytes"]),
+            "seconds": result["seconds"]}
 
 
 def machine() -> dict:
@@ -460,6 +499,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="fit the multipliers to the stored measurements and print them")
     parser.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
                         help="with --fit: hold a multiplier at a value")
+    parser.add_argument("--replica", action="store_true",
+                        help="with --measure: measure each config's half-scale replica "
+                             "(core/memory/replica.py) into replica.json; alone: its table")
     parser.add_argument("--attention", action="store_true",
                         help="measure one attention's backward peak, in attention matrices "
                              "(what kept_attention and working_attention stand for)")
@@ -476,6 +518,36 @@ def main(argv: list[str] | None = None) -> int:
     stored = load_json(measurements_path, {"machine": machine(), "measurements": {}})
     models = load_json(models_path, {})
 
+    replicas_path = args.out / "replica.json"
+    if args.replica and args.measure is not None:
+        replicas = load_json(replicas_path, {"machine": machine(), "replicas": {}})
+        tokenizer_dir = args.models_dir / "tokenizer"
+        if not (tokenizer_dir / "tokenizer.json").is_file():
+            from zyquo_tui.trainer.sample_model import build_tokenizer
+
+            build_tokenizer(tokenizer_dir)
+        wanted = [c for c in matrix["configs"] if c["model"] in models
+                  and (args.all or (c["id"] in args.measure if args.measure
+                                    else c["id"] not in replicas["replicas"]))]
+        for number, config in enumerate(wanted, start=1):
+            try:
+                result = measure_replica(config, models, tokenizer_dir)
+            except SystemExit as failed:
+                print(f"[{number}/{len(wanted)}] {failed}", flush=True)
+                continue
+            if result is None:
+                print(f"[{number}/{len(wanted)}] {config['id']}: no replica", flush=True)
+                continue
+            replicas["replicas"][config["id"]] = result
+            replicas["machine"] = machine()
+            write_json(replicas_path, replicas)
+            measured = stored["measurements"].get(config["id"], {}).get("peak_memory_bytes")
+            error = f" ({result['estimate_bytes'] / measured - 1:+.1%})" if measured else ""
+            print(f"[{number}/{len(wanted)}] {config['id']}: replica "
+                  f"{result['replica_peak_bytes'] / 2**20:.1f} MiB, predicts "
+                  f"{result['estimate_bytes'] / 2**20:.1f} MiB{error} "
+                  f"({result['seconds']:.0f} s)", flush=True)
+        return 0
     if args.measure is not None:
         wanted = [c for c in matrix["configs"]
                   if (args.all or (c["id"] in args.measure if args.measure

@@ -75,7 +75,7 @@ def wait_state(supervisor: Supervisor, run_id: str, timeout: float = 300):
 
 
 def plan_json(capsys, *args) -> tuple[int, dict]:
-    status = cli_main(["plan", *args, "--json"])
+    status = cli_main(["plan", *args, "--json", "--no-replica"])
     return status, json.loads(capsys.readouterr().out)
 
 

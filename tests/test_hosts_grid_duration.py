@@ -98,7 +98,7 @@ def test_a_bad_value_in_a_grid_makes_no_run(tiny_model, isolated_home):
 
 
 def plan_json(*args: str) -> dict:
-    done = zyquo_cli("plan", *args, "--json")
+    done = zyquo_cli("plan", *args, "--json", "--no-replica")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

@@ -36,8 +36,9 @@ def model(tmp_path) -> Path:
     return write_model(tmp_path / "llama-test")
 
 
-def plan(capsys, *args) -> tuple[int, dict | str, str]:
-    status = main(["plan", *map(str, args)])
+def plan(capsys, *args, replica: bool = False) -> tuple[int, dict | str, str]:
+    """`zyquo-tui plan ARGS`; by the terms alone unless `replica` (the replica's own tests)."""
+    status = main(["plan", *map(str, args), *([] if replica else ["--no-replica"])])
     captured = capsys.readouterr()
     out = captured.out
     if "--json" in args and out.strip():
@@ -314,3 +315,34 @@ def test_measure_refuses_a_config_that_wont_fit(capsys, model, isolated_home):
     status, out, _ = plan(capsys, "--model", model, "--num-layers", "4", "--measure", "--json")
     assert status == 1
     assert out["measured_peak_bytes"] is None and "won't fit" in out["measure_skipped"]
+
+
+def test_the_verdict_is_judged_by_a_replicas_measured_peak(capsys, tiny_model, isolated_home):
+    """Real training of the replica (a copy of the sample model with its widths divided) in a
+    subprocess; the verdict judges the peak it predicts, and the breakdown says so."""
+    fake_machine(isolated_home, 64 * GIB)
+    args = ("--model", tiny_model, "--num-layers", "-1", "--data",
+            REPO / "sample_data" / "completions")
+    status, data, _ = plan(capsys, *args, "--json", replica=True)
+    assert status == 0, data
+    replica = data["replica"]
+    assert replica["scale"] >= 2 and replica["replica_peak_bytes"] > 0
+    assert data["estimate_bytes"] == replica["peak_bytes"] != data["model_estimate_bytes"]
+    assert sum(data["breakdown"].values()) == data["estimate_bytes"]
+    assert data["replica_skipped"] is None
+    status, text, _ = plan(capsys, *args, replica=True)
+    assert "replica correction" in text and "measured on a replica" in text
+    status, terms, _ = plan(capsys, *args, "--json")  # --no-replica: the terms alone
+    assert terms["replica"] is None and terms["estimate_bytes"] == data["model_estimate_bytes"]
+    assert terms["replica_skipped"] == "not measured (--no-replica)"
+
+
+def test_without_a_replica_the_terms_judge_and_the_plan_says_why(capsys, model, isolated_home):
+    """A model folder of headers alone (no tokenizer, no weights): the replica cannot train,
+    which costs the replica, not the plan."""
+    fake_machine(isolated_home, 64 * GIB)
+    status, data, _ = plan(capsys, "--model", model, "--num-layers", "-1", "--max-seq-length",
+                           "512", "--json", replica=True)
+    assert status == 0
+    assert data["replica"] is None and data["replica_skipped"].startswith("no replica: ")
+    assert data["estimate_bytes"] == estimate_of(model, max_seq_length=512)

@@ -49,8 +49,9 @@ class FixedSources(SetupSources):
     """Real discovery and validation; a fixed budget, row lengths and machine figures."""
 
     def __init__(self, home: Path, *, budget: int = 8 * GIB, lengths: list[int] | None = None,
-                 count_rows: bool = False) -> None:
+                 count_rows: bool = False, replicas: bool = False) -> None:
         super().__init__(home)
+        self.measures_replicas = replicas  # True: measure them (a subprocess), as the app does
         self.budget = budget
         self.lengths = lengths
         self.count_rows = count_rows  # True: count with the real tokenizer (a subprocess)
@@ -70,6 +71,7 @@ class FixedSources(SetupSources):
 
     def machine(self, active_runs=()) -> MachineReading:
         return fixed_machine()
+
 
     def disk(self):
         return FIXED_DISK_FREE, Settings()  # a fixed free space: snapshots stay the same

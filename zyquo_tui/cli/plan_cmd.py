@@ -2,7 +2,11 @@
 
 Prints the estimated peak with its breakdown, the machine's budget, a verdict (fits, tight,
 won't fit) with its reason, and changed configs that fit; beside it the disk verdict (the run's
-checkpoints against the free space of the store's disk). `--measure` trains a few real steps
+checkpoints against the free space of the store's disk). The verdict is judged by the peak a
+replica predicts (core/memory/replica.py: the config trained for a few steps on a copy of the
+model with every width divided by up to 16, seconds and a fraction of the memory), or by the
+terms' estimate alone with `--no-replica` or where no replica can stand for the config (the
+`replica` line says why). `--measure` trains a few real steps
 and prints the measured peak beside the estimate (and remembers it, to correct later
 estimates on this machine). Exit status: 0 fits or tight, 1 won't fit (in memory or on disk),
 2 bad input.
@@ -38,7 +42,6 @@ from zyquo_tui.core.runs.mlx_config import load_mlx_yaml, run_from_mlx_config
 from zyquo_tui.core.runs.problems import errors_in
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 
-
 # Settings that change how long a run takes and not its memory (core/memory/duration.py).
 DURATION_SETTINGS = frozenset({"iters", "steps_per_eval", "val_batches"})
 # A preference objective trains two sequences a row and may hold a reference copy.
@@ -67,6 +70,10 @@ def register(subparsers) -> None:
                         "(flags override it)")
     parser.add_argument("--measure", action="store_true",
                         help="also train a few real steps and report the measured peak")
+    parser.add_argument("--no-replica", action="store_true",
+                        help="judge by the terms' estimate alone, without measuring a replica "
+                             "(every width divided by up to 16: seconds, a fraction of the "
+                             "memory)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(handler=run)
 
@@ -193,6 +200,9 @@ def run(args) -> int:
     plan = advisor.plan(facts, config, lengths)
     if plan.estimate.problems:
         raise UserError(plan.estimate.problems[0])
+    replica_skipped = "not measured (--no-replica)"
+    if not args.no_replica:
+        plan, replica_skipped = _replica_plan(plan, advisor, facts, hp, extra)
     hosts = (host_verdicts(plan.assessment, advisor, placement, known_hosts(None))
              if placement.distribution else [])
     decisive = worst(hosts)
@@ -213,6 +223,7 @@ def run(args) -> int:
     duration = _duration(model_path, facts, method, hp, data, lengths, measurement)
     if args.json:
         data_json = {**_json(plan, measurement, skipped, lengths), **disk.to_json()}
+        data_json["replica_skipped"] = replica_skipped
         data_json["world_size"] = placement.world_size
         if placement.distribution:
             data_json["per_rank_batch_size"] = advisor.rank_config(config).batch_size
@@ -226,6 +237,8 @@ def run(args) -> int:
         print_json(data_json)
     else:
         _print(plan, facts, measurement, skipped, lengths)
+        if replica_skipped and not args.no_replica:
+            print(f"replica   {replica_skipped}")
         for host in hosts:
             ranks = ", ".join(map(str, host.ranks))
             verdict = host.verdict.value if host.verdict else "unknown"
@@ -237,6 +250,19 @@ def run(args) -> int:
     memory = decisive.verdict if decisive is not None else plan.assessment.verdict
     wont_fit = Verdict.WONT_FIT in (memory, disk.verdict)
     return EXIT_PROBLEMS if wont_fit else EXIT_OK
+
+
+def _replica_plan(plan: Plan, advisor: MemoryAdvisor, facts: ModelFacts,
+                  hp: Hyperparameters, extra: dict[str, Any]) -> tuple[Plan, str | None]:
+    """The plan judged by a replica's measured peak (core/memory/replica.py), or the plan as
+    it was and why no replica was measured."""
+    estimate, why_not = advisor.replica_estimate(facts, plan.estimate, hyperparameters=hp,
+                                                 extra_config=extra)
+    if estimate is None:
+        return plan, why_not
+    assessment = advisor.judge(estimate)
+    suggestions = [] if assessment.verdict is Verdict.FITS else plan.suggestions
+    return Plan(assessment, suggestions, plan.token_lengths_known), None
 
 
 def _disk(facts: ModelFacts, plan: Plan, hp: Hyperparameters) -> DiskAssessment:
@@ -304,8 +330,9 @@ def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipp
             for name in TERMS]
     if "reference" in estimate.breakdown:
         rows.append(["reference (a frozen copy)", fmt_bytes(estimate.breakdown["reference"])])
-    if "history_correction" in estimate.breakdown:
-        rows.append(["history correction", fmt_bytes(estimate.breakdown["history_correction"])])
+    for name in ("history_correction", "replica_correction"):
+        if name in estimate.breakdown:
+            rows.append([name.replace("_", " "), fmt_bytes(estimate.breakdown[name])])
     rows.append(["estimated peak", fmt_bytes(estimate.total_bytes)])
     if measurement is not None:
         error = (estimate.total_bytes - measurement.peak_bytes) / measurement.peak_bytes

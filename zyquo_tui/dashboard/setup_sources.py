@@ -44,7 +44,12 @@ from zyquo_tui.core.memory.budget import MemoryBudget, budget_from, cached_probe
 from zyquo_tui.core.memory.duration import DurationEstimate, estimate_duration
 from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
-from zyquo_tui.core.memory.measure import Measurement, measure_peak
+from zyquo_tui.core.memory.measure import (
+    Measurement,
+    ReplicaMeasurement,
+    measure_peak,
+    measure_replica,
+)
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
 from zyquo_tui.core.store.known_hosts import load_known_hosts
@@ -253,6 +258,16 @@ class SetupSources:
                 cancelled: Callable[[], bool] | None = None) -> Measurement:
         return measure_peak(model, config, data=data, hyperparameters=hyperparameters,
                             extra_config=extra_config, cancelled=cancelled)
+
+    measures_replicas = True  # the form judges by a replica once measured
+
+    def replica(self, model: str, facts: ModelFacts, config: TrainingConfig, *,
+                hyperparameters: Hyperparameters, extra_config: dict[str, Any],
+                cancelled: Callable[[], bool] | None = None) -> ReplicaMeasurement | None:
+        """The peak a replica of the config predicts (core/memory/replica.py); UserError when
+        none can be measured. None: replicas are not measured here (a test's fixed sources)."""
+        return measure_replica(model, facts, config, hyperparameters=hyperparameters,
+                               extra_config=extra_config, cancelled=cancelled)
 
     # -- the machine ----------------------------------------------------------------------------
 

@@ -80,7 +80,8 @@ def _worst_batch(run: Run, tokenizer, spec: dict[str, Any]) -> tuple[list[Any], 
         import numpy as np
 
         length = int(spec["synthetic_tokens"])
-        vocab = max(int(getattr(tokenizer, "vocab_size", 0) or 0), 16)
+        vocab = int(spec.get("synthetic_vocab") or 0) or max(
+            int(getattr(tokenizer, "vocab_size", 0) or 0), 16)
         rng = np.random.default_rng(0)
 
         def row():
@@ -105,7 +106,26 @@ def _worst_batch(run: Run, tokenizer, spec: dict[str, Any]) -> tuple[list[Any], 
 
 
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
-    """Train `steps` steps of the spec's config on its worst batch; return the figures."""
+    """Train `steps` steps of the spec's config on its worst batch; return the figures. With
+    `replica` (core/memory/replica.py), train a replica of the model built in a temporary
+    folder instead."""
+    replica = spec.get("replica")
+    if not replica:
+        return _measure(spec)
+    from zyquo_tui.trainer.replica import build_replica
+
+    with tempfile.TemporaryDirectory(prefix="zyquo-replica-") as folder:
+        weights = build_replica(replica["config"], replica["dtype"], Path(spec["model"]),
+                                Path(folder))
+        vocab = int(replica["config"]["vocab_size"])
+        import mlx.core as mx
+
+        mx.reset_peak_memory()  # the building is not the replica's training
+        result = _measure({**spec, "model": folder, "synthetic_vocab": vocab})
+    return {**result, "model_weights_bytes": weights}
+
+
+def _measure(spec: dict[str, Any]) -> dict[str, Any]:
     from zyquo_tui.trainer import loading
 
     run = _run_of(spec)
@@ -126,6 +146,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     rows, lengths = _worst_batch(run, tokenizer, spec)
     mx.random.seed(hp.seed)
     np.random.seed(hp.seed)
+    weights_bytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
     optimizer = prepare_model(model, run)
     loaded_bytes = int(mx.get_active_memory())
 
@@ -163,6 +184,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "peak_rss_bytes": peak_resident_bytes(),
         "start_rss_bytes": start_rss,
         "loaded_bytes": loaded_bytes,
+        "model_weights_bytes": int(weights_bytes),
         "batch_width": width,
         "steps": steps,
         "trainable_parameters": int(trainable),

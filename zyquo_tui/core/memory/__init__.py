@@ -1,1 +1,2 @@
-"""The memory verdict: model facts, the estimate, measured history, the advisor and gate, the machine's budget, measurements."""
+"""The memory verdict: model facts, the estimate, replicas, measured history, the advisor and
+gate, the machine's budget, measurements."""

@@ -3,7 +3,9 @@ before a run starts (docs/memory.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +29,11 @@ from zyquo_tui.core.memory.estimate import (
 )
 from zyquo_tui.core.memory.facts import GIB, MIB, ModelFacts
 from zyquo_tui.core.memory.history import MemoryHistory
-from zyquo_tui.core.memory.measure import Measurement
+from zyquo_tui.core.memory.measure import Measurement, ReplicaMeasurement, measure_replica
+from zyquo_tui.core.memory.replica import REPLICA_ERROR, plan_replica, why_no_replica
 from zyquo_tui.core.runs.problems import Problem
 from zyquo_tui.core.runs.run import Run
-from zyquo_tui.core.runs.settings import Method
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
 from zyquo_tui.core.runs.value_checks import AUTO_TEXT, OFF_TEXT
 
 
@@ -199,6 +202,60 @@ class MemoryAdvisor:
 
     # -- estimate ------------------------------------------------------------------------------
 
+    def training_config(self, model: ModelFacts, config: TrainingConfig) -> TrainingConfig:
+        """What one process of the run trains: its share of the batch, its loss slicing
+        decided (what a replica must train to stand for it)."""
+        return resolved_slicing(model, self.rank_config(config), self.coefficients)
+
+    def with_replica(self, estimate: Estimate, measured: ReplicaMeasurement) -> Estimate:
+        """The estimate with its total replaced by what the replica's measured peak predicts:
+        the terms stay as the breakdown, and a `replica correction` line takes them to it
+        (any history correction is dropped: the replica measured this very config here)."""
+        breakdown = {name: value for name, value in estimate.breakdown.items()
+                     if name != "history_correction"}
+        breakdown["replica_correction"] = measured.peak_bytes - estimate.model_bytes
+        notes = [note for note in estimate.notes if not note.startswith("corrected by")]
+        notes.append(f"measured on a replica with every width divided by "
+                     f"{measured.replica.scale} ({fmt_bytes(measured.replica_peak_bytes)} "
+                     f"peak, {measured.seconds:.0f} s): MLX's own schedule, not the terms' sum.")
+        return dataclasses.replace(estimate, total_bytes=measured.peak_bytes,
+                                   breakdown=breakdown, notes=notes, correction=None,
+                                   replica=measured.to_json())
+
+    def replica_estimate(self, model: ModelFacts, estimate: Estimate, *,
+                         hyperparameters: Hyperparameters | None = None,
+                         extra_config: dict[str, Any] | None = None
+                         ) -> tuple[Estimate | None, str | None]:
+        """`estimate` with the peak its config's replica predicts (measured now, in a
+        subprocess: seconds), and None; or None and why no replica was measured (a replica
+        that cannot be planned, would itself crowd the memory, or fails to train)."""
+        config = self.training_config(model, estimate.config)
+        try:
+            model_config = json.loads((Path(model.path) / "config.json").read_text("utf-8"))
+        except (OSError, ValueError) as error:
+            return None, f"no replica: its config.json could not be read ({error})"
+        replica = plan_replica(model_config, config)
+        if replica is None:
+            return None, f"no replica: {why_no_replica(model_config, config)}"
+        need = estimate.model_bytes / replica.scale ** 2
+        if need > self.budget.available_bytes / 2:
+            return None, (f"no replica: even with its widths divided by {replica.scale} it "
+                          f"would need about {fmt_bytes(need)}, more than half the memory free")
+        try:
+            measured = measure_replica(model.path, model, config,
+                                       hyperparameters=hyperparameters,
+                                       extra_config=extra_config)
+        except UserError as error:  # the terms' estimate stands; say why
+            return None, f"no replica: {error.message[:1].lower()}{error.message[1:]}"
+        return self.with_replica(estimate, measured), None
+
+    def margin(self, estimate: Estimate) -> float:
+        """How far below its real peak the estimate may fall (the tight band): a replica's
+        error where the terms are calibrated, else the terms' held-out error."""
+        if estimate.replica is not None and self.coefficients.calibrated:
+            return REPLICA_ERROR
+        return self.coefficients.held_out_error
+
     def estimate(self, model: ModelFacts, config: TrainingConfig, *,
                  use_history: bool = True) -> Estimate:
         """The peak of one process training `config` (one rank's, for a distributed run)."""
@@ -264,14 +321,15 @@ class MemoryAdvisor:
         if self.ranks_here > 1:
             needs += (f" ({self.ranks_here} ranks here, {fmt_bytes(estimate.total_bytes)} "
                       "each)")
-        verdict = Verdict.of(need, limit, tight_fraction(self.coefficients))
+        margin = self.margin(estimate)
+        verdict = Verdict.of(need, limit, 1 - margin)
         if verdict is Verdict.WONT_FIT:
             reason = (f"{needs}, more than the {fmt_bytes(limit)} "
                       f"training may use here ({where}).")
         elif verdict is Verdict.TIGHT:
             reason = (f"{needs}, {need / limit:.0%} of the "
                       f"{fmt_bytes(limit)} training may use here ({where}): within the "
-                      f"estimate's error ({self.coefficients.held_out_error:.0%}) of the limit.")
+                      f"estimate's error ({margin:.0%}) of the limit.")
         elif need > budget.available_bytes:
             verdict = Verdict.TIGHT
             reason = (f"{needs} of the {fmt_bytes(limit)} budget, but "
@@ -513,12 +571,15 @@ def _rows_longer(sorted_lengths: Sequence[int], cap: int) -> int:
 
 
 def gate(run: Run, advisor: MemoryAdvisor, *, override: bool = False,
-         model: ModelFacts | None = None, longest_row_tokens: int | None = None) -> Assessment:
+         model: ModelFacts | None = None, longest_row_tokens: int | None = None,
+         replica: bool = False) -> Assessment:
     """Judge a run before it starts and record the verdict in run.memory.
 
     A run that won't fit raises UserError (exit status 1) unless `override` is given; the
     override is recorded in the run. The caller saves the run (store.update). Gives the
-    dataset's longest tokenized row when known, for an exact estimate.
+    dataset's longest tokenized row when known, for an exact estimate. With `replica`, a run
+    the terms say won't fit is judged again by its replica's measured peak (seconds; the
+    terms over-state some configs by up to a fifth: docs/memory.md) before it is refused.
     """
     model = model or ModelFacts.from_folder(run.model)
     config = TrainingConfig.from_run(run, longest_row_tokens)
@@ -526,12 +587,20 @@ def gate(run: Run, advisor: MemoryAdvisor, *, override: bool = False,
     if estimate.problems:
         raise UserError(estimate.problems[0], EXIT_USAGE)
     assessment = advisor.judge(estimate)
+    if replica and assessment.verdict is Verdict.WONT_FIT:
+        measured, _why_not = advisor.replica_estimate(model, estimate,
+                                                      hyperparameters=run.hyperparameters,
+                                                      extra_config=run.extra_config)
+        if measured is not None:
+            estimate = measured
+            assessment = advisor.judge(estimate)
     run.memory = {
         "verdict": assessment.verdict.value,
         "reason": assessment.reason,
         "estimate_bytes": estimate.total_bytes,
         "model_estimate_bytes": estimate.model_bytes,
         "breakdown": dict(estimate.breakdown),
+        "replica": estimate.replica,
         "budget_bytes": assessment.budget.budget_bytes,
         "available_bytes": assessment.budget.available_bytes,
         "device": estimate.device,

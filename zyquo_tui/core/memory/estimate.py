@@ -331,6 +331,9 @@ class Estimate:
     correction: float | None = None
     # What the widest batch trains with: tokens per slice of the loss, or off (auto resolved).
     loss_chunk_tokens: int | str = OFF_TEXT
+    # Set when a replica's measured peak (core/memory/replica.py) replaced the terms' sum:
+    # its figures (scale, peaks, seconds).
+    replica: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -342,6 +345,7 @@ class Estimate:
             "history_correction": self.correction, "loss_chunk_tokens": self.loss_chunk_tokens,
             "notes": list(self.notes),
             "problems": list(self.problems),
+            "replica": self.replica,
         }
 
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
 from zyquo_tui.core.memory.budget import CPU, GPU
 from zyquo_tui.core.memory.estimate import TrainingConfig
+from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.memory.history import training_peak
+from zyquo_tui.core.memory.replica import Replica, plan_replica, why_no_replica
 from zyquo_tui.core.runs.settings import Hyperparameters
 from zyquo_tui.core.system.child_process import run_child
 from zyquo_tui.core.system.entry_points import MEASURE, python_command
@@ -87,3 +90,60 @@ def measure_peak(model_path: str, config: TrainingConfig, *, data: str | None = 
                        start_rss_bytes=result.get("start_rss_bytes"),
                        tokens_per_second=result.get("tokens_per_second"))
 
+
+
+@dataclass
+class ReplicaMeasurement:
+    """A replica's measured peak (core/memory/replica.py) and the real config's it predicts."""
+
+    replica: Replica
+    replica_peak_bytes: int  # MLX's peak training the replica
+    replica_weights_bytes: int  # the replica model's weights
+    peak_bytes: int  # the real config's peak the replica predicts
+    seconds: float
+    device: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.replica.to_json(), "replica_peak_bytes": self.replica_peak_bytes,
+                "replica_weights_bytes": self.replica_weights_bytes,
+                "peak_bytes": self.peak_bytes, "seconds": self.seconds, "device": self.device}
+
+
+def measure_replica(model_path: str, model: ModelFacts, config: TrainingConfig, *,
+                    hyperparameters: Hyperparameters | None = None,
+                    extra_config: dict[str, Any] | None = None, steps: int = 3,
+                    timeout: float = 600.0, python: str | None = None,
+                    cancelled: Callable[[], bool] | None = None) -> ReplicaMeasurement:
+    """Train `steps` steps of `config`'s replica in a subprocess; its prediction of the peak.
+
+    `config` is what one process trains, with its loss slicing decided (the advisor's
+    `training_config`): the replica must slice as the run will. UserError when no replica
+    can stand for it (why_no_replica says why)."""
+    config_path = Path(model_path) / "config.json"
+    try:
+        model_config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise UserError(f"{config_path}: could not be read ({error}).", EXIT_PROBLEMS) from None
+    replica = plan_replica(model_config, config)
+    if replica is None:
+        raise UserError(f"No replica can stand for this config: "
+                        f"{why_no_replica(model_config, config)}.", EXIT_PROBLEMS)
+    rows = replica.config.batch_width
+    spec: dict[str, Any] = {
+        "model": model_path,
+        "method": replica.config.method.value,
+        "hyperparameters": replica.config.to_hyperparameters(hyperparameters).to_dict(),
+        "steps": steps,
+        "extra_config": extra_config or {},
+        "synthetic_tokens": rows,
+        "replica": {"config": replica.model_config, "dtype": model.compute_dtype},
+    }
+    result = _subprocess_json(python_command(MEASURE, "-", python=python), spec, timeout,
+                              cancelled)
+    peak = int(result["peak_memory_bytes"])
+    weights = int(result["model_weights_bytes"])
+    return ReplicaMeasurement(
+        replica=replica, replica_peak_bytes=peak, replica_weights_bytes=weights,
+        peak_bytes=replica.predicted_peak(model, config, peak, weights),
+        seconds=float(result.get("seconds", 0.0)),
+        device=GPU if "gpu" in str(result.get("device", "")).lower() else CPU)

@@ -151,9 +151,9 @@ class Supervisor:
         placement = placement_of(run.hyperparameters.zyquo_tui)
         advisor = placed_advisor(MemoryAdvisor.for_machine(self.store.home), placement)
 
-        def judge(longest_row_tokens: int | None = None) -> None:
+        def judge(longest_row_tokens: int | None = None, replica: bool = False) -> None:
             assessment = gate(run, advisor, override=override,
-                              longest_row_tokens=longest_row_tokens)
+                              longest_row_tokens=longest_row_tokens, replica=replica)
             if placement.distribution:
                 gate_hosts(run, assessment, advisor, placement, known_hosts(self.store.home),
                            override=override)
@@ -163,8 +163,10 @@ class Supervisor:
         except UserError as error:
             if error.exit_status != EXIT_PROBLEMS:
                 raise
+            # Judged again by the dataset's longest row, and, if the terms still say it won't
+            # fit, by its replica's measured peak (the terms over-state some configs).
             lengths = row_token_lengths(run.model, run.data, run.extra_config)
-            judge(max(lengths, default=None))
+            judge(max(lengths, default=None), replica=True)
         return run
 
     def check_disk(self, run: Run, *, override: bool = False) -> Run:

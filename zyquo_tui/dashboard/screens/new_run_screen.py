@@ -50,6 +50,7 @@ from zyquo_tui.core.memory.host_verdicts import (
     placed_advisor,
     placement_of,
 )
+from zyquo_tui.core.memory.measure import ReplicaMeasurement
 from zyquo_tui.core.runs.mlx_config import (
     dump_mlx_yaml,
     load_mlx_yaml,
@@ -190,6 +191,12 @@ class NewRunScreen(ZyquoScreen):
         self.field_errors: dict[str, str] = {}
         self.field_warnings: dict[str, str] = {}
         self.measure_state = MeasureState()
+        # Replicas measured for this screen's configs (core/memory/replica.py): the peak each
+        # predicts, or why none could be measured ("" when the sources measure none). The
+        # verdict judges by a config's replica once it is here, by the terms until then.
+        self.replicas: dict[tuple, ReplicaMeasurement | str] = {}
+        self.replica_key: tuple | None = None  # the config whose replica is on its way
+        self._replica_timer: Any = None
         # The duration beside the verdict: estimated in a worker (it reads the store's
         # finished runs) whenever what it depends on changes; the last one stays shown.
         self.duration: DurationEstimate | None = None
@@ -640,7 +647,9 @@ class NewRunScreen(ZyquoScreen):
         if hp_ok and self.facts is not None and self.advisor is not None:
             longest = max(self.lengths) if self.lengths else None
             config = TrainingConfig.from_hyperparameters(self.method, hp, longest)
-            plan = self._placed_advisor(hp).plan(self.facts, config, self.lengths)
+            advisor = self._placed_advisor(hp)
+            plan = self._judged_by_replica(advisor.plan(self.facts, config, self.lengths),
+                                           advisor, hp)
         self.plan = plan
         self.host_verdicts = self._other_hosts(plan, hp)
         self.disk = None
@@ -658,6 +667,67 @@ class NewRunScreen(ZyquoScreen):
         # No refresh_bindings here: the suggestion keys are not in the footer, and
         # check_action is asked again at each key press.
         self._show_memory(hp_ok)
+
+    # A replica is measured once the form has stood still this long (seconds): typing a
+    # number would otherwise start one per keystroke.
+    REPLICA_DELAY = 1.0
+
+    def _judged_by_replica(self, plan: Plan, advisor: MemoryAdvisor, hp) -> Plan:
+        """The plan judged by its config's replica when measured; else by the terms, and the
+        replica's measurement starts once the form settles."""
+        if (plan.estimate.problems or self.facts is None or self.model_path is None
+                or not self.sources.measures_replicas):
+            return plan
+        config = advisor.training_config(self.facts, plan.estimate.config)
+        key = (self.model_path, repr(config))
+        found = self.replicas.get(key)
+        if isinstance(found, ReplicaMeasurement):
+            assessment = advisor.judge(advisor.with_replica(plan.estimate, found))
+            suggestions = [] if assessment.verdict is Verdict.FITS else plan.suggestions
+            return Plan(assessment, suggestions, plan.token_lengths_known)
+        if found is not None:
+            if found:
+                plan.estimate.notes.append(found)
+            return plan
+        plan.estimate.notes.insert(0, "a replica of this config is being measured: the "
+                                      "terms' estimate until it is")
+        if key != self.replica_key:
+            self.replica_key = key
+            if self._replica_timer is not None:
+                self._replica_timer.stop()
+            extra = dict(self.extra_config)
+            self._replica_timer = self.set_timer(
+                self.REPLICA_DELAY, lambda: self._measure_replica(key, config, hp, extra))
+        return plan
+
+    def _measure_replica(self, key: tuple, config: TrainingConfig, hp, extra) -> None:
+        if key != self.replica_key or not self.is_attached:
+            return
+        model, facts = self.model_path, self.facts
+
+        def measure() -> None:
+            # Leaving the screen, or a newer config's replica, cancels this worker, and that
+            # stops the measuring subprocess.
+            worker = get_current_worker()
+            try:
+                result = self.sources.replica(model, facts, config, hyperparameters=hp,
+                                              extra_config=extra,
+                                              cancelled=lambda: worker.is_cancelled)
+            except Exception as error:
+                message = getattr(error, "message", str(error))
+                result = f"no replica: {message[:1].lower()}{message[1:]}"
+            if not worker.is_cancelled:
+                self.app.call_from_thread(self._replica_measured, key, result)
+        self.run_worker(measure, thread=True, group="replica", exclusive=True,
+                        exit_on_error=False, name="measure a replica")
+
+    def _replica_measured(self, key: tuple, result: ReplicaMeasurement | str | None) -> None:
+        if not self.is_attached:
+            return
+        self.replicas[key] = "" if result is None else result
+        if key == self.replica_key:
+            self.replica_key = None
+        self.recompute()
 
     def _placed_advisor(self, hp) -> MemoryAdvisor:
         """The advisor for where the run trains: a distributed run's settings (from a preset,
