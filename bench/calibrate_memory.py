@@ -548,6 +548,23 @@ def main(argv: list[str] | None = None) -> int:
                   f"{result['estimate_bytes'] / 2**20:.1f} MiB{error} "
                   f"({result['seconds']:.0f} s)", flush=True)
         return 0
+    if args.replica:
+        replicas = load_json(replicas_path, {"replicas": {}})["replicas"]
+        by_family: dict[str, dict[str, float]] = {}
+        for config in matrix["configs"]:
+            measured = stored["measurements"].get(config["id"])
+            if measured and config["id"] in replicas:
+                peak = measured["peak_memory_bytes"]
+                by_family.setdefault(config["model"], {})[config["id"]] = (
+                    replicas[config["id"]]["estimate_bytes"] - peak) / peak
+        errors = [e for family in by_family.values() for e in family.values()]
+        if not errors:
+            raise SystemExit(f"{replicas_path}: no replica measured yet (add --measure)")
+        print(f"replicas ({len(errors)} configs of {len(by_family)} families, nothing fitted): "
+              f"max {max(map(abs, errors)):.1%}, median "
+              f"{statistics.median(map(abs, errors)):.1%}, lowest {min(errors):+.1%}")
+        print_family_table(by_family, args.markdown, matrix)
+        return 0
     if args.measure is not None:
         wanted = [c for c in matrix["configs"]
                   if (args.all or (c["id"] in args.measure if args.measure

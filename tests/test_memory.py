@@ -33,6 +33,7 @@ from zyquo_tui.core.memory.estimate import (
 from zyquo_tui.core.memory.facts import LORA_BYTES, ModelFacts
 from zyquo_tui.core.memory.history import HISTORY_FILE, MemoryHistory, training_peak
 from zyquo_tui.core.memory.measure import Measurement
+from zyquo_tui.core.memory.replica import REPLICA_ERROR
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 
@@ -916,17 +917,74 @@ def test_leave_one_family_out_stays_within_the_recorded_held_out_error():
                                                              "muon"}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13's target is not met yet: docs/memory.md has "
-                                       "the held-out table and the families that miss it")
-def test_leave_one_family_out_every_held_out_estimate_within_15_percent_median_7():
-    """Issue 13's target: within 15%, median within 7%, no underestimate beyond 7%."""
-    held, _ = _held_out_errors()
+def _replica_errors(folder: Path = CALIBRATION) -> dict[str, dict[str, float]]:
+    """{family: {config: (predicted - measured) / measured}}: each config's peak as its
+    half-scale replica predicts it (bench/calibrate_memory.py --measure --replica, stored in
+    replica.json beside the measurements), against its own measured peak."""
+    matrix = json.loads((folder / "matrix.json").read_text())
+    measured = json.loads((folder / "measurements.json").read_text())["measurements"]
+    replicas = json.loads((folder / "replica.json").read_text())["replicas"]
+    assert set(replicas) == set(measured)  # every measured config has its replica
+    errors: dict[str, dict[str, float]] = {}
+    for entry in matrix["configs"]:
+        if entry["id"] in measured:
+            peak = measured[entry["id"]]["peak_memory_bytes"]
+            predicted = replicas[entry["id"]]["estimate_bytes"]
+            errors.setdefault(entry["model"], {})[entry["id"]] = (predicted - peak) / peak
+    return errors
+
+
+def test_every_family_held_out_is_within_15_percent_by_its_replica_median_7():
+    """Issue 13's target, for the estimate the verdict judges by (plan, the setup form, the
+    start gate): a replica's. It fits nothing, no multiplier and no family, so every family is
+    held out, and each config's peak is predicted from a replica of it with every width
+    halved, measured. Within 15%, median within 7%, no underestimate beyond 7%; and the
+    verdict's margin for it (REPLICA_ERROR) covers the largest underestimate."""
+    held = _replica_errors()
     errors = {config: error for family in held.values() for config, error in family.items()}
+    assert len(held) >= 20 and len(errors) >= 100
     worst = max(errors, key=lambda c: abs(errors[c]))
     assert abs(errors[worst]) <= 0.15, f"{worst}: {errors[worst]:+.1%}"
     assert statistics.median(abs(e) for e in errors.values()) <= 0.07
     lowest = min(errors, key=errors.get)
     assert errors[lowest] >= -0.07, f"{lowest}: {errors[lowest]:+.1%}"
+    assert -errors[lowest] <= REPLICA_ERROR <= -errors[lowest] + 0.01
+    # Where the terms miss by more than 15% (MLX's schedule), the replica does not.
+    terms, _ = _held_out_errors()
+    over = [config for family in terms.values() for config, error in family.items()
+            if error > 0.15]
+    assert over and all(abs(errors[config]) <= 0.05 for config in over), over
+
+
+def test_a_replica_measured_now_predicts_the_peak_the_terms_over_state(tmp_path):
+    """Real training of the half-scale replica of the config the terms over-state most (two
+    of four layers of the 4-bit model with float32 scales: MLX's schedule frees a layer's
+    arrays early), built from the stored config.json alone: its prediction is within 3% of
+    the stored peak, where the terms are 20% over."""
+    calibrate = _calibration_script()
+    matrix, measured, models = _calibration()
+    entry = next(e for e in matrix["configs"] if e["id"] == "q4g-b2-s512-l2")
+    tokenizer = tmp_path / "tokenizer"
+    from zyquo_tui.trainer.sample_model import build_tokenizer
+
+    build_tokenizer(tokenizer)
+    result = calibrate.measure_replica(entry, models, tokenizer)
+    peak = measured[entry["id"]]["peak_memory_bytes"]
+    assert result["scale"] == 2 and result["replica_peak_bytes"] < peak / 3
+    assert result["estimate_bytes"] == pytest.approx(peak, rel=0.03)
+    terms = MemoryAdvisor.for_calibration("cpu").estimate(
+        calibrate.ModelFacts_from(models, entry), calibrate.training_config(entry))
+    assert terms.total_bytes > 1.15 * peak
+
+
+def test_with_the_chunked_loss_and_in_the_layers_study_replicas_hold_too():
+    """The chunked loss's configs (a count of slices in flight, which a replica keeps) and
+    the layers study's (1-3 trained layers, where the schedule saves the most)."""
+    for folder in ("chunked", "layers"):
+        errors = [e for family in _replica_errors(CALIBRATION / folder).values()
+                  for e in family.values()]
+        assert max(abs(e) for e in errors) <= 0.15, folder
+        assert min(errors) >= -REPLICA_ERROR, folder
 
 
 def test_at_a_width_of_100_the_layers_study_is_within_6_percent_of_the_estimate():
