@@ -948,7 +948,12 @@ def test_every_family_held_out_is_within_15_percent_by_its_replica_median_7():
     assert statistics.median(abs(e) for e in errors.values()) <= 0.07
     lowest = min(errors, key=errors.get)
     assert errors[lowest] >= -0.07, f"{lowest}: {errors[lowest]:+.1%}"
-    assert -errors[lowest] <= REPLICA_ERROR <= -errors[lowest] + 0.01
+    # The verdict's margin for a replica covers its largest underestimate, the chunked
+    # loss's included (below), and is not padded beyond it.
+    everywhere = min(errors[lowest], *(
+        min(e for family in _replica_errors(CALIBRATION / folder).values()
+            for e in family.values()) for folder in ("chunked", "layers")))
+    assert -everywhere <= REPLICA_ERROR <= -everywhere + 0.01
     # Where the terms miss by more than 15% (MLX's schedule), the replica does not.
     terms, _ = _held_out_errors()
     over = [config for family in terms.values() for config, error in family.items()
@@ -984,6 +989,7 @@ def test_with_the_chunked_loss_and_in_the_layers_study_replicas_hold_too():
         errors = [e for family in _replica_errors(CALIBRATION / folder).values()
                   for e in family.values()]
         assert max(abs(e) for e in errors) <= 0.15, folder
+        assert statistics.median(abs(e) for e in errors) <= 0.07, folder
         assert min(errors) >= -REPLICA_ERROR, folder
 
 

@@ -688,3 +688,25 @@ async def test_a_distributed_run_is_judged_with_its_ranks_here_and_its_other_hos
         assert screen.plan.assessment.ranks_here == 1
         assert "mini-two.invalid · unknown: no `zyquo-tui hosts check` has reached" in shown(
             screen, "#memory-details")
+
+
+async def test_once_the_form_settles_the_verdict_judges_by_a_measured_replica(models):
+    """The app's own replicas (a subprocess training a scaled-down copy of the config): the
+    terms judge at once and say a replica is on its way; then the replica's figure does, with
+    its note; a setting changed and back shows it again without measuring again."""
+    app = dashboard(lambda home: FixedSources(home, lengths=[60], replicas=True))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
+        assert any("being measured" in note for note in screen.plan.estimate.notes)
+        await until(pilot, lambda: screen.plan.estimate.replica is not None,
+                    "the replica's figure", timeout=120)
+        estimate = screen.plan.estimate
+        assert estimate.total_bytes == estimate.replica["peak_bytes"] != estimate.model_bytes
+        assert "measured on a replica" in shown(screen, "#memory-details")
+        measured = dict(screen.replicas)
+        await type_into(pilot, screen, "rank", "4")
+        assert screen.plan.estimate.replica is None  # another config: the terms, for now
+        await type_into(pilot, screen, "rank", "8")
+        assert screen.plan.estimate.replica == estimate.replica
+        await until(pilot, lambda: all(w.is_finished for w in screen.workers), "its workers")
+        assert all(screen.replicas[key] is value for key, value in measured.items())

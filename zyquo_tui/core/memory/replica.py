@@ -45,10 +45,12 @@ MIN_TOKENS = 16  # a replica's row keeps at least this many tokens
 # weights, MLX's own) are a visible share of the peak. The calibration's replicas are 32 to
 # 256 wide.
 MIN_HIDDEN = 32
-# The verdict's margin for a replica's figure: the largest underestimate of the calibration
-# matrix's half-scale replicas (bench/memory_calibration/replica.json, docs/memory.md),
-# rounded up.
-REPLICA_ERROR = 0.03
+# The verdict's margin for a replica's figure: the largest underestimate of the calibration's
+# half-scale replicas (bench/memory_calibration/replica.json and those of its chunked and
+# layers folders; docs/memory.md), rounded up. It is the chunked loss's: how many of its slices
+# are in flight depends on how fast the device drains MLX's queue, which varies from run to
+# run (the same replica measured twice: -4.9% and +1.6%); without it, -2.6%.
+REPLICA_ERROR = 0.05
 
 
 @dataclass(frozen=True)
