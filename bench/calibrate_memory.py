@@ -131,13 +131,13 @@ def measure_one(config: dict, model_path: Path, spec: dict | None = None) -> dic
     return result
 
 
-def replica_spec(config: dict, model_record_: dict, tokenizer_dir: Path):
-    """The measurement spec of the config's half-scale replica (core/memory/replica.py), and
-    the plan; None when no replica can stand for it."""
+def replica_spec(config: dict, model_record_: dict, tokenizer_dir: Path, scale: int = 2):
+    """The measurement spec of the config's replica with its widths divided by `scale`
+    (core/memory/replica.py), and the plan; None when no such replica can stand for it."""
     from zyquo_tui.core.memory.facts import ModelFacts
     from zyquo_tui.core.memory.replica import plan_replica
 
-    replica = plan_replica(model_record_["config"], training_config(config), scales=(2,))
+    replica = plan_replica(model_record_["config"], training_config(config), scales=(scale,))
     if replica is None:
         return None, None
     spec = spec_of(config, tokenizer_dir)
@@ -152,12 +152,13 @@ def replica_spec(config: dict, model_record_: dict, tokenizer_dir: Path):
     return spec, replica
 
 
-def measure_replica(config: dict, models: dict, tokenizer_dir: Path) -> dict | None:
-    """Measure the config's half-scale replica; its figures and the real peak they predict."""
+def measure_replica(config: dict, models: dict, tokenizer_dir: Path,
+                    scale: int = 2) -> dict | None:
+    """Measure the config's replica; its figures and the real peak they predict."""
     from zyquo_tui.core.memory.facts import ModelFacts
 
     record = models[config["model"]]
-    spec, replica = replica_spec(config, record, tokenizer_dir)
+    spec, replica = replica_spec(config, record, tokenizer_dir, scale)
     if spec is None:
         return None
     result = measure_one(config, tokenizer_dir, spec)
@@ -502,6 +503,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replica", action="store_true",
                         help="with --measure: measure each config's half-scale replica "
                              "(core/memory/replica.py) into replica.json; alone: its table")
+    parser.add_argument("--scale", type=int, default=2,
+                        help="with --replica: divide the widths by this (replica.json for 2, "
+                             "replica-xK.json otherwise)")
     parser.add_argument("--attention", action="store_true",
                         help="measure one attention's backward peak, in attention matrices "
                              "(what kept_attention and working_attention stand for)")
@@ -518,7 +522,8 @@ def main(argv: list[str] | None = None) -> int:
     stored = load_json(measurements_path, {"machine": machine(), "measurements": {}})
     models = load_json(models_path, {})
 
-    replicas_path = args.out / "replica.json"
+    replicas_path = args.out / ("replica.json" if args.scale == 2
+                                else f"replica-x{args.scale}.json")
     if args.replica and args.measure is not None:
         replicas = load_json(replicas_path, {"machine": machine(), "replicas": {}})
         tokenizer_dir = args.models_dir / "tokenizer"
@@ -531,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
                                     else c["id"] not in replicas["replicas"]))]
         for number, config in enumerate(wanted, start=1):
             try:
-                result = measure_replica(config, models, tokenizer_dir)
+                result = measure_replica(config, models, tokenizer_dir, args.scale)
             except SystemExit as failed:
                 print(f"[{number}/{len(wanted)}] {failed}", flush=True)
                 continue

@@ -142,3 +142,19 @@ def test_the_start_gate_asks_a_replica_before_it_refuses(tiny_model):
     assert run.memory["replica"]["scale"] >= 2
     assert run.memory["model_estimate_bytes"] == terms
     assert run.memory["estimate_bytes"] < 0.95 * terms
+
+
+def test_a_dpo_reference_in_another_folder_has_no_replica(tiny_model):
+    """The replica scales the model it trains, not a second folder the run would load."""
+    import pytest
+
+    from zyquo_tui.core.errors import UserError
+    from zyquo_tui.core.memory.measure import measure_replica
+    from zyquo_tui.core.runs.settings import Hyperparameters
+
+    hp = Hyperparameters.from_dict({"zyquo_tui": {"objective": "dpo",
+                                                  "reference": str(tiny_model)}})
+    facts = ModelFacts.from_folder(tiny_model)
+    dpo = TrainingConfig.from_hyperparameters(Method.LORA, hp, 64)
+    with pytest.raises(UserError, match="DPO reference is another model folder"):
+        measure_replica(str(tiny_model), facts, dpo, hyperparameters=hp)

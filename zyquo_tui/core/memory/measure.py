@@ -15,7 +15,7 @@ from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.memory.history import training_peak
 from zyquo_tui.core.memory.replica import Replica, plan_replica, why_no_replica
-from zyquo_tui.core.runs.settings import Hyperparameters
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters
 from zyquo_tui.core.system.child_process import run_child
 from zyquo_tui.core.system.entry_points import MEASURE, python_command
 
@@ -124,6 +124,10 @@ def measure_replica(model_path: str, model: ModelFacts, config: TrainingConfig, 
         model_config = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise UserError(f"{config_path}: could not be read ({error}).", EXIT_PROBLEMS) from None
+    if (hyperparameters is not None and config.objective == "dpo"
+            and SETTINGS["reference"].get(hyperparameters) != "base"):
+        raise UserError("No replica can stand for this config: its DPO reference is another "
+                        "model folder, which a replica does not scale.", EXIT_PROBLEMS)
     replica = plan_replica(model_config, config)
     if replica is None:
         raise UserError(f"No replica can stand for this config: "
