@@ -158,3 +158,11 @@ def test_a_dpo_reference_in_another_folder_has_no_replica(tiny_model):
     dpo = TrainingConfig.from_hyperparameters(Method.LORA, hp, 64)
     with pytest.raises(UserError, match="DPO reference is another model folder"):
         measure_replica(str(tiny_model), facts, dpo, hyperparameters=hp)
+
+
+def test_why_no_replica_names_what_stands_in_the_way():
+    small = {**LLAMA_8B, "hidden_size": 48, "head_dim": 12, "intermediate_size": 96}
+    assert "too small to divide (hidden size 48)" in why_no_replica(small, config())
+    short = config(max_seq_length=20, longest_row_tokens=20)
+    assert "rows (19 tokens) are too short" in why_no_replica(LLAMA_8B, short)
+    assert "LoRA rank (5)" in why_no_replica(LLAMA_8B, config(rank=5))

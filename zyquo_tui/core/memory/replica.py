@@ -108,9 +108,17 @@ def why_no_replica(model_config: dict[str, Any], config: TrainingConfig) -> str 
             return f"its config.json has {key}, a width a replica does not scale"
     if _head_dim(model_config) is None or not model_config.get("intermediate_size"):
         return "its config.json gives no hidden_size, heads or intermediate_size"
-    if plan_replica(model_config, config) is None:
-        return "its widths have no common factor a replica could divide them by"
-    return None
+    if plan_replica(model_config, config) is not None:
+        return None
+    hidden = int(model_config["hidden_size"])
+    if hidden // 2 < MIN_HIDDEN:
+        return (f"the model is too small to divide (hidden size {hidden}); "
+                "`plan --measure` measures it whole")
+    if config.model_tokens // 2 < MIN_TOKENS:
+        return f"its rows ({config.model_tokens} tokens) are too short to divide"
+    if config.method is not Method.FULL and config.rank % 2:
+        return f"its LoRA rank ({config.rank}) divides by nothing a replica could use"
+    return "its widths have no common factor a replica could divide them by"
 
 
 def plan_replica(model_config: dict[str, Any], config: TrainingConfig,
