@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import calibrate_memory  # noqa: E402
 
-DEFAULT_CONFIGS = ("base", "q4g-b2-s512-l2", "w384-b2-s512-l4", "v152k-b4")
+DEFAULT_CONFIGS = ("base", "q4g-b2-s512-l2", "w384-b2-s512-l4", "v152k-b1")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,9 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     matrix = calibrate_memory.load_json(calibrate_memory.MATRIX, None)
     models = calibrate_memory.load_json(calibrate_memory.MODELS, {})
     tokenizer = args.models_dir / "tokenizer"
+    entries = {e["id"]: e for e in matrix["configs"]}
+    unknown = [config_id for config_id in args.ids if config_id not in entries]
+    if unknown:
+        raise SystemExit(f"not in {calibrate_memory.MATRIX}: {', '.join(unknown)}")
     rows = []
     for config_id in args.ids:
-        entry = next(e for e in matrix["configs"] if e["id"] == config_id)
+        entry = entries[config_id]
         folder = calibrate_memory.build_model(entry["model"], matrix["models"][entry["model"]],
                                               args.models_dir, tokenizer)
         real: list[tuple[float, int]] = []
