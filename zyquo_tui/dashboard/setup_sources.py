@@ -42,14 +42,9 @@ from zyquo_tui.core.library.token_stats import (
 from zyquo_tui.core.memory.advisor import MemoryAdvisor
 from zyquo_tui.core.memory.budget import MemoryBudget, budget_from, cached_probe
 from zyquo_tui.core.memory.duration import DurationEstimate, estimate_duration
-from zyquo_tui.core.memory.estimate import TrainingConfig
+from zyquo_tui.core.memory.estimate import Estimate, TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
-from zyquo_tui.core.memory.measure import (
-    Measurement,
-    ReplicaMeasurement,
-    measure_peak,
-    measure_replica,
-)
+from zyquo_tui.core.memory.measure import Measurement, measure_peak
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
 from zyquo_tui.core.store.known_hosts import load_known_hosts
@@ -261,13 +256,14 @@ class SetupSources:
 
     measures_replicas = True  # the form judges by a replica once measured
 
-    def replica(self, model: str, facts: ModelFacts, config: TrainingConfig, *,
+    def replica(self, advisor: MemoryAdvisor, model: ModelFacts, estimate: Estimate, *,
                 hyperparameters: Hyperparameters, extra_config: dict[str, Any],
-                cancelled: Callable[[], bool] | None = None) -> ReplicaMeasurement | None:
-        """The peak a replica of the config predicts (core/memory/replica.py); UserError when
-        none can be measured. None: replicas are not measured here (a test's fixed sources)."""
-        return measure_replica(model, facts, config, hyperparameters=hyperparameters,
-                               extra_config=extra_config, cancelled=cancelled)
+                cancelled: Callable[[], bool] | None = None
+                ) -> tuple[Estimate | None, str | None]:
+        """The estimate judged by its config's replica (core/memory/replica.py), measured now,
+        or None and why not: `advisor.replica_estimate`, as `plan` measures it."""
+        return advisor.replica_estimate(model, estimate, hyperparameters=hyperparameters,
+                                        extra_config=extra_config, cancelled=cancelled)
 
     # -- the machine ----------------------------------------------------------------------------
 

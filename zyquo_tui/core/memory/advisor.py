@@ -7,6 +7,7 @@ import dataclasses
 import enum
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,7 +30,11 @@ from zyquo_tui.core.memory.estimate import (
 )
 from zyquo_tui.core.memory.facts import GIB, MIB, ModelFacts
 from zyquo_tui.core.memory.history import MemoryHistory
-from zyquo_tui.core.memory.measure import Measurement, ReplicaMeasurement, measure_replica
+from zyquo_tui.core.memory.measure import (
+    Measurement,
+    ReplicaMeasurement,
+    measure_replica,
+)
 from zyquo_tui.core.memory.replica import REPLICA_ERROR, plan_replica, why_no_replica
 from zyquo_tui.core.runs.problems import Problem
 from zyquo_tui.core.runs.run import Run
@@ -224,7 +229,8 @@ class MemoryAdvisor:
 
     def replica_estimate(self, model: ModelFacts, estimate: Estimate, *,
                          hyperparameters: Hyperparameters | None = None,
-                         extra_config: dict[str, Any] | None = None
+                         extra_config: dict[str, Any] | None = None,
+                         cancelled: Callable[[], bool] | None = None
                          ) -> tuple[Estimate | None, str | None]:
         """`estimate` with the peak its config's replica predicts (measured now, in a
         subprocess: seconds), and None; or None and why no replica was measured (a replica
@@ -244,7 +250,7 @@ class MemoryAdvisor:
         try:
             measured = measure_replica(model.path, model, config,
                                        hyperparameters=hyperparameters,
-                                       extra_config=extra_config)
+                                       extra_config=extra_config, cancelled=cancelled)
         except UserError as error:  # the terms' estimate stands; say why
             return None, f"no replica: {error.message[:1].lower()}{error.message[1:]}"
         return self.with_replica(estimate, measured), None

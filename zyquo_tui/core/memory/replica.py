@@ -31,8 +31,6 @@ from zyquo_tui.core.memory.estimate import TrainingConfig, features, loss_slice_
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.runs.settings import Method
 
-# The widths config.json gives that a replica divides by k; every other key is kept.
-SCALED_KEYS = ("hidden_size", "intermediate_size", "vocab_size", "head_dim")
 # Keys that say a model has widths the replica does not know how to scale (mixture of
 # experts, multi-head latent attention, vision towers): no replica for those.
 UNSCALED_WIDTH_KEYS = ("moe_intermediate_size", "num_experts", "num_local_experts",
@@ -60,8 +58,7 @@ class Replica:
 
     scale: int
     model_config: dict[str, Any]
-    config: TrainingConfig
-    model_tokens: int  # tokens a row the replica's model runs on (the real one's / scale)
+    config: TrainingConfig  # its rows: the real ones' tokens / scale, exactly (not padded)
     group_size: int | None  # the replica's quantization group (None: not quantized)
 
     def real_peak(self, replica_peak: float, replica_weights: float,
@@ -79,7 +76,7 @@ class Replica:
                                         quantities["base_weights"] + quantities["reference"])))
 
     def to_json(self) -> dict[str, Any]:
-        return {"scale": self.scale, "model_tokens": self.model_tokens,
+        return {"scale": self.scale, "model_tokens": self.config.model_tokens,
                 "group_size": self.group_size, "settings": self.config.settings()}
 
 
@@ -176,5 +173,5 @@ def plan_replica(model_config: dict[str, Any], config: TrainingConfig,
         if chunk is not None:
             changes["loss_chunk_tokens"] = chunk // k
         return Replica(scale=k, model_config=scaled, config=dataclasses.replace(config, **changes),
-                       model_tokens=replica_tokens, group_size=group)
+                       group_size=group)
     return None

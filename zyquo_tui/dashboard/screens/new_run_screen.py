@@ -42,7 +42,7 @@ from zyquo_tui.core.library.run_checks import DataTraits, check_run, fit_default
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict
 from zyquo_tui.core.memory.disk_verdict import DiskAssessment, assess_disk
 from zyquo_tui.core.memory.duration import DurationEstimate
-from zyquo_tui.core.memory.estimate import TrainingConfig
+from zyquo_tui.core.memory.estimate import Estimate, TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.memory.host_verdicts import (
     HostVerdict,
@@ -50,7 +50,6 @@ from zyquo_tui.core.memory.host_verdicts import (
     placed_advisor,
     placement_of,
 )
-from zyquo_tui.core.memory.measure import ReplicaMeasurement
 from zyquo_tui.core.runs.mlx_config import (
     dump_mlx_yaml,
     load_mlx_yaml,
@@ -191,10 +190,10 @@ class NewRunScreen(ZyquoScreen):
         self.field_errors: dict[str, str] = {}
         self.field_warnings: dict[str, str] = {}
         self.measure_state = MeasureState()
-        # Replicas measured for this screen's configs (core/memory/replica.py): the peak each
-        # predicts, or why none could be measured ("" when the sources measure none). The
-        # verdict judges by a config's replica once it is here, by the terms until then.
-        self.replicas: dict[tuple, ReplicaMeasurement | str] = {}
+        # Replicas measured for this screen's configs (core/memory/replica.py): the estimate
+        # each gives, or why none could be measured. The verdict judges by a config's replica
+        # once it is here, by the terms until then.
+        self.replicas: dict[tuple, Estimate | str] = {}
         self.replica_key: tuple | None = None  # the config whose replica is on its way
         self._replica_timer: Any = None
         # The duration beside the verdict: estimated in a worker (it reads the store's
@@ -681,13 +680,12 @@ class NewRunScreen(ZyquoScreen):
         config = advisor.training_config(self.facts, plan.estimate.config)
         key = (self.model_path, repr(config))
         found = self.replicas.get(key)
-        if isinstance(found, ReplicaMeasurement):
-            assessment = advisor.judge(advisor.with_replica(plan.estimate, found))
+        if isinstance(found, Estimate):
+            assessment = advisor.judge(found)
             suggestions = [] if assessment.verdict is Verdict.FITS else plan.suggestions
             return Plan(assessment, suggestions, plan.token_lengths_known)
         if found is not None:
-            if found:
-                plan.estimate.notes.append(found)
+            plan.estimate.notes.append(found)
             return plan
         plan.estimate.notes.insert(0, "a replica of this config is being measured: the "
                                       "terms' estimate until it is")
@@ -695,36 +693,37 @@ class NewRunScreen(ZyquoScreen):
             self.replica_key = key
             if self._replica_timer is not None:
                 self._replica_timer.stop()
-            extra = dict(self.extra_config)
+            terms, extra = plan.estimate, dict(self.extra_config)
             self._replica_timer = self.set_timer(
-                self.REPLICA_DELAY, lambda: self._measure_replica(key, config, hp, extra))
+                self.REPLICA_DELAY,
+                lambda: self._measure_replica(key, advisor, terms, hp, extra))
         return plan
 
-    def _measure_replica(self, key: tuple, config: TrainingConfig, hp, extra) -> None:
+    def _measure_replica(self, key: tuple, advisor: MemoryAdvisor, terms: Estimate, hp,
+                         extra: dict[str, Any]) -> None:
         if key != self.replica_key or not self.is_attached:
             return
-        model, facts = self.model_path, self.facts
+        facts = self.facts
 
         def measure() -> None:
             # Leaving the screen, or a newer config's replica, cancels this worker, and that
             # stops the measuring subprocess.
             worker = get_current_worker()
             try:
-                result = self.sources.replica(model, facts, config, hyperparameters=hp,
-                                              extra_config=extra,
-                                              cancelled=lambda: worker.is_cancelled)
-            except Exception as error:
-                message = getattr(error, "message", str(error))
-                result = f"no replica: {message[:1].lower()}{message[1:]}"
+                estimate, why_not = self.sources.replica(
+                    advisor, facts, terms, hyperparameters=hp, extra_config=extra,
+                    cancelled=lambda: worker.is_cancelled)
+            except Exception as error:  # a replica's failure costs the replica, not the form
+                estimate, why_not = None, f"no replica: {error}"
             if not worker.is_cancelled:
-                self.app.call_from_thread(self._replica_measured, key, result)
+                self.app.call_from_thread(self._replica_measured, key, estimate or why_not)
         self.run_worker(measure, thread=True, group="replica", exclusive=True,
                         exit_on_error=False, name="measure a replica")
 
-    def _replica_measured(self, key: tuple, result: ReplicaMeasurement | str | None) -> None:
+    def _replica_measured(self, key: tuple, result: Estimate | str) -> None:
         if not self.is_attached:
             return
-        self.replicas[key] = "" if result is None else result
+        self.replicas[key] = result
         if key == self.replica_key:
             self.replica_key = None
         self.recompute()
