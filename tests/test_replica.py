@@ -166,3 +166,49 @@ def test_why_no_replica_names_what_stands_in_the_way():
     short = config(max_seq_length=20, longest_row_tokens=20)
     assert "rows (19 tokens) are too short" in why_no_replica(LLAMA_8B, short)
     assert "LoRA rank (5)" in why_no_replica(LLAMA_8B, config(rank=5))
+
+
+def test_a_replicas_figure_replaces_the_terms_and_any_history_correction(isolated_home):
+    """The replica measured this very config here: its figure is the estimate, the breakdown
+    adds up to it, the history's correction is dropped, and the verdict's margin is the
+    replica's (on a calibrated device; an uncalibrated one keeps its own wide margin)."""
+    import dataclasses
+
+    from test_memory import advisor, facts
+
+    from zyquo_tui.core.memory.advisor import Verdict
+    from zyquo_tui.core.memory.estimate import CPU_COEFFICIENTS, GPU_COEFFICIENTS
+    from zyquo_tui.core.memory.measure import ReplicaMeasurement
+    from zyquo_tui.core.memory.replica import REPLICA_ERROR
+
+    model, real = facts(), config(num_layers=4, max_seq_length=512, longest_row_tokens=512)
+    judge = advisor()
+    terms = judge.estimate(model, real)
+    corrected = dataclasses.replace(terms, total_bytes=terms.total_bytes * 2, correction=2.0,
+                                    breakdown={**terms.breakdown,
+                                               "history_correction": terms.total_bytes},
+                                    notes=[*terms.notes, "corrected by this machine's history"])
+    replica = plan_replica(LLAMA_8B, real)  # any plan: with_replica reads its scale
+    measured = ReplicaMeasurement(replica, replica_peak_bytes=1 << 20,
+                                  replica_weights_bytes=1 << 18,
+                                  peak_bytes=int(terms.model_bytes * 0.8), seconds=2.0,
+                                  device="cpu")
+    estimate = judge.with_replica(corrected, measured)
+    assert estimate.total_bytes == measured.peak_bytes
+    assert sum(estimate.breakdown.values()) == estimate.total_bytes
+    assert "history_correction" not in estimate.breakdown and estimate.correction is None
+    assert estimate.breakdown["replica_correction"] == measured.peak_bytes - terms.model_bytes
+    assert not any(note.startswith("corrected by") for note in estimate.notes)
+    assert any(note.startswith("measured on a replica with every width divided by 8")
+               for note in estimate.notes)
+    assert estimate.replica["peak_bytes"] == measured.peak_bytes
+    assert judge.margin(estimate) == REPLICA_ERROR < CPU_COEFFICIENTS.held_out_error
+    assert judge.margin(terms) == CPU_COEFFICIENTS.held_out_error
+    # Just under 95% of the budget the replica's figure fits (its margin is 5%), where the
+    # terms' 6% would call it tight, and so does an uncalibrated device's 30%.
+    budget = int(estimate.total_bytes / (1 - REPLICA_ERROR)) + (1 << 20)
+    assert estimate.total_bytes / budget > 1 - CPU_COEFFICIENTS.held_out_error
+    assert advisor(budget_bytes=budget).judge(estimate).verdict is Verdict.FITS
+    uncalibrated = advisor(budget_bytes=budget, device="gpu")
+    assert uncalibrated.margin(estimate) == GPU_COEFFICIENTS.held_out_error
+    assert uncalibrated.judge(estimate).verdict is Verdict.TIGHT
