@@ -271,6 +271,8 @@ def test_export_refuses_bad_requests_in_one_sentence_and_starts_nothing(trained_
     cases = {
         "exists": zyquo_cli("runs", "export", run_id, "-o", str(taken)),
         "unwritable": zyquo_cli("runs", "export", run_id, "-o", str(unwritable)),
+        # a folder that exists but takes no files, even from root
+        "no-files": zyquo_cli("runs", "export", run_id, "-o", "/proc/zyquo-model"),
         "both": zyquo_cli("runs", "export", run_id, "--dequantize", "--quantize", "8"),
         "gguf-quantized": zyquo_cli("runs", "export", run_id, "--gguf", "--quantize", "4"),
         "gguf-type": zyquo_cli("runs", "export", other, "--gguf"),
@@ -286,6 +288,10 @@ def test_export_refuses_bad_requests_in_one_sentence_and_starts_nothing(trained_
     assert f"(-o {unwritable})" in cases["unwritable"].stderr
     assert cases["unwritable"].stderr.strip().endswith("; give -o a folder you can write.")
     assert "ZYQUO_HOME" not in cases["unwritable"].stderr
+    assert cases["no-files"].stderr.startswith(
+        "zyquo-tui: Cannot write the exported model (-o /proc/zyquo-model) to "
+        "/proc/zyquo-model: cannot create files in /proc (")
+    assert cases["no-files"].stderr.strip().endswith("; give -o a folder you can write.")
     assert cases["gguf-type"].stderr.strip() == (
         "zyquo-tui: GGUF export is not supported for 'qwen2' models: mlx-lm converts only "
         "llama, mixtral, mistral; drop --gguf.")

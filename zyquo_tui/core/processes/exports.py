@@ -29,6 +29,7 @@ from zyquo_tui.core.store.paths import ensure_dir, models_dir
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.system.entry_points import EXPORTER, python_command
 from zyquo_tui.core.system.liveness import is_alive
+from zyquo_tui.core.system.machine import unwritable_reason
 
 EXPORTS_DIR = "exports"
 RUNNING, COMPLETED, REJECTED, FAILED = "running", "completed", "rejected", "failed"
@@ -226,11 +227,15 @@ def start_export(store: RunStore, run_id: str, *, step: int | None = None,
     target = target.expanduser().absolute()
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise UserError(f"{target} already exists; {exists_hint}.")
-    if output is None:
-        ensure_dir(target.parent, "the exported model")
-    else:
-        ensure_dir(target.parent, f"the exported model (-o {output})",
-                   remedy="give -o a folder you can write")
+    what = "the exported model" if output is None else f"the exported model (-o {output})"
+    remedy = None if output is None else "give -o a folder you can write"
+    ensure_dir(target.parent, what, remedy=remedy)
+    # A folder that exists may still take no files (/proc, a read-only mount; permission
+    # bits say nothing to root): found now, not by the job after minutes of fusing.
+    unwritable = unwritable_reason(target.parent)
+    if unwritable:
+        raise UserError(f"Cannot write {what} to {target}: {unwritable}; "
+                        f"{remedy or 'set $ZYQUO_HOME to a folder you can write'}.")
     job.output = str(target)
     ensure_dir(exports_dir(store.home), "export jobs")
     # Under a lock, so two exports started together cannot both take one folder: the second
