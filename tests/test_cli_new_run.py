@@ -263,12 +263,12 @@ def test_a_schedule_part_without_a_schedule_names_the_flag_to_add(capsys, on, fl
         f"The run was not created: {named} part of a learning-rate schedule, and none is set; "
         "add --lr-schedule (cosine_decay, linear_schedule, exponential_decay, step_decay) with "
         "its --lr-schedule-arguments.")
-    # A config without a name keeps mlx-lm's words, naming the file.
+    # A config without a name keeps mlx-lm's words, at the line of its lr_schedule.
     path = tmp_path / "config.yaml"
     path.write_text("iters: 10\nlr_schedule: {warmup: 5}\n")
     sentence = refused(capsys, "runs", "new", *on, "--config", path)
-    assert sentence.startswith(f"The run was not created: {path}")
-    assert sentence.endswith(": lr_schedule needs a name and arguments, as in mlx-lm's config.")
+    assert sentence == (f"The run was not created: {path}:2: lr_schedule needs a name and "
+                        "arguments, as in mlx-lm's config.")
     # A config's schedule, or the flag, gives the warmup its schedule.
     made(capsys, "runs", "new", *on, "--warmup", "5", "--lr-schedule", "cosine_decay",
          "--lr-schedule-arguments", "1e-5,100")

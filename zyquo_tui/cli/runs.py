@@ -190,7 +190,10 @@ def _checked_run(config: dict[str, Any], *, source: str, base_dir: Path | None,
     lines = yaml_key_lines(config_file) if config_file is not None else {}
 
     def locate(key: str) -> str:
-        """file:line of a config key, for a value that came from the config file."""
+        """file:line of a config key, for a value that came from the config file; a nested
+        key the file lacks (lr_schedule.name) at the line of the key it belongs under."""
+        while key not in lines and "." in key:
+            key = key.rsplit(".", 1)[0]
         return f"{source}:{lines[key]}" if key in lines else source
 
     run, unknown = run_from_mlx_config({**config, **given}, source=source, base_dir=base_dir,
