@@ -146,26 +146,41 @@ def test_the_start_gate_asks_a_replica_before_it_refuses(tiny_model):
 
 def test_a_dpo_reference_in_another_folder_has_no_replica(tiny_model):
     """The replica scales the model it trains, not a second folder the run would load."""
-    import pytest
-
-    from zyquo_tui.core.errors import UserError
-    from zyquo_tui.core.memory.measure import measure_replica
+    from zyquo_tui.core.memory.advisor import MemoryAdvisor
+    from zyquo_tui.core.memory.budget import MemoryBudget
+    from zyquo_tui.core.memory.history import MemoryHistory
     from zyquo_tui.core.runs.settings import Hyperparameters
 
     hp = Hyperparameters.from_dict({"zyquo_tui": {"objective": "dpo",
                                                   "reference": str(tiny_model)}})
     facts = ModelFacts.from_folder(tiny_model)
-    dpo = TrainingConfig.from_hyperparameters(Method.LORA, hp, 64)
-    with pytest.raises(UserError, match="DPO reference is another model folder"):
-        measure_replica(str(tiny_model), facts, dpo, hyperparameters=hp)
+    advisor = MemoryAdvisor(MemoryBudget.fixed(1 << 40), history=MemoryHistory())
+    terms = advisor.estimate(facts, TrainingConfig.from_hyperparameters(Method.LORA, hp, 64))
+    estimate, why_not = advisor.replica_estimate(facts, terms, hyperparameters=hp)
+    assert estimate is None
+    assert why_not == ("no replica: its DPO reference is another model folder, which a "
+                       "replica does not scale")
 
 
-def test_why_no_replica_names_what_stands_in_the_way():
-    small = {**LLAMA_8B, "hidden_size": 48, "head_dim": 12, "intermediate_size": 96}
-    assert "too small to divide (hidden size 48)" in why_no_replica(small, config())
-    short = config(max_seq_length=20, longest_row_tokens=20)
-    assert "rows (19 tokens) are too short" in why_no_replica(LLAMA_8B, short)
-    assert "LoRA rank (5)" in why_no_replica(LLAMA_8B, config(rank=5))
+def test_a_replica_that_would_crowd_the_memory_is_not_measured(tiny_model):
+    """A replica k^2 times smaller than the config still needs memory: above half of what is
+    free it is not started (nothing trains), and the terms judge."""
+    from zyquo_tui.core.memory.advisor import MemoryAdvisor
+    from zyquo_tui.core.memory.budget import MemoryBudget
+    from zyquo_tui.core.memory.history import MemoryHistory
+
+    facts = ModelFacts.from_folder(tiny_model)
+    real = config(num_layers=-1, max_seq_length=512, longest_row_tokens=512)
+    free = MemoryAdvisor(MemoryBudget.fixed(1 << 40), history=MemoryHistory())
+    terms = free.estimate(facts, real)
+    scale = plan_replica(json.loads((tiny_model / "config.json").read_text()), real).scale
+    crowded = MemoryAdvisor(MemoryBudget.fixed(1 << 40, available_bytes=int(
+        terms.model_bytes / scale ** 2)), history=MemoryHistory())
+    estimate, why_not = crowded.replica_estimate(facts, terms)
+    assert estimate is None
+    assert why_not.startswith(f"no replica: even with its widths divided by {scale} it would "
+                              "need about ")
+    assert why_not.endswith("more than half the memory free")
 
 
 def test_a_replicas_figure_replaces_the_terms_and_any_history_correction(isolated_home):

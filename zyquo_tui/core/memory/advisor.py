@@ -38,7 +38,7 @@ from zyquo_tui.core.memory.measure import (
 from zyquo_tui.core.memory.replica import REPLICA_ERROR, plan_replica, why_no_replica
 from zyquo_tui.core.runs.problems import Problem
 from zyquo_tui.core.runs.run import Run
-from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 from zyquo_tui.core.runs.value_checks import AUTO_TEXT, OFF_TEXT
 
 
@@ -236,6 +236,10 @@ class MemoryAdvisor:
         subprocess: seconds), and None; or None and why no replica was measured (a replica
         that cannot be planned, would itself crowd the memory, or fails to train)."""
         config = self.training_config(model, estimate.config)
+        if (hyperparameters is not None and config.objective == "dpo"
+                and SETTINGS["reference"].get(hyperparameters) != "base"):
+            return None, ("no replica: its DPO reference is another model folder, which a "
+                          "replica does not scale")
         try:
             model_config = json.loads((Path(model.path) / "config.json").read_text("utf-8"))
         except (OSError, ValueError) as error:
@@ -248,7 +252,7 @@ class MemoryAdvisor:
             return None, (f"no replica: even with its widths divided by {replica.scale} it "
                           f"would need about {fmt_bytes(need)}, more than half the memory free")
         try:
-            measured = measure_replica(model.path, model, config,
+            measured = measure_replica(model.path, model, config, replica,
                                        hyperparameters=hyperparameters,
                                        extra_config=extra_config, cancelled=cancelled)
         except UserError as error:  # the terms' estimate stands; say why

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
@@ -14,8 +13,8 @@ from zyquo_tui.core.memory.budget import CPU, GPU
 from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.memory.history import training_peak
-from zyquo_tui.core.memory.replica import Replica, plan_replica, why_no_replica
-from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters
+from zyquo_tui.core.memory.replica import Replica
+from zyquo_tui.core.runs.settings import Hyperparameters
 from zyquo_tui.core.system.child_process import run_child
 from zyquo_tui.core.system.entry_points import MEASURE, python_command
 
@@ -109,37 +108,21 @@ class ReplicaMeasurement:
                 "peak_bytes": self.peak_bytes, "seconds": self.seconds, "device": self.device}
 
 
-def measure_replica(model_path: str, model: ModelFacts, config: TrainingConfig, *,
-                    hyperparameters: Hyperparameters | None = None,
+def measure_replica(model_path: str, model: ModelFacts, config: TrainingConfig,
+                    replica: Replica, *, hyperparameters: Hyperparameters | None = None,
                     extra_config: dict[str, Any] | None = None, steps: int = 3,
                     timeout: float = 600.0, python: str | None = None,
                     cancelled: Callable[[], bool] | None = None) -> ReplicaMeasurement:
-    """Train `steps` steps of `config`'s replica in a subprocess; its prediction of the peak.
-
-    `config` is what one process trains, with its loss slicing decided (the advisor's
-    `training_config`): the replica must slice as the run will. UserError when no replica
-    can stand for it (why_no_replica says why)."""
-    config_path = Path(model_path) / "config.json"
-    try:
-        model_config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise UserError(f"{config_path}: could not be read ({error}).", EXIT_PROBLEMS) from None
-    if (hyperparameters is not None and config.objective == "dpo"
-            and SETTINGS["reference"].get(hyperparameters) != "base"):
-        raise UserError("No replica can stand for this config: its DPO reference is another "
-                        "model folder, which a replica does not scale.", EXIT_PROBLEMS)
-    replica = plan_replica(model_config, config)
-    if replica is None:
-        raise UserError(f"No replica can stand for this config: "
-                        f"{why_no_replica(model_config, config)}.", EXIT_PROBLEMS)
-    rows = replica.config.batch_width
+    """Train `steps` steps of `replica` (planned for `config` by core/memory/replica.py) in a
+    subprocess; its prediction of the config's peak. `config` is what one process trains, with
+    its loss slicing decided (the advisor's `training_config`). UserError when it fails."""
     spec: dict[str, Any] = {
         "model": model_path,
         "method": replica.config.method.value,
         "hyperparameters": replica.config.to_hyperparameters(hyperparameters).to_dict(),
         "steps": steps,
         "extra_config": extra_config or {},
-        "synthetic_tokens": rows,
+        "synthetic_tokens": replica.config.batch_width,
         "replica": {"config": replica.model_config, "dtype": model.compute_dtype},
     }
     result = _subprocess_json(python_command(MEASURE, "-", python=python), spec, timeout,
