@@ -12,11 +12,12 @@ from conftest import REPO, SAMPLE_DATA
 
 from zyquo_tui.cli.main import main
 from zyquo_tui.core.library.datasets import validate_dataset
-from zyquo_tui.core.library.run_checks import DataTraits, check_run
+from zyquo_tui.core.library.run_checks import DataTraits
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.runs.mlx_config import dump_mlx_yaml, run_to_mlx_config
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
+from zyquo_tui.core.setup.draft import Base, RunDraft
 from zyquo_tui.core.store.store import RunStore
 
 COMPLETIONS = str(SAMPLE_DATA / "completions")
@@ -135,15 +136,17 @@ def form_sentence(data, **settings) -> list[tuple[str, str, str]]:
     """What the new-run form says of these settings on the sample model and this dataset: its
     checks with the dataset report and the model facts it holds."""
     hp = Hyperparameters.from_dict({"num_layers": -1, **settings})
-    model = ModelFacts.from_folder(RunStore().home / "models" / "zyquo-tiny").traits()
-    return [(p.key, p.sentence, p.severity) for p in check_run(
-        Method.LORA, hp, model=model, data=DataTraits.from_report(validate_dataset(data)))]
+    folder = RunStore().home / "models" / "zyquo-tiny"
+    draft = RunDraft(base=Base(str(folder), ModelFacts.from_folder(folder).traits()),
+                     chosen_method=Method.LORA, hyperparameters=hp, chosen=frozenset(SETTINGS),
+                     data=DataTraits.from_report(validate_dataset(data)))
+    return [(p.key, p.sentence, p.severity) for p in draft.problems()]
 
 
 @pytest.mark.parametrize("data, flags, settings", [
     ("completions", ["--batch-size", "300"], {"batch_size": 300}),
     ("text", ["--mask-prompt"], {"mask_prompt": True}),
-    ("preference", [], {}),
+    ("preference", ["--objective", "sft"], {}),
 ])
 def test_the_forms_data_checks_refuse_in_the_cli_with_the_same_sentence(capsys, models, data,
                                                                         flags, settings):

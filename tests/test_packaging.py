@@ -52,7 +52,7 @@ def test_core_imports_neither_textual_nor_mlx():
 
 # core's folders, lowest first: each imports only folders before it (and core's own top,
 # errors.py and formatting.py), so an idea low down never depends on one built on it.
-CORE_ORDER = ("runs", "system", "events", "store", "library", "memory", "processes")
+CORE_ORDER = ("runs", "system", "events", "store", "library", "memory", "setup", "processes")
 
 
 def core_imports(path: Path) -> set[str]:

@@ -192,12 +192,12 @@ def test_a_config_that_is_not_yaml_exits_2(capsys, model, isolated_home, tmp_pat
 
 
 def test_an_unknown_method_or_optimizer_exits_2(capsys, model, isolated_home):
+    fake_machine(isolated_home, 64 * GIB)
     with pytest.raises(SystemExit) as caught:
         main(["plan", "--model", str(model), "--method", "ia3"])
     assert caught.value.code == 2
-    with pytest.raises(SystemExit) as caught:
-        main(["plan", "--model", str(model), "--optimizer", "lion"])
-    assert caught.value.code == 2
+    status, _, err = plan(capsys, "--model", model, "--optimizer", "lion")
+    assert status == 2 and "optimizer 'lion' is unknown" in err  # as `runs new` says it
 
 
 def test_a_missing_dataset_exits_2(capsys, model, isolated_home, tmp_path):
@@ -346,3 +346,34 @@ def test_without_a_replica_the_terms_judge_and_the_plan_says_why(capsys, model, 
     assert status == 0
     assert data["replica"] is None and data["replica_skipped"].startswith("no replica: ")
     assert data["estimate_bytes"] == estimate_of(model, max_seq_length=512)
+
+
+def _flags(*command: str) -> set[str]:
+    """Every option string of a zyquo-tui command's parser."""
+    import argparse
+
+    from zyquo_tui.cli.main import build_parser
+
+    parser = build_parser()
+    for word in command:
+        sub = next(action for action in parser._actions
+                   if isinstance(action, argparse._SubParsersAction))
+        parser = sub.choices[word]
+    return {flag for action in parser._actions for flag in action.option_strings}
+
+
+def test_plan_takes_every_flag_runs_new_takes():
+    """A `runs new` line becomes a plan by its first words: no flag is refused."""
+    assert _flags("runs", "new") - _flags("plan") == set()
+
+
+def test_flags_that_cost_no_memory_leave_the_figure_as_it_was(capsys, model, isolated_home):
+    fake_machine(isolated_home, 64 * GIB)
+    common = ("--model", model, "--num-layers", "-1", "--json")
+    status, bare, _ = plan(capsys, *common)
+    status_with, given, err = plan(capsys, *common, "--name", "a name", "--beta", "0.3",
+                                   "--early-stopping-patience", "3", "--seed", "7",
+                                   "--steps-per-report", "5", "--sample-max-tokens", "40")
+    assert status == status_with == 0, err
+    assert given["estimate_bytes"] == bare["estimate_bytes"]
+    assert given["verdict"] == bare["verdict"]

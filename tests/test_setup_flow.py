@@ -249,7 +249,7 @@ async def test_a_preset_saved_and_loaded_again_is_equal(models):
         await choose(pilot, "hp-schedule", "cosine_decay")
         await pilot.pause()
         await type_into(pilot, screen, "warmup", "5")
-        screen.extra_config = {"wandb": "my-project"}  # as an imported YAML leaves it
+        screen.draft.extra_config = {"wandb": "my-project"}  # as an imported YAML leaves it
         await pilot.press("escape", "p")
         await until(pilot, lambda: isinstance(app.screen, TextPromptDialog), "the name prompt")
         await pilot.press("end", "ctrl+u", *"my preset", "enter")
@@ -365,7 +365,7 @@ async def test_starting_a_run_that_wont_fit_on_disk_asks_then_overrides_the_disk
         screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
         await settle(pilot, screen)
         assert screen.plan.assessment.verdict is Verdict.FITS
-        assert screen.disk.verdict is Verdict.WONT_FIT  # 1000 iters: 10 checkpoints
+        assert screen.verdicts.disk.verdict is Verdict.WONT_FIT  # 1000 iters: 10 checkpoints
         assert "Disk · ✗ won't fit" in str(screen.query_one("#memory-details").render())
         screen.query_one("#setup-form").focus()
         await pilot.press("s")
@@ -708,5 +708,5 @@ async def test_once_the_form_settles_the_verdict_judges_by_a_measured_replica(mo
         assert screen.plan.estimate.replica is None  # another config: the terms, for now
         await type_into(pilot, screen, "rank", "8")
         assert screen.plan.estimate.replica == estimate.replica
-        await until(pilot, lambda: all(w.is_finished for w in screen.workers), "its workers")
+        await until(pilot, lambda: all(w.is_finished for w in screen.setup.workers), "its workers")
         assert all(screen.replicas[key] is value for key, value in measured.items())

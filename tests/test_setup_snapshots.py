@@ -98,7 +98,7 @@ async def new_run(pilot, **kwargs) -> NewRunScreen:
     pilot.app.push_screen(screen)
     await until(pilot, lambda: screen.ready and screen.advisor is not None,
                 "the new-run screen")
-    await until(pilot, lambda: all(w.is_finished for w in screen.workers), "its workers")
+    await until(pilot, lambda: all(w.is_finished for w in screen.setup.workers), "its workers")
     await pilot.pause()
     return screen
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from zyquo_tui.core.library.run_checks import ModelTraits, problems_with_model
+from zyquo_tui.core.library.run_checks import ModelTraits
 from zyquo_tui.core.memory.estimate import TERMS
 from zyquo_tui.core.runs.problems import Problem
+from zyquo_tui.core.setup.draft import Base, RunDraft
 from zyquo_tui.core.runs.settings import (
     SETTINGS,
     Hyperparameters,
@@ -81,11 +82,11 @@ def test_warnings_and_model_problems_name_their_fields_too():
     assert {p.key for p in warnings} == {"save_every", "steps_per_eval"}
     assert not any(p.is_error for p in warnings)
     tiny = ModelTraits("zyquo-tiny", quantized=False, num_layers=2)
-    assert [p.key for p in problems_with_model(Method.QLORA, hp, tiny)] == \
-        ["num_layers", "method"]
     quantized = ModelTraits("zyquo-tiny-4bit", quantized=True, num_layers=2)
-    assert [p.key for p in problems_with_model(Method.FULL, hp, quantized)] == \
-        ["num_layers", "method"]
+    for method, traits in ((Method.QLORA, tiny), (Method.FULL, quantized)):
+        draft = RunDraft(base=Base(traits.name, traits), chosen_method=method,
+                         hyperparameters=hp, chosen=frozenset(SETTINGS))
+        assert [p.key for p in draft.problems()][-2:] == ["num_layers", "method"]
 
 
 @pytest.mark.parametrize("values, problem", [

@@ -84,7 +84,8 @@ def label(combo: dict[str, Any], varied: list[str]) -> str:
 
 
 def cmd_grid(args) -> int:
-    from zyquo_tui.cli.runs import _checked_run, _supervisor
+    from zyquo_tui.cli.run_drafts import draft_from_command_line
+    from zyquo_tui.cli.runs import _supervisor
     from zyquo_tui.core.store.store import RunStore
 
     values = grid_values(args)
@@ -98,10 +99,11 @@ def cmd_grid(args) -> int:
     runs, warnings = [], []
     for combo in combos:
         named = label(combo, varied)
-        run, _unknown, warned = _checked_run(
-            {}, source="the command line", base_dir=None,
-            refused=f"No run was created ({named or 'the grid'}): ", model=args.model,
-            data=args.data, settings=combo, method=args.method)
+        refused = f"No run was created ({named or 'the grid'}): "
+        draft = draft_from_command_line({}, source="the command line", base_dir=None,
+                                        refused=refused, model=args.model, data=args.data,
+                                        settings=combo, method=args.method)
+        run, warned = draft.to_run(refused=refused), draft.warnings()
         base = args.name or run.name
         run.name = f"{base} {named}".strip()
         run.group = group

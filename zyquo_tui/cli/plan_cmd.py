@@ -18,16 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from zyquo_tui.cli.output import print_json, print_table
-from zyquo_tui.cli.setting_flags import (
-    add_setting_flags,
-    apply_settings,
-    settings_given,
-)
+from zyquo_tui.cli.run_drafts import draft_from_command_line
+from zyquo_tui.cli.setting_flags import add_setting_flags, settings_given
 from zyquo_tui.core.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UserError
+from zyquo_tui.core.library.run_checks import dataset_folder_problem
 from zyquo_tui.core.library.token_stats import row_token_lengths
 from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict, fmt_bytes
 from zyquo_tui.core.memory.disk_verdict import DISK_SETTINGS, DiskAssessment, assess_disk
-from zyquo_tui.core.memory.estimate import MEMORY_SETTINGS, TERMS, TrainingConfig
+from zyquo_tui.core.memory.estimate import TERMS, TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.memory.host_verdicts import (
     host_verdicts,
@@ -38,14 +36,14 @@ from zyquo_tui.core.memory.host_verdicts import (
 )
 from zyquo_tui.core.memory.measure import Measurement, measure_peak
 from zyquo_tui.core.runs.hosts import distribution_problems
-from zyquo_tui.core.runs.mlx_config import load_mlx_yaml, run_from_mlx_config
+from zyquo_tui.core.runs.mlx_config import load_mlx_yaml
 from zyquo_tui.core.runs.problems import errors_in
-from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.setup.draft import RunDraft
+from zyquo_tui.core.setup.verdicts import judged_by_replica
 
 # Settings that change how long a run takes and not its memory (core/memory/duration.py).
 DURATION_SETTINGS = frozenset({"iters", "steps_per_eval", "val_batches"})
-# A preference objective trains two sequences a row and may hold a reference copy.
-OBJECTIVE_SETTINGS = frozenset({"objective", "reference"})
 # Where the ranks of a distributed run train: its verdict is per host
 # (core/memory/host_verdicts.py).
 PLACEMENT_SETTINGS = frozenset({"ranks", "hosts", "hostfile"})
@@ -59,15 +57,12 @@ def register(subparsers) -> None:
     parser.add_argument("--data", help="dataset folder: its longest tokenized row sets the "
                         "sequence length, and suggestions count the rows they cut")
     parser.add_argument("--method", choices=[m.value for m in Method])
-    # The settings that decide memory, with runs new's flags; the optimizer is picked from
-    # its list (argparse refuses another name).
-    # iters and save_every decide how many checkpoints the disk verdict counts.
-    add_setting_flags(parser, (MEMORY_SETTINGS - {"optimizer"}) | DISK_SETTINGS
-                      | DURATION_SETTINGS | OBJECTIVE_SETTINGS | PLACEMENT_SETTINGS)
-    optimizer = SETTINGS["optimizer"]
-    parser.add_argument(optimizer.flag, choices=optimizer.choices, help=optimizer.help)
+    # Every flag of `runs new`, so that a `runs new` line becomes a plan by its first words:
+    # those that cost no memory and no time are taken and change nothing here.
+    add_setting_flags(parser)
     parser.add_argument("--config", type=Path, help="an mlx-lm YAML config to start from "
                         "(flags override it)")
+    parser.add_argument("--name", help="taken, as `runs new` takes it; a plan makes no run")
     parser.add_argument("--measure", action="store_true",
                         help="also train a few real steps and report the measured peak")
     parser.add_argument("--no-replica", action="store_true",
@@ -78,100 +73,48 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run)
 
 
-def _resolve_model(name_or_path: str) -> str:
-    """A folder, or a name `zyquo-tui models` lists: resolved as `runs new` resolves it."""
-    from zyquo_tui.core.library.models import resolve_model
-
-    return str(resolve_model(name_or_path).path.expanduser().resolve())
-
-
-def _settings(args) -> tuple[str, str | None, Method | None, Hyperparameters, dict[str, Any]]:
-    """Model, data, method, hyperparameters and pass-through keys from --config and flags."""
-    model = args.model
-    data = args.data
-    method: Method | None = None
-    hp = Hyperparameters()
-    extra: dict[str, Any] = {}
+def _draft(args) -> RunDraft:
+    """The draft `runs new` would make of these flags and config (its dataset optional)."""
     config: dict[str, Any] = {}
     if args.config is not None:
         config = load_mlx_yaml(args.config)
-        if model:
-            config["model"] = model
-        if not config.get("model"):
+        if not (args.model or config.get("model")):
             raise UserError(f"{args.config}: the config has no model; add `model: PATH` or "
                             "give --model.")
-        if data:
-            config["data"] = data
-        placeholder = not config.get("data")
-        if placeholder:
-            config["data"] = "-"  # plan needs no data; run_from_mlx_config does
-        run, _unknown = run_from_mlx_config(config, source=str(args.config),
-                                            base_dir=args.config.parent)
-        model = run.model
-        data = None if placeholder else run.data
-        method = run.method if "fine_tune_type" in config else None
-        hp = run.hyperparameters
-        extra = run.extra_config
-    if not model:
+    elif not args.model:
         raise UserError("plan needs --model PATH (or --config FILE naming a model).")
-    hp = Hyperparameters.from_dict(hp.to_dict())
-    given = settings_given(args)
-    if args.optimizer:
-        given["optimizer"] = args.optimizer
-    apply_settings(hp, given)
-    if args.method:
-        method = Method(args.method)
-    model_path = _resolve_model(model)
-    if "num_layers" not in given and config.get("num_layers") is None:
-        # Nobody chose it: mlx-lm's default of 16 trains all of a smaller model's layers,
-        # as `runs new` and the form plan it.
-        from zyquo_tui.core.library.run_checks import ModelTraits, fit_default_layers
-
-        traits = ModelTraits.read(model_path)
-        if traits is not None:
-            fit_default_layers(hp, traits)
-    return model_path, data, method, hp, extra
-
-
-def _check_data(data: str) -> tuple[str, str | None]:
-    """The dataset folder and its rows' format; one that is not a folder holding train.jsonl
-    is refused with `runs new`'s sentence."""
-    from zyquo_tui.core.library.run_checks import DataTraits, dataset_folder_problem
-
-    traits = DataTraits.read(data)
-    problem = dataset_folder_problem(traits)
-    if problem is not None:
-        raise UserError(problem.sentence)
-    return str(Path(data).expanduser().resolve()), traits.format
-
-
-def _choose_objective(hp: Hyperparameters, data: str, data_format: str | None,
-                      chosen: bool) -> None:
-    """The objective the data trains when none was chosen (dpo for preference pairs, as the
-    form offers first); one that cannot train the data is refused as `runs new` refuses it."""
-    from zyquo_tui.core.library.rows import objectives_for, training_refusal
-
-    objective = SETTINGS["objective"]
-    trains = objectives_for(data_format)
-    if not chosen and trains and objective.get(hp) not in trains:
-        objective.set(hp, trains[0])
-    refusal = training_refusal(data_format, objective.get(hp))
-    if refusal is not None:
-        raise UserError(f"{data}: {refusal}")
+    no_data = not (args.data or config.get("data"))
+    if no_data and args.config is not None:
+        config["data"] = "-"  # plan needs no data; a config's draft does
+    draft = draft_from_command_line(
+        config, source=str(args.config) if args.config else "the command line",
+        base_dir=args.config.parent if args.config else None, refused="",
+        model=args.model, data=args.data, settings=settings_given(args), method=args.method,
+        config_file=args.config)
+    if no_data:
+        draft = draft.replace(data=None, data_path=None)
+    if draft.data is not None:
+        problem = dataset_folder_problem(draft.data)
+        if problem is not None:
+            raise UserError(problem.sentence)
+        refusal = draft.offered_objectives()[draft.objective]
+        if refusal is not None:
+            raise UserError(f"{draft.data_path}: {refusal}")
+    return draft
 
 
 def run(args) -> int:
-    model_path, data, method, hp, extra = _settings(args)
+    draft = _draft(args)
+    model_path, data, method = draft.model_path, draft.data_path, draft.method
+    hp, extra = draft.hyperparameters, draft.extra_config
+    assert model_path is not None
     facts = ModelFacts.from_folder(model_path)
-    if method is None:
-        method = Method.QLORA if facts.quantized else Method.LORA
-    elif method is Method.LORA and facts.quantized:
-        method = Method.QLORA  # LoRA on a quantized base is QLoRA: same training
     config = TrainingConfig.from_hyperparameters(method, hp)
     # The memory settings are checked by the config; the rest plan reads, by their own
     # definitions' checks (a zero save_every would count a checkpoint a step).
     checked = PLACEMENT_SETTINGS | DISK_SETTINGS | DURATION_SETTINGS
-    bad = config.problems() + errors_in(hp.problems(method, only=checked))
+    bad = [problem for problem in draft.errors() if problem.key == "method"]
+    bad += config.problems() + errors_in(hp.problems(method, only=checked))
     bad += distribution_problems(hp.batch_size, hp.zyquo_tui)
     if bad:
         raise UserError(bad[0].sentence)
@@ -179,9 +122,6 @@ def run(args) -> int:
 
     lengths: list[int] | None = None
     if data is not None:
-        data, data_format = _check_data(data)
-        _choose_objective(hp, data, data_format, "objective" in settings_given(args))
-        config = TrainingConfig.from_hyperparameters(method, hp)
         try:
             lengths = row_token_lengths(model_path, data, extra)
         except UserError as error:
@@ -202,7 +142,9 @@ def run(args) -> int:
         raise UserError(plan.estimate.problems[0])
     replica_skipped = "not measured (--no-replica)"
     if not args.no_replica:
-        plan, replica_skipped = _replica_plan(plan, advisor, facts, hp, extra)
+        replica, replica_skipped = advisor.replica_estimate(
+            facts, plan.estimate, hyperparameters=hp, extra_config=extra)
+        plan = judged_by_replica(plan, advisor, replica)
     hosts = (host_verdicts(plan.assessment, advisor, placement, known_hosts(None))
              if placement.distribution else [])
     decisive = worst(hosts)
@@ -250,19 +192,6 @@ def run(args) -> int:
     memory = decisive.verdict if decisive is not None else plan.assessment.verdict
     wont_fit = Verdict.WONT_FIT in (memory, disk.verdict)
     return EXIT_PROBLEMS if wont_fit else EXIT_OK
-
-
-def _replica_plan(plan: Plan, advisor: MemoryAdvisor, facts: ModelFacts,
-                  hp: Hyperparameters, extra: dict[str, Any]) -> tuple[Plan, str | None]:
-    """The plan judged by a replica's measured peak (core/memory/replica.py), or the plan as
-    it was and why no replica was measured."""
-    estimate, why_not = advisor.replica_estimate(facts, plan.estimate, hyperparameters=hp,
-                                                 extra_config=extra)
-    if estimate is None:
-        return plan, why_not
-    assessment = advisor.judge(estimate)
-    suggestions = [] if assessment.verdict is Verdict.FITS else plan.suggestions
-    return Plan(assessment, suggestions, plan.token_lengths_known), None
 
 
 def _disk(facts: ModelFacts, plan: Plan, hp: Hyperparameters) -> DiskAssessment:

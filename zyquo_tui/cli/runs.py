@@ -9,15 +9,10 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from zyquo_tui.cli.output import fmt_bytes, fmt_loss, print_json, print_table
-from zyquo_tui.cli.setting_flags import (
-    add_setting_flags,
-    apply_settings,
-    settings_given,
-    unnamed_schedule,
-)
+from zyquo_tui.cli.setting_flags import add_setting_flags, settings_given
 from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.settings import Method
@@ -160,71 +155,6 @@ def _metrics(store: RunStore, run_id: str) -> "RunMetrics":
     return metrics
 
 
-def _checked_run(config: dict[str, Any], *, source: str, base_dir: Path | None,
-                 refused: str, model: str | None = None, data: str | None = None,
-                 settings: dict[str, Any] | None = None, method: str | None = None,
-                 name: str | None = None, config_file: Path | None = None
-                 ) -> tuple[Run, list[str], list[str]]:
-    """A new run from an mlx-lm config and the command line's choices, checked as the new-run
-    form checks it (core/library/run_checks.py `check_run`): returns it with the config's
-    unknown keys and the warnings; raises UserError (`refused` and the first error's sentence)
-    instead.
-
-    The model is resolved as `data check --model` resolves it (a folder, or a name as `zyquo-tui
-    models` lists it) and stored as its absolute folder; LoRA on a quantized base is QLoRA.
-    """
-    from zyquo_tui.core.library.models import resolve_model
-    from zyquo_tui.core.library.run_checks import (
-        DataTraits,
-        ModelTraits,
-        check_run,
-        config_name,
-        fit_default_layers,
-    )
-    from zyquo_tui.core.runs.mlx_config import run_from_mlx_config, yaml_key_lines
-    from zyquo_tui.core.runs.problems import errors_in, warnings_in
-
-    # Paths given on the command line are the user's, from the working directory; those in
-    # the config may be relative to its file (run_from_mlx_config resolves them).
-    given = {key: "-" for key, value in (("model", model), ("data", data)) if value}
-    lines = yaml_key_lines(config_file) if config_file is not None else {}
-
-    def locate(key: str) -> str:
-        """file:line of a config key, for a value that came from the config file; a nested
-        key the file lacks (lr_schedule.name) at the line of the key it belongs under."""
-        while key not in lines and "." in key:
-            key = key.rsplit(".", 1)[0]
-        return f"{source}:{lines[key]}" if key in lines else source
-
-    run, unknown = run_from_mlx_config({**config, **given}, source=source, base_dir=base_dir,
-                                       locate=locate)
-    info = resolve_model(model or run.model)
-    run.model = str(info.path.expanduser().resolve())
-    run.data = str(Path(data or run.data).expanduser().resolve())
-    settings = settings or {}
-    apply_settings(run.hyperparameters, settings)
-    unnamed = unnamed_schedule(run.hyperparameters, settings)
-    if unnamed is not None:
-        raise UserError(f"{refused}{unnamed}")
-    traits = ModelTraits.from_info(info)
-    if method:
-        run.method = Method(method)
-    if run.method is Method.LORA and traits.quantized:
-        run.method = Method.QLORA  # the same training: the quantized base makes it QLoRA
-    if "num_layers" not in settings and config.get("num_layers") is None:  # nobody chose it
-        fit_default_layers(run.hyperparameters, traits)
-    run.name = name or Run.default_name(run.model, run.method)
-    problems = check_run(run.method, run.hyperparameters, model=traits,
-                         data=DataTraits.read(run.data))
-    errors = errors_in(problems)
-    if errors:
-        first = errors[0]
-        from_file = first.key not in settings and not (first.key == "dataset" and data)
-        at = f"{locate(config_name(first.key))}: " if from_file and config_file else ""
-        raise UserError(f"{refused}{at}{first.sentence}")
-    return run, unknown, [problem.sentence for problem in warnings_in(problems)]
-
-
 def _wait_for(supervisor, run_id: str, wanted: RunState) -> int:
     import asyncio
 
@@ -260,6 +190,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_new(args) -> int:
+    from zyquo_tui.cli.run_drafts import draft_from_command_line
     from zyquo_tui.core.runs.mlx_config import load_mlx_yaml
 
     store = RunStore().ensure()
@@ -269,10 +200,13 @@ def cmd_new(args) -> int:
         raise UserError("runs new needs --model PATH and --data PATH (or --config FILE).")
     else:
         config, source, base_dir = {}, "the command line", None
-    run, unknown, warnings = _checked_run(
-        config, source=source, base_dir=base_dir, refused="The run was not created: ",
-        model=args.model, data=args.data, settings=settings_given(args), method=args.method,
-        name=args.name, config_file=args.config)
+    refused = "The run was not created: "
+    draft = draft_from_command_line(
+        config, source=source, base_dir=base_dir, refused=refused, model=args.model,
+        data=args.data, settings=settings_given(args), method=args.method, name=args.name,
+        config_file=args.config)
+    run, unknown, warnings = draft.to_run(refused=refused), sorted(draft.extra_config), \
+        draft.warnings()
     store.create(run)
     _report_unknown(unknown, args.config)
     for warning in warnings:
@@ -549,13 +483,14 @@ def cmd_export(args) -> int:
 
 
 def cmd_import(args) -> int:
+    from zyquo_tui.cli.run_drafts import draft_from_command_line
     from zyquo_tui.core.runs.mlx_config import load_mlx_yaml
 
     store = RunStore().ensure()
     config = load_mlx_yaml(args.file)
-    run, unknown, warnings = _checked_run(config, source=str(args.file),
-                                          base_dir=args.file.parent, refused="",
-                                          name=args.name, config_file=args.file)
+    draft = draft_from_command_line(config, source=str(args.file), base_dir=args.file.parent,
+                                    refused="", name=args.name, config_file=args.file)
+    run, unknown, warnings = draft.to_run(), sorted(draft.extra_config), draft.warnings()
     store.create(run)
     _report_unknown(unknown, args.file)
     for warning in warnings:

@@ -26,7 +26,7 @@ from zyquo_tui.client import worker
 from zyquo_tui.client.batch import PREFERENCE, BatchError, Text, TrainingBatch
 from zyquo_tui.client.futures import DeferredFuture, Future
 from zyquo_tui.core.runs.run import Run
-from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
+from zyquo_tui.core.runs.settings import Hyperparameters, Method
 
 
 @dataclass
@@ -74,50 +74,17 @@ class SampleResult:
     finish_reasons: list[str] = field(default_factory=list)  # "stop" or "length"
 
 
-# Settings the client takes beyond SETTINGS' keys: mlx-lm's nested ones, whole.
-_NESTED = ("lora_parameters", "lr_schedule", "optimizer_config")
-
-
 def checked_run(model: str | os.PathLike, method: str | None, settings: dict[str, Any]) -> Run:
-    """The run-to-be of a client: its model resolved and its settings checked as `runs new`
-    checks them; ValueError with the first problem's sentence."""
+    """The run-to-be of a client, made through a RunDraft as `runs new` makes one (its model
+    resolved, its settings checked); ValueError with the first problem's sentence."""
     from zyquo_tui.core.errors import UserError
-    from zyquo_tui.core.library.models import resolve_model
-    from zyquo_tui.core.library.run_checks import (
-        ModelTraits,
-        check_run,
-        fit_default_layers,
-    )
-    from zyquo_tui.core.runs.problems import errors_in
+    from zyquo_tui.core.setup.draft import RunDraft
 
     try:
-        info = resolve_model(str(model))
+        draft = RunDraft.from_choices(model=str(model), method=method, settings=settings)
+        return draft.to_run(need_data=False)
     except UserError as error:
         raise ValueError(error.message) from None
-    unknown = sorted(k for k in settings if k not in SETTINGS and k not in _NESTED)
-    if unknown:
-        names = ", ".join([*SETTINGS, *_NESTED])
-        raise ValueError(f"{unknown[0]!r} is not a run setting; the settings are {names}.")
-    hp = Hyperparameters()
-    for key in _NESTED:
-        if key in settings:
-            value = settings[key]
-            setattr(hp, key, {**getattr(hp, key), **value} if key == "lora_parameters"
-                    and isinstance(value, dict) else value)
-    for key, setting in SETTINGS.items():  # the definition's order: optimizer before its decay
-        if key in settings:
-            setting.set(hp, settings[key])
-    traits = ModelTraits.from_info(info)
-    chosen = Method(method) if method else (Method.QLORA if traits.quantized else Method.LORA)
-    if chosen is Method.LORA and traits.quantized:
-        chosen = Method.QLORA  # the same training: the quantized base makes it QLoRA
-    if "num_layers" not in settings:
-        fit_default_layers(hp, traits)
-    errors = errors_in(check_run(chosen, hp, model=traits))
-    if errors:
-        raise ValueError(errors[0].sentence)
-    return Run.new(model=str(info.path.expanduser().resolve()), data="", method=chosen,
-                   hyperparameters=hp)
 
 
 class TrainingClient:

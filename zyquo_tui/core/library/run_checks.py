@@ -1,11 +1,11 @@
-"""Whether a run can train: its settings, and its settings against its model and its dataset.
+"""Whether a run can train: its settings against its model and its dataset.
 
-`check_run` is the one check of a run before it is made or started. The new-run form calls it
-on every change (with the model facts and the dataset report it already has); `runs new`,
-`runs import-config` and `runs start` call it before they act, reading the model's config.json
-and counting the dataset's rows (fast: no tensor is loaded, no row is validated). Each returns
-the same structured problems (core/runs/problems.py), so a check made in one place is made, with
-the same sentence, in all of them.
+A RunDraft's `problems()` (core/setup/draft.py) is the one check of a run before it is made or
+started, and these are its parts: what a model and a dataset are to the checks (ModelTraits,
+DataTraits: read from config.json and a count of the rows, fast: no tensor is loaded, no row is
+validated; the form passes the facts and the report it already has) and the problems of the
+settings against each. Every door gets the same structured problems (core/runs/problems.py),
+so a check made in one place is made, with the same sentence, in all of them.
 
 A num_layers above the model's layer count is refused, not clamped: the sentence says to use -1
 (all layers) or fewer, and the run keeps exactly the settings the user gave.
@@ -106,7 +106,8 @@ def count_rows(path: Path) -> int | None:
 
 def problems_with_model(method: Method, hp: Hyperparameters, model: ModelTraits
                         ) -> list[Problem]:
-    """The settings against the base model: the method its weights allow, its layers."""
+    """The settings against the base model: its layers, its context, its layer matrices.
+    (Which methods its weights allow is the RunDraft's rule: core/setup/draft.py.)"""
     found = []
     layers = hp.num_layers
     if model.num_layers is not None and is_whole(layers) and layers > model.num_layers:
@@ -136,13 +137,6 @@ def problems_with_model(method: Method, hp: Hyperparameters, model: ModelTraits
                                               f"{model.name}'s layers, so only the others get "
                                               f"adapters; its layers have {offered}.",
                                  WARNING))
-    if method is Method.FULL and model.quantized:
-        found.append(Problem("method", f"full fine-tuning needs an unquantized model, and "
-                                       f"{model.name} is quantized; use qlora (or lora) on it."))
-    if method is Method.QLORA and not model.quantized:
-        found.append(Problem("method", f"qlora needs a quantized base model, and {model.name} "
-                                       "is not quantized; use lora, or quantize it first "
-                                       "(`mlx_lm convert -q`)."))
     return found
 
 
@@ -187,18 +181,6 @@ def problems_with_data(hp: Hyperparameters, data: DataTraits) -> list[Problem]:
     if data.format == TEXT and hp.mask_prompt is True:
         found.append(Problem("mask_prompt", "mask_prompt needs prompts to mask, and text rows "
                                             "have none; turn it off for this dataset."))
-    return found
-
-
-def check_run(method: Method, hp: Hyperparameters, *, model: ModelTraits | None = None,
-              data: DataTraits | None = None) -> list[Problem]:
-    """Every problem of a run: its settings, then against its model and its dataset (each
-    when given). Errors stop the run; warnings are said and let it go."""
-    found = hp.problems(method)
-    if model is not None:
-        found += problems_with_model(method, hp, model)
-    if data is not None:
-        found += problems_with_data(hp, data)
     return found
 
 

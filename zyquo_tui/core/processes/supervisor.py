@@ -109,15 +109,12 @@ class Supervisor:
         return self._launch(run, queue_if_busy)
 
     def _check_settings(self, run: Run) -> None:
-        """The checks `runs new` and the new-run form make (core/library/run_checks.py), again: the
-        model or the data may have changed since the run was made. A model folder that is
-        gone is left to the memory gate, which says so."""
-        from zyquo_tui.core.library.run_checks import DataTraits, ModelTraits, check_run
-        from zyquo_tui.core.runs.problems import errors_in
+        """The checks `runs new` and the new-run form make (the run's RunDraft,
+        core/setup/draft.py), again: the model or the data may have changed since the run was
+        made. A model folder that is gone is left to the memory gate, which says so."""
+        from zyquo_tui.core.setup.draft import RunDraft
 
-        errors = errors_in(check_run(run.method, run.hyperparameters,
-                                     model=ModelTraits.read(run.model),
-                                     data=DataTraits.read(run.data)))
+        errors = RunDraft.from_run(run).errors()
         if errors:
             raise UserError(f"Run {run.id} cannot start: {errors[0].sentence}")
         warm_start = (run.lineage or {}).get("adapter_file")

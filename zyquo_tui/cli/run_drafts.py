@@ -1,0 +1,34 @@
+"""The command line's choices as a RunDraft (core/setup/draft.py): `runs new`, `runs
+import-config`, `runs grid` and `plan` read their flags and config file through here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from zyquo_tui.cli.setting_flags import unnamed_schedule
+from zyquo_tui.core.errors import UserError
+from zyquo_tui.core.setup.draft import RunDraft
+
+
+def draft_from_command_line(config: dict[str, Any], *, source: str, base_dir: Path | None,
+                            refused: str, model: str | None = None, data: str | None = None,
+                            settings: dict[str, Any] | None = None, method: str | None = None,
+                            name: str | None = None,
+                            config_file: Path | None = None) -> RunDraft:
+    """The draft of an mlx-lm config (empty when none was given) with the command line's
+    model, data, method, settings and name over it; UserError when the config, the model or
+    a flag cannot make one (`refused` and the sentence for a schedule's flag without a
+    schedule; a draft's problems are `to_run(refused=...)`'s)."""
+    settings = settings or {}
+    if config or config_file is not None:
+        draft = RunDraft.from_mlx_config(config, source=source, base_dir=base_dir,
+                                         config_file=config_file, model=model, data=data,
+                                         method=method, settings=settings, name=name)
+    else:
+        draft = RunDraft.from_choices(model=model, data=data, method=method,
+                                      settings=settings, name=name)
+    unnamed = unnamed_schedule(draft.hyperparameters, settings)
+    if unnamed is not None:
+        raise UserError(f"{refused}{unnamed}")
+    return draft
