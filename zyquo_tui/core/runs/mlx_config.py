@@ -174,7 +174,7 @@ def dump_mlx_yaml(config: dict[str, Any]) -> str:
 
 def run_from_mlx_config(
     config: dict[str, Any], *, source: str = "config", base_dir: Path | None = None,
-    quantized_model: bool | None = None, locate: Callable[[str], str] | None = None,
+    locate: Callable[[str], str] | None = None,
 ) -> tuple[Run, list[str]]:
     """A new run from an mlx-lm config; returns it with the unknown keys that were kept.
 
@@ -202,9 +202,9 @@ def run_from_mlx_config(
         raise UserError(
             f"{source}: fine_tune_type {fine_tune_type!r} is unknown; use lora, dora or full."
         )
+    # As mlx-lm names it: lora on a quantized base becomes qlora in its RunDraft
+    # (core/setup/draft.py), which knows the base.
     method = Method(fine_tune_type)
-    if method is Method.LORA and quantized_model:
-        method = Method.QLORA
     settings = setting_keys()
     hp = Hyperparameters.from_dict({k: v for k, v in config.items() if k in settings})
     _read_mlx_lm_lora_keys(config, hp)

@@ -26,17 +26,12 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.events import DescendantFocus
 from textual.widgets import Footer, Input, Select, Static
 
-from zyquo_tui.core.errors import UserError
-from zyquo_tui.core.library.run_checks import DataTraits
-from zyquo_tui.core.memory.advisor import Plan, Verdict
 from zyquo_tui.core.memory.facts import ModelFacts
-from zyquo_tui.core.runs.run import Run, RunState
+from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import OBJECTIVES, SETTINGS, Hyperparameters, Method
-from zyquo_tui.core.runs.value_checks import value_text
-from zyquo_tui.core.setup.draft import Base, RunDraft, default_method
+from zyquo_tui.core.setup.draft import RunDraft
 from zyquo_tui.core.setup.verdicts import (
     DraftVerdicts,
     advisor_for,
@@ -44,21 +39,16 @@ from zyquo_tui.core.setup.verdicts import (
     judged_by_replica,
 )
 from zyquo_tui.core.store.presets import Preset
-from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
-from zyquo_tui.dashboard.library_text import dataset_problems, dataset_summary, model_facts_line
 from zyquo_tui.dashboard.messages import SampleChanged
-from zyquo_tui.dashboard.screens.setup_panel import SetupPanel
+from zyquo_tui.dashboard.screens.setup_choices import SetupChoices
+from zyquo_tui.dashboard.screens.setup_panel import SUGGESTION_KEYS, SetupPanel
 from zyquo_tui.dashboard.screens.zyquo_screen import ZyquoScreen
 from zyquo_tui.dashboard.setup_files import SetupFiles
+from zyquo_tui.dashboard.setup_launch import SetupLaunch
 from zyquo_tui.dashboard.setup_service import (
-    BudgetRead,
-    DatasetValidated,
     DurationEstimated,
-    LengthsCounted,
-    PeakMeasured,
     ReplicaMeasured,
     SetupService,
-    SourcesFound,
 )
 from zyquo_tui.dashboard.setup_sources import setup_sources
 from zyquo_tui.dashboard.source_lists import SourceLists
@@ -75,24 +65,7 @@ from zyquo_tui.dashboard.widgets.static_update import PanelText, update_static
 from zyquo_tui.dashboard.widgets.title_bar import TitleBar
 from zyquo_tui.resources import styles_dir
 
-SUGGESTION_KEYS = ("1", "2", "3", "4", "5", "6")
-
-# What the help line says for the controls above the hyperparameters.
-CONTROL_HELP = {
-    "run-name": "The run's name in the runs list (left alone, it follows the model and method)",
-    "model": "Models found in $ZYQUO_HOME/models, config.toml folders, the Hugging Face cache "
-             "and LM Studio (M lists them all)",
-    "dataset": "Folders with train.jsonl: $ZYQUO_HOME/datasets and the samples (D lists them)",
-    "method": "← → choose: lora and dora adapt a full-precision base, qlora a quantized one; "
-              "full trains every weight",
-    "objective": "← → choose: dpo learns to prefer chosen over rejected against a reference; "
-                 "orpo does so with no reference, beside the chosen answers' loss",
-}
-# The form's short note for a preference dataset (the draft's reason speaks the CLI's flags).
-SFT_NOT_OFFERED = "sft is not offered: preference rows train dpo or orpo."
-
-
-class NewRunScreen(SetupPanel, ZyquoScreen):
+class NewRunScreen(SetupChoices, SetupPanel, ZyquoScreen):
     """Set up a new run (see the module docstring). `like` prefills it from an existing run;
     `model` and `data` preselect a model or dataset folder."""
 
@@ -136,6 +109,7 @@ class NewRunScreen(SetupPanel, ZyquoScreen):
         self.base_hp = Hyperparameters()  # what the form's fields are read over
         self.lists = SourceLists(self)
         self.files = SetupFiles(self)
+        self.launcher = SetupLaunch(self)
         self.setup: SetupService | None = None
         # What the service found out, for the draft as it stands.
         self.facts: ModelFacts | None = None
@@ -156,43 +130,14 @@ class NewRunScreen(SetupPanel, ZyquoScreen):
         self.shown_before = False
         self.init_panel()
 
-    # -- what the tests and the panel read -----------------------------------------------------
+    # -- the draft's parts, by the names the panel and the tests read --------------------------
 
-    @property
-    def models(self):
-        return self.lists.models
-
-    @property
-    def datasets(self):
-        return self.lists.datasets
-
-    @property
-    def model_path(self) -> str | None:
-        return self.draft.model_path
-
-    @property
-    def data_path(self) -> str | None:
-        return self.draft.data_path
-
-    @property
-    def method(self) -> Method:
-        return self.draft.method
-
-    @property
-    def objective(self) -> str:
-        return self.form.objective
-
-    @property
-    def hp(self) -> Hyperparameters:
-        return self.draft.hyperparameters
-
-    @property
-    def extra_config(self) -> dict[str, Any]:
-        return self.draft.extra_config
-
-    @property
-    def plan(self) -> Plan | None:
-        return self.verdicts.plan
+    model_path = property(lambda self: self.draft.model_path)
+    data_path = property(lambda self: self.draft.data_path)
+    method = property(lambda self: self.draft.method)
+    hp = property(lambda self: self.draft.hyperparameters)
+    extra_config = property(lambda self: self.draft.extra_config)
+    objective = property(lambda self: self.form.objective)
 
     @property
     def sources(self):
@@ -288,242 +233,6 @@ class NewRunScreen(SetupPanel, ZyquoScreen):
         if self.setup is not None:
             self.setup.close()  # leaving cancels every worker, and their subprocesses
 
-    # -- discovery ------------------------------------------------------------------------------
-
-    def _extra_datasets(self) -> list[str]:
-        from pathlib import Path
-
-        extra = [self.start_data] if self.start_data else []
-        if self.like is not None:
-            extra.append(self.like.data)
-        if self.start_preset is not None and self.start_preset.data:
-            extra.append(self.start_preset.data)
-        return [p for p in extra if p and Path(p).is_dir()]
-
-    def _rediscover(self) -> None:
-        if self.setup is not None:
-            self.setup.discover(self.revision, self._extra_datasets())
-
-    def on_sources_found(self, answer: SourcesFound) -> None:
-        if answer.error is None and self.setup.is_current(answer):
-            self._fill_lists(answer.models, answer.datasets)
-
-    def _fill_lists(self, models, datasets) -> None:
-        if not self.is_attached or not self.lists.fill(
-                models, datasets, model_path=self.model_path, data_path=self.data_path,
-                ready=self.ready):
-            return
-        listed = self.lists.models
-        if not listed:
-            hint = ("no model found that mlx-lm can train here. Build the sample model "
-                    "(ctrl+p: Sample) or add a folder on the Models screen (M).")
-            if self.lists.unready_models:
-                hint += (f" {self.lists.unready_models} found need converting: see the "
-                         "Models screen.")
-            self._detail("model-facts", hint)
-        elif self.model_path is None and not self.facts_error:
-            self._detail("model-facts", "")  # a hint from an earlier, empty look
-            if self.ready and len(listed) == 1:  # the first model appeared: take it
-                self.choose_model(str(listed[0].path))
-                self.recompute()
-
-    def _apply_start(self) -> None:
-        """Fill the form from what the screen was opened with (once, after the lists)."""
-        if self.like is not None:
-            run = self.like
-            self.apply_settings(model=run.model, data=run.data, method=run.method,
-                                hp=run.hyperparameters, name=f"{run.name} (again)",
-                                extra=dict(run.extra_config))
-        elif self.start_preset is not None:
-            self.apply_preset(self.start_preset)
-        else:
-            if self.start_model:
-                self.choose_model(self.start_model)
-            elif len(self.models) == 1:
-                self.choose_model(str(self.models[0].path))
-            if self.start_data:
-                self.choose_dataset(self.start_data)
-        self.ready = True
-        self.recompute()
-
-    def on_budget_read(self, answer: BudgetRead) -> None:
-        if not self.setup.is_current(answer):
-            return
-        self.advisor, self.advisor_error = answer.advisor, answer.error
-        self.disk_free, self.disk_settings = answer.disk_free, answer.disk_settings
-        self.known_hosts = answer.known_hosts
-        self.recompute()
-
-    # -- choosing model, dataset, method, objective ---------------------------------------------
-
-    def _change(self, **changes: Any) -> None:
-        """A new draft (a new revision): answers asked for the old one become stale."""
-        self.draft = self.draft.replace(**changes)
-        self.revision += 1
-
-    def choose_model(self, path: str | None) -> None:
-        """Select a model folder (adding it to the list when discovery did not find it)."""
-        info = self.lists.select_model(path)
-        self._model_chosen(str(info.path) if info is not None else None, requested=path)
-
-    def _model_chosen(self, path: str | None, requested: str | None = None) -> None:
-        info = self.lists.model_by_path.get(path or "")
-        self.facts, self.facts_error = None, None
-        self._change(model_path=path if info is not None else None,
-                     base=Base.from_info(info) if info is not None else None)
-        if info is None:
-            if requested:
-                self.facts_error = f"{requested}: no such model folder."
-                self._detail("model-facts", self.facts_error)
-            self._update_methods()
-            return
-        try:
-            self.facts = ModelFacts.from_folder(path)
-        except UserError as error:
-            self.facts_error = error.message
-        line = model_facts_line(info)
-        if not info.ready:
-            line += f"\n✗ {info.status}: {info.status_detail}"
-        if self.facts_error:
-            line += f"\n✗ {self.facts_error}"
-        self._detail("model-facts", line)
-        # A num_layers nobody chose that is more than a small model has trains all of them
-        # (the draft's rule, which `runs new` follows too).
-        fitted = self.draft.replace(hyperparameters=self.form.hyperparameters(self.base_hp),
-                                    chosen=frozenset(self.form.touched) | {"objective"})
-        fitted.fit_defaults()
-        layers = fitted.hyperparameters.num_layers
-        if "num_layers" not in self.form.touched and layers != self.form_layers():
-            self.form.set_values({"num_layers": value_text(layers)})
-        self._update_methods()
-        self._update_name()
-        self._start_lengths()
-
-    def form_layers(self) -> Any:
-        return self.form.hyperparameters(self.base_hp).num_layers
-
-    def choose_dataset(self, path: str | None) -> None:
-        if path and not self.lists.select_dataset(path):
-            self._change(data_path=None, data=None)
-            self.report = None
-            self._detail("dataset-summary",
-                         f"✗ {path}: no such dataset folder (a folder with train.jsonl).")
-            return
-        self.lists.select_dataset(path)
-        self._dataset_chosen(path)
-
-    def _dataset_chosen(self, path: str | None) -> None:
-        from pathlib import Path
-
-        self._change(data_path=str(Path(path).expanduser().resolve()) if path else None,
-                     data=None)
-        self.report, self.report_error = None, None
-        self.lengths, self.lengths_key = None, None
-        self._detail("dataset-problems", "")
-        if path is None:
-            self._detail("dataset-summary", "")
-            self._update_objectives()
-            return
-        self._change(data_path=path)
-        cached = self.sources.cached_validation(path)
-        if cached is not None:
-            self._validated(path, cached, None)
-            return
-        self._detail("dataset-summary", "checking every row…")
-        self.setup.validate(self.revision, path)
-
-    def on_dataset_validated(self, answer: DatasetValidated) -> None:
-        if self.setup.is_current(answer):
-            self._validated(answer.path, answer.report, answer.error)
-
-    def _validated(self, path: str, report, error: str | None) -> None:
-        if not self.is_attached or path != self.data_path:
-            return
-        self.report, self.report_error = report, error
-        self._change(data=DataTraits.from_report(report) if report is not None else None)
-        if report is None:
-            self._detail("dataset-summary", f"✗ cannot check {path}: {error}")
-        else:
-            self._detail("dataset-summary", dataset_summary(report))
-            self._detail("dataset-problems", dataset_problems(
-                report, more_hint=" (the Datasets screen lists them all)")
-                if report.problems else "")
-        self._update_objectives()
-        self._start_lengths()
-        self.recompute()
-
-    def _update_methods(self) -> None:
-        """Offer the methods the draft offers, say why not the others, and leave a method
-        the base does not allow for its default."""
-        offered = self.draft.offered_methods()
-        picker = self.query_one(MethodPicker)
-        picker.allowed = frozenset(m for m, why in offered.items() if why is None)
-        self.method_note = self.draft.method_note()
-        if self.draft.method not in picker.allowed:
-            self.set_method(default_method(bool(self.draft.base and self.draft.base.quantized)))
-        else:
-            picker.choose(self.draft.method)
-            self.form.set_method(self.draft.method)
-        self._show_method_problem(self.field_errors.get("method"))
-
-    def _update_objectives(self) -> None:
-        """Offer the objectives the dataset trains: dpo (the default) and orpo for preference
-        rows, with why sft is not; sft alone, and no objective line, for other rows."""
-        offered = [o for o, why in self.draft.offered_objectives().items() if why is None] \
-            if self.draft.data is not None else ["sft"]
-        preference = "sft" not in offered
-        picker = self.query_one("#objective", ChoicePicker)
-        picker.allowed = frozenset(offered)
-        self.query_one("#objective-line").display = preference
-        self._detail("objective-note", SFT_NOT_OFFERED if preference else "")
-        if self.objective not in offered:
-            self.set_objective(offered[0])
-
-    def set_objective(self, objective: str) -> None:
-        self.query_one("#objective", ChoicePicker).choose(objective)
-        self.form.set_objective(objective)
-
-    def set_method(self, method: Method) -> None:
-        self._change(chosen_method=method)
-        self.query_one(MethodPicker).choose(self.draft.method)
-        self.form.set_method(self.draft.method)
-        self._update_name()
-
-    def _update_name(self) -> None:
-        if self.name_touched:
-            return
-        field = self.query_one("#run-name", Input)
-        with self.prevent(Input.Changed):
-            field.value = self.draft.default_name
-
-    @property
-    def data_trainable(self) -> bool:
-        """The chosen dataset is checked, has no errors, and is of a format some objective
-        trains."""
-        report = self.report
-        return report is not None and report.ok and \
-            any(why is None for why in self.draft.offered_objectives().values())
-
-    def _start_lengths(self) -> None:
-        """Count the dataset's rows in tokens with the model's tokenizer: batches are as wide
-        as their longest row, so this, not max_seq_length, decides the verdict."""
-        if not (self.model_path and self.data_path and self.facts is not None
-                and self.data_trainable):
-            return
-        key = (self.model_path, self.data_path)
-        if key == self.lengths_key:
-            return
-        self.lengths_key, self.lengths, self.lengths_error = key, None, None
-        self.setup.count_lengths(self.revision, *key, dict(self.extra_config),
-                                 bool(self.form.values.get("mask_prompt")))
-
-    def on_lengths_counted(self, answer: LengthsCounted) -> None:
-        if not self.setup.is_current(answer) or answer.key != self.lengths_key:
-            return
-        self.lengths = answer.lengths or None
-        self.lengths_error = answer.error if not answer.lengths else None
-        self.recompute()
-
     # -- the check on every change --------------------------------------------------------------
 
     def hyperparameters_edited(self, key: str) -> None:
@@ -531,6 +240,11 @@ class NewRunScreen(SetupPanel, ZyquoScreen):
         if not self.measure_state.running:
             self.measure_state = MeasureState()  # a measurement belongs to the old settings
         self.recompute()
+
+    def _change(self, **changes: Any) -> None:
+        """A new draft (a new revision): answers asked for the old one become stale."""
+        self.draft = self.draft.replace(**changes)
+        self.revision += 1
 
     def recompute(self) -> None:
         """The form's values into the draft, its problems at their fields and its verdicts in
@@ -625,24 +339,6 @@ class NewRunScreen(SetupPanel, ZyquoScreen):
         event.stop()
         self.focus_next()
 
-    def on_descendant_focus(self, event: DescendantFocus) -> None:
-        spec = self.form.spec_of(event.widget)
-        if spec is not None:
-            self._set_focus_help(spec.key, self.form.help_of(spec.key))
-        else:
-            self._set_focus_help(event.widget.id or "")
-
-    def _set_focus_help(self, key: str, text: str | None = None) -> None:
-        line = Text()
-        line.append("esc: keys · " if isinstance(self.focused, Input) else "tab: next · ",
-                    style="dim")
-        body = text or CONTROL_HELP.get(key, "")
-        if body:
-            label = SETTINGS[key].label if key in FIELD_KEYS else key.replace("-", " ")
-            line.append(f"{label}: ", style="bold")
-            line.append(body)
-        self.query_one("#focus-help", Static).update(line)
-
     # -- keys -----------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -688,143 +384,16 @@ class NewRunScreen(SetupPanel, ZyquoScreen):
             if draft.errors() else draft.to_run(need_data=False)
 
     def action_start(self) -> None:
-        self._launch("start")
+        self.launcher.launch("start")
 
     def action_queue(self) -> None:
-        self._launch("queue")
+        self.launcher.launch("queue")
 
     def action_draft(self) -> None:
-        self._launch("draft")
-
-    def _launch(self, how: str) -> None:
-        if self.submitting:
-            return
-        blocked = self.blocker()
-        if blocked is not None:
-            self.notify(blocked[0], title="Cannot create the run yet", severity="error",
-                        timeout=8)
-            self._focus_control(blocked[1])
-            return
-        run = self.build_run()
-        plan, disk = self.plan, self.verdicts.disk
-        verb = "Start" if how == "start" else "Queue"
-        disk_wont_fit = disk is not None and disk.verdict is Verdict.WONT_FIT
-        if how != "draft" and plan is not None and plan.assessment.verdict is Verdict.WONT_FIT:
-            fix = (f"Key 1 in the form makes it fit: {plan.suggestions[0].title}."
-                   if plan.suggestions else
-                   "No change of settings found that fits this machine.")
-            self.app.push_screen(ConfirmDialog(
-                f"{run.name} won't fit in memory. {verb} it anyway?",
-                f"It {plan.assessment.reason} Past the budget, macOS swaps, and training can "
-                f"freeze the machine or crash the GPU driver. {fix}",
-                confirm_label=f"{verb} anyway", keep_label="Back to the form"),
-                lambda yes: yes and self._submit(run, how, override=True,
-                                                 override_disk=disk_wont_fit))
-            return
-        if how != "draft" and disk_wont_fit:
-            self.app.push_screen(ConfirmDialog(
-                f"{run.name} won't fit on disk. {verb} it anyway?",
-                f"It {disk.reason} The trainer will stop with a last checkpoint when the "
-                "disk reaches its floor; free space, then resume it. A larger save_every "
-                "saves fewer checkpoints.",
-                confirm_label=f"{verb} anyway", keep_label="Back to the form"),
-                lambda yes: yes and self._submit(run, how, override=False, override_disk=True))
-            return
-        self._submit(run, how, override=False)
-
-    def _submit(self, run: Run, how: str, *, override: bool,
-                override_disk: bool = False) -> None:
-        service = self.service
-        store, supervisor = service.store, service.supervisor
-        self.submitting = True
-
-        def operation() -> Run:
-            try:
-                store.ensure()
-                store.create(run)
-                if how == "draft":
-                    return run
-                try:
-                    if how == "start":
-                        return supervisor.start(run.id, queue_if_busy=True,
-                                                override_memory=override,
-                                                override_disk=override_disk)
-                    return supervisor.enqueue(run.id, override_memory=override,
-                                              override_disk=override_disk)
-                except UserError:
-                    # Refused before anything started: the form still holds the settings,
-                    # so leave no half-made run behind.
-                    if store.get(run.id).state is RunState.CONFIGURED:
-                        store.delete(run.id)
-                    raise
-            finally:
-                self.app.call_from_thread(setattr, self, "submitting", False)
-
-        def done(made: Run) -> None:
-            position = supervisor.queue.position(made.id)
-            if how == "start":
-                self.app.notify(f"{made.name} is {made.state.value}"
-                                + (f" (queue position {position})" if position else "")
-                                + (" with the memory override" if override else "") + ".",
-                                title="Start")
-                self.app.show_view("run", made.id)
-                return
-            if how == "queue":
-                self.app.notify(f"{made.name} is {made.state.value}"
-                                + (f" at queue position {position}" if position else "") + ".",
-                                title="Queue")
-            else:
-                self.app.notify(f"{made.name} is saved as configured: start it with s on the "
-                                "runs list.", title="Draft")
-            if self.app.screen is self:
-                self.app.pop_screen()
-        service.act({"start": "Start", "queue": "Queue", "draft": "Save draft"}[how],
-                    operation, done)
-
-    # -- measure --------------------------------------------------------------------------------
+        self.launcher.launch("draft")
 
     def action_measure(self) -> None:
-        if self.measure_state.running:
-            self.notify("A measurement is already running.", timeout=4)
-            return
-        blocked = self.blocker(need_data=False)
-        if blocked is not None:
-            self.notify(blocked[0], title="Cannot measure yet", severity="error", timeout=8)
-            self._focus_control(blocked[1])
-            return
-        plan = self.plan
-        if plan is None:
-            self.notify("The memory budget is still being read.", timeout=4)
-            return
-        if plan.assessment.verdict is Verdict.WONT_FIT:
-            self.app.push_screen(ConfirmDialog(
-                "Measure a config that won't fit?",
-                "Measuring trains a few real steps: past the budget the machine swaps and may "
-                "freeze. Apply a suggestion first, or measure anyway.",
-                confirm_label="Measure anyway", keep_label="Back to the form"),
-                lambda yes: yes and self._measure(plan))
-            return
-        self._measure(plan)
-
-    def _measure(self, plan: Plan) -> None:
-        estimate = plan.estimate
-        self.measure_state = MeasureState(running=True, estimate_bytes=estimate.total_bytes)
-        self._show_memory(True)
-        self.setup.measure_peak(
-            self.revision, self.model_path, estimate.config,
-            data=self.data_path if self.data_trainable else None, hp=self.hp,
-            extra=dict(self.extra_config), advisor=self.advisor, facts=self.facts,
-            estimate=estimate)
-
-    def on_peak_measured(self, answer: PeakMeasured) -> None:
-        state = MeasureState(error=answer.error) if answer.error else \
-            MeasureState(measurement=answer.measurement,
-                         estimate_bytes=self.measure_state.estimate_bytes)
-        state.stale = self.plan is None or self.plan.estimate.config != answer.config
-        self.measure_state = state
-        if state.error:
-            self.notify(state.error, title="Measure", severity="error", timeout=10)
-        self.recompute()
+        self.launcher.measure()
 
     # -- import, export, presets ----------------------------------------------------------------
 

@@ -17,9 +17,10 @@ from zyquo_tui.core.memory.advisor import Plan
 from zyquo_tui.core.memory.duration import DurationEstimate
 from zyquo_tui.core.memory.estimate import Estimate, TrainingConfig
 from zyquo_tui.dashboard.library_text import problem_where
+from zyquo_tui.dashboard.setup_service import BudgetRead, PeakMeasured
 from zyquo_tui.dashboard.widgets.choice_picker import ChoicePicker
 from zyquo_tui.dashboard.widgets.hyperparameter_form import FIELD_KEYS
-from zyquo_tui.dashboard.widgets.memory_panel import duration_line, hosts_lines
+from zyquo_tui.dashboard.widgets.memory_panel import MeasureState, duration_line, hosts_lines
 from zyquo_tui.dashboard.widgets.method_picker import MethodPicker
 
 SUGGESTION_KEYS = ("1", "2", "3", "4", "5", "6")
@@ -31,6 +32,10 @@ class SetupPanel:
     # A replica is measured once the form has stood still this long (seconds): typing a
     # number would otherwise start one per keystroke.
     REPLICA_DELAY = 1.0
+
+    @property
+    def plan(self) -> Plan | None:
+        return self.verdicts.plan
 
     def init_panel(self) -> None:
         self.advisor = None
@@ -48,6 +53,24 @@ class SetupPanel:
         # the last one stays shown.
         self.duration: DurationEstimate | None = None
         self.duration_key: tuple | None = None
+
+    def on_budget_read(self, answer: BudgetRead) -> None:
+        if not self.setup.is_current(answer):
+            return
+        self.advisor, self.advisor_error = answer.advisor, answer.error
+        self.disk_free, self.disk_settings = answer.disk_free, answer.disk_settings
+        self.known_hosts = answer.known_hosts
+        self.recompute()
+
+    def on_peak_measured(self, answer: PeakMeasured) -> None:
+        state = MeasureState(error=answer.error) if answer.error else \
+            MeasureState(measurement=answer.measurement,
+                         estimate_bytes=self.measure_state.estimate_bytes)
+        state.stale = self.plan is None or self.plan.estimate.config != answer.config
+        self.measure_state = state
+        if state.error:
+            self.notify(state.error, title="Measure", severity="error", timeout=10)
+        self.recompute()
 
     # -- replicas -------------------------------------------------------------------------------
 
