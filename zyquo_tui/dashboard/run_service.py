@@ -37,8 +37,8 @@ from zyquo_tui.core.library.sample import (
 )
 from zyquo_tui.core.processes.supervisor import Supervisor, resume_point
 from zyquo_tui.core.runs.run import Run, RunState
-from zyquo_tui.core.runs.settings import Hyperparameters
 from zyquo_tui.core.runs.stopping import DIVERGED
+from zyquo_tui.core.setup.draft import RunDraft
 from zyquo_tui.core.store.queue import RunQueue
 from zyquo_tui.core.store.retention import apply_retention, delete_checkpoint
 from zyquo_tui.core.store.store import RUN_FILE, DamagedRun, RunStore
@@ -492,9 +492,9 @@ class RunService:
         def create_and_start() -> Run:
             if not sample_exists(home):
                 raise UserError("The sample model is not built yet: press b to build it.")
-            run = Run.new(model=str(sample_model_path(home)),
-                          data=str(sample_dataset("completions")), name="sample completions",
-                          hyperparameters=Hyperparameters.from_dict(dict(SAMPLE_RUN_SETTINGS)))
+            run = RunDraft.from_choices(
+                model=str(sample_model_path(home)), data=str(sample_dataset("completions")),
+                settings=dict(SAMPLE_RUN_SETTINGS), name="sample completions").to_run()
             self.store.ensure()
             self.store.create(run)
             return self.supervisor.start(run.id, queue_if_busy=True)

@@ -372,10 +372,13 @@ class RunDraft:
                     values[key] = count * suggestion.iters_factor
         return values
 
-    def to_run(self, *, refused: str = "", need_data: bool = True) -> Run:
+    def to_run(self, *, refused: str = "", need_data: bool = True, check: bool = True) -> Run:
         """The Run: its model and data as absolute folders, its settings copied. UserError
         (`refused` and the first error's sentence, at file:line when it came from a config
-        file) when it cannot train."""
+        file) when it cannot train; with `check` False, the run as it stands (the setup form
+        exports a config whose dataset is still being fixed)."""
+        if not check:
+            return self._run()
         if self.model_path is None or self.base is None:
             raise UserError(f"{refused}pick a model first." if refused else
                             "Pick a model first.")
@@ -385,7 +388,10 @@ class RunDraft:
         if errors:
             first = errors[0]
             raise UserError(f"{refused}{self.where(first)}{first.sentence}")
-        run = Run.new(model=self.model_path, data=self.data_path or "", method=self.method,
+        return self._run()
+
+    def _run(self) -> Run:
+        run = Run.new(model=self.model_path or "", data=self.data_path or "", method=self.method,
                       name=self.name or self.default_name,
                       hyperparameters=Hyperparameters.from_dict(self.hyperparameters.to_dict()))
         run.extra_config = dict(self.extra_config)

@@ -377,11 +377,7 @@ class NewRunScreen(SetupChoices, SetupPanel, ZyquoScreen):
 
     def build_run(self) -> Run:
         """The draft as a Run, as it stands (the blocker has said what stops it)."""
-        draft = self.draft
-        return Run.new(model=draft.model_path or "", data=draft.data_path or "",
-                       method=draft.method, name=draft.name,
-                       hyperparameters=draft.replace().hyperparameters) \
-            if draft.errors() else draft.to_run(need_data=False)
+        return self.draft.to_run(check=False)
 
     def action_start(self) -> None:
         self.launcher.launch("start")
