@@ -113,3 +113,18 @@ def duration(draft: "RunDraft", facts: "ModelFacts", store: "RunStore",
                                  measured_tokens_per_second)
     except (OSError, UserError) as error:
         return DurationEstimate(None, {"source": None, "sentence": f"unknown: {error}"})
+
+
+def plan(draft: "RunDraft", *, lengths: Sequence[int] | None = None,
+         home: Path | None = None) -> DraftVerdicts:
+    """A draft's verdicts on this machine, for a script: its budget and measured history,
+    the store's free disk, other hosts as `hosts check` last found them; judged by the terms'
+    estimate (what `zyquo-tui plan --no-replica` prints; `plan` also measures a replica)."""
+    from zyquo_tui.core.memory.facts import ModelFacts
+    from zyquo_tui.core.memory.host_verdicts import known_hosts
+    from zyquo_tui.core.store.paths import zyquo_home
+
+    home = home or zyquo_home()
+    facts = ModelFacts.from_folder(draft.model_path) if draft.model_path else None
+    return assess(draft, facts, MemoryAdvisor.for_machine(home), lengths=lengths, home=home,
+                  known_hosts=known_hosts(home))
