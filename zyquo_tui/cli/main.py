@@ -7,6 +7,7 @@ which adds its parser and sets `handler` (a function of the parsed args returnin
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from zyquo_tui import __version__
@@ -25,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
 COMMAND_MODULES = {"runs": "runs", "plan": "plan_cmd", "models": "models_cmd",
                    "data": "data_cmd", "sample": "sample", "doctor": "doctor",
                    "service": "service_cmd",
-                   "hosts": "hosts_cmd"}
+                   "hosts": "hosts_cmd", "completion": "completion"}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -46,6 +47,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks what completes its line
+        from zyquo_tui.cli.completion import complete
+
+        complete(build_parser())
     parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     try:
