@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zyquo_tui.cli.common import show_data, supervisor_for
 from zyquo_tui.cli.output import fmt_bytes, fmt_loss, print_json, print_table
 from zyquo_tui.cli.setting_flags import (
     add_setting_flags,
@@ -145,21 +146,6 @@ def register(subparsers) -> None:
 
 # -- helpers ------------------------------------------------------------------------------------
 
-def _supervisor(store: RunStore | None = None):
-    from zyquo_tui.core.processes.supervisor import Supervisor
-
-    return Supervisor(store)
-
-
-def _metrics(store: RunStore, run_id: str) -> "RunMetrics":
-    from zyquo_tui.core.events import protocol as ev
-    from zyquo_tui.core.events.metrics import RunMetrics
-
-    metrics = RunMetrics()
-    metrics.ingest(ev.read_events(store.events_path(run_id)))
-    return metrics
-
-
 def _checked_run(config: dict[str, Any], *, source: str, base_dir: Path | None,
                  refused: str, model: str | None = None, data: str | None = None,
                  settings: dict[str, Any] | None = None, method: str | None = None,
@@ -241,7 +227,7 @@ def cmd_list(args) -> int:
     rows = listing_rows(store)
     for i, row in enumerate(rows):
         if row["state"] in (RunState.STARTING.value, RunState.RUNNING.value):
-            run = _supervisor(store).refresh(store.get(row["id"]))  # is its trainer gone?
+            run = supervisor_for(store).refresh(store.get(row["id"]))  # is its trainer gone?
             rows[i] = listing_row(run)
         rows[i]["queue_position"] = positions.get(row["id"])
     if args.json:
@@ -291,7 +277,7 @@ def _report_unknown(unknown: list[str], source) -> None:
 
 
 def cmd_start(args) -> int:
-    supervisor = _supervisor()
+    supervisor = supervisor_for()
     run = supervisor.start(args.id, queue_if_busy=args.queue_if_busy,
                            override_memory=args.override_memory,
                            override_disk=args.override_disk)
@@ -300,7 +286,7 @@ def cmd_start(args) -> int:
 
 
 def cmd_queue(args) -> int:
-    supervisor = _supervisor()
+    supervisor = supervisor_for()
     if args.to is not None:
         order = supervisor.move(args.id, args.to)
         print("\n".join(f"{i + 1}. {run_id}" for i, run_id in enumerate(order)))
@@ -313,7 +299,7 @@ def cmd_queue(args) -> int:
 
 
 def cmd_recover(args) -> int:
-    supervisor = _supervisor()
+    supervisor = supervisor_for()
     report = supervisor.recover()
     if args.json:
         print_json(report)
@@ -333,13 +319,13 @@ def cmd_recover(args) -> int:
 
 
 def cmd_dequeue(args) -> int:
-    run = _supervisor().dequeue(args.id)
+    run = supervisor_for().dequeue(args.id)
     print(f"{run.id} {run.state.value}")
     return 0
 
 
 def cmd_cancel(args) -> int:
-    supervisor = _supervisor()
+    supervisor = supervisor_for()
     run = supervisor.cancel(args.id)
     if run.state is RunState.CONFIGURED:
         print(f"{run.id} removed from the queue")
@@ -349,7 +335,7 @@ def cmd_cancel(args) -> int:
 
 
 def cmd_resume(args) -> int:
-    supervisor = _supervisor()
+    supervisor = supervisor_for()
     run = supervisor.resume(args.id, args.step, queue_if_busy=args.queue_if_busy)
     from zyquo_tui.core.processes.supervisor import resume_point
 
@@ -358,7 +344,7 @@ def cmd_resume(args) -> int:
 
 
 def cmd_fork(args) -> int:
-    run = _supervisor().fork(args.id, args.from_step, name=args.name)
+    run = supervisor_for().fork(args.id, args.from_step, name=args.name)
     if args.json:
         print_json({"id": run.id, "name": run.name, "lineage": run.lineage})
     else:
@@ -366,38 +352,9 @@ def cmd_fork(args) -> int:
     return 0
 
 
-def show_data(store: RunStore, run: Run) -> dict:
-    from zyquo_tui.core.store.checkpoints import list_checkpoints
-
-    metrics = _metrics(store, run.id)
-    best_step = metrics.best_checkpoint_step()
-    stop = metrics.stop_reason()
-    checkpoints = [
-        {"step": c.step, "path": str(c.adapter_path), "bytes": c.bytes, "resumable": c.resumable,
-         "val_loss": metrics.val_at(c.step), "best": c.step == best_step, "time": c.mtime}
-        for c in list_checkpoints(store.adapters_dir(run.id))
-    ]
-    return {
-        "schema_version": 1,
-        "id": run.id, "name": run.name, "state": run.state.value, "method": run.method.value,
-        "model": run.model, "data": run.data, "created": run.created,
-        "hyperparameters": run.hyperparameters.to_dict(),
-        "progress": {**metrics.summary(), "iters": run.hyperparameters.iters,
-                     "rank_peak_memory_bytes": metrics.rank_peaks},
-        "checkpoints": checkpoints,
-        "process": run.process,
-        "failure": run.failure,
-        "stopped": {"reason": stop[0], "message": stop[1]} if stop else None,
-        "lineage": run.lineage,
-        "queue_position": RunQueue(store.home).position(run.id),
-        "warnings": [w.get("message") for w in metrics.warnings],
-        "run_dir": str(store.run_dir(run.id)),
-    }
-
-
 def cmd_show(args) -> int:
     store = RunStore()
-    run = _supervisor(store).get(args.id)
+    run = supervisor_for(store).get(args.id)
     data = show_data(store, run)
     if args.json:
         print_json(data)
@@ -461,7 +418,7 @@ def progress_line(run_id: str, metrics: "RunMetrics") -> str:
 def cmd_watch(args) -> int:
     from zyquo_tui.core.events.metrics import RunMetrics
 
-    supervisor = _supervisor()
+    supervisor = supervisor_for()
     run = supervisor.get(args.id)
     metrics = RunMetrics()
 
@@ -487,7 +444,7 @@ def cmd_watch(args) -> int:
 
 def cmd_logs(args) -> int:
     store = RunStore()
-    supervisor = _supervisor(store)
+    supervisor = supervisor_for(store)
     run = supervisor.get(args.id)
     from zyquo_tui.core.store.logs import LogReader
 
@@ -507,7 +464,7 @@ def cmd_logs(args) -> int:
 
 def cmd_delete(args) -> int:
     store = RunStore()
-    supervisor = _supervisor(store)
+    supervisor = supervisor_for(store)
     record = store.record(args.id)
     if isinstance(record, DamagedRun):
         # Its run.json cannot say what it is doing; asked to delete it, that is the user's call.
