@@ -105,3 +105,9 @@ def test_a_whole_number_of_seconds_is_a_number():
 ])
 def test_the_line_of_a_key_is_found_for_the_sentence(text, section, key, line):
     assert key_line(text, section, key) == line
+
+
+def test_a_file_that_is_not_text_is_one_sentence(isolated_home):
+    (isolated_home / "config.toml").write_bytes(b"[runs]\nauto_resume = \xff\n")
+    with pytest.raises(UserError, match=r"config.toml: cannot be read \(.*\); fix or remove"):
+        Settings.load()

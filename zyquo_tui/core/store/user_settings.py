@@ -52,9 +52,12 @@ def key_line(text: str, section: str, key: str | None = None) -> int | None:
         if not assigned:
             continue
         name = assigned.group(1).strip("\"'")
-        wanted = section if key is None else key
-        if (table == section and key is not None and name == wanted) or \
-                (table == "" and name in (section, f"{section}.{key}")):
+        if key is None:
+            found = table == "" and name == section
+        else:  # in its table, or dotted at the top (`runs.auto_resume = true`)
+            found = (table == section and name == key) or \
+                (table == "" and name == f"{section}.{key}")
+        if found:
             return number
     return None
 
@@ -140,7 +143,11 @@ class Settings:
         path = settings_file(home)
         if not path.exists():
             return cls()
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise UserError(f"{path}: cannot be read ({error}); fix or remove the file.") \
+                from None
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as error:
