@@ -38,7 +38,7 @@ def test_doctor_says_why_a_config_toml_the_commands_refuse_is_unusable_and_exits
     refused = zyquo_cli("models")
     assert refused.returncode == 2
     sentence = refused.stderr.removeprefix("zyquo-tui: ").strip()
-    assert sentence.startswith(f"{isolated_home / 'config.toml'}: [runs] auto_resume")
+    assert sentence.startswith(f"{isolated_home / 'config.toml'}:2: [runs] auto_resume")
 
     done = zyquo_cli("doctor", "--json")
     assert done.returncode == 1

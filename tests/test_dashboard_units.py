@@ -241,10 +241,12 @@ def test_webhook_posts_like_ntfy_and_failures_are_only_logged(caplog):
 def test_notification_settings_from_config_toml(tmp_path):
     (tmp_path / "config.toml").write_text(
         '[notifications]\ndesktop = "osc777"\nbell = false\n'
-        'webhook_url = "https://ntfy.sh/zyquo-test"\n')
-    settings = NotificationSettings.load(tmp_path)
+        'webhook_url = "https://ntfy.sh/zyquo-test"\n\n[keys]\n"run.cancel" = "x"\n')
+    app = ZyquoApp(RunStore(tmp_path))
+    settings = app.notifier.settings
     assert (settings.desktop, settings.bell, settings.webhook_url) == \
         ("osc777", False, "https://ntfy.sh/zyquo-test")
+    assert app.service.settings.keys == {"run.cancel": "x"}
 
 
 # -- the mlx-lm commands ----------------------------------------------------------------------
@@ -434,6 +436,30 @@ async def test_q_quits_saying_that_training_goes_on(tmp_path, capsys):
     said = " ".join(capsys.readouterr().err.split())
     assert "Still training in the background: support-chat dora" in said
     assert app.return_code == 0
+
+
+async def test_config_toml_keys_remap_and_a_refused_file_is_said_at_start(tmp_path):
+    """[keys] of config.toml rebinds a key; a file the commands refuse is said once, at
+    start, in the commands' own sentence (file:line), and every setting keeps its default."""
+    store = RunStore(tmp_path / "home").ensure()
+    config = store.home / "config.toml"
+    config.write_text('[keys]\n"app.help" = "h"\n')
+    app = ZyquoApp(store, clock=lambda: NOW, notifications=QUIET, poll_interval=0.2)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await listed(pilot)
+        await pilot.press("h")
+        await pilot.pause()
+        assert type(app.screen).__name__ == "HelpDialog"
+    config.write_text('[keys]\n"app.help" = "h"\n\n[notifications]\ndesktop = "loud"\n')
+    app = ZyquoApp(store, clock=lambda: NOW, poll_interval=0.2)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await listed(pilot)
+        messages = [n.message for n in app._notifications]
+        assert f"{config}:5: [notifications] desktop must be one of" in messages[0], messages
+        assert app.notifier.settings.desktop == "auto" and app.service.settings.keys == {}
+        await pilot.press("h")
+        await pilot.pause()
+        assert type(app.screen).__name__ != "HelpDialog"
 
 
 async def test_a_run_ending_notifies_and_applies_retention(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from zyquo_tui.core.errors import UserError
-from zyquo_tui.core.store.user_settings import Settings
+from zyquo_tui.core.store.user_settings import NotificationSettings, Settings, key_line
 
 
 def test_defaults_without_a_file():
@@ -15,17 +15,31 @@ def test_defaults_without_a_file():
 
 def test_saving_keeps_keys_it_does_not_model(isolated_home):
     path = isolated_home / "config.toml"
-    path.write_text('[keys]\n"app.quit" = "ctrl+q"\n\n[notifications]\ndesktop = false\n'
-                    'webhook_url = "https://ntfy.example/topic"\n')
+    path.write_text('[keys]\n"app.quit" = "ctrl+q"\n\n[notifications]\ndesktop = "off"\n'
+                    'webhook_url = "https://ntfy.example/topic"\n# my own note\n')
     settings = Settings.load()
-    assert settings.webhook_url == "https://ntfy.example/topic"
+    assert settings.notifications.webhook_url == "https://ntfy.example/topic"
     settings.model_folders.append("/Volumes/models")
     settings.save()
     text = path.read_text()
-    assert '"app.quit" = "ctrl+q"' in text and "desktop = false" in text
+    assert '"app.quit" = "ctrl+q"' in text and 'desktop = "off"' in text
     again = Settings.load()
     assert again.model_folders == ["/Volumes/models"]
-    assert again.webhook_url == "https://ntfy.example/topic"
+    assert again.notifications.webhook_url == "https://ntfy.example/topic"
+    assert again.keys == {"app.quit": "ctrl+q"} and again.notifications.desktop == "off"
+
+
+def test_notifications_and_keys_are_read_with_the_rest(isolated_home):
+    """The dashboard's [notifications] and [keys] come from the one reading of the file."""
+    (isolated_home / "config.toml").write_text(
+        '[notifications]\ndesktop = "osc777"\nbell = false\n'
+        'webhook_url = "https://ntfy.sh/zyquo-test"\n\n[keys]\n"run.cancel" = "x"\n')
+    settings = Settings.load()
+    assert settings.notifications == NotificationSettings(
+        desktop="osc777", bell=False, webhook_url="https://ntfy.sh/zyquo-test")
+    assert settings.keys == {"run.cancel": "x"}
+    (isolated_home / "config.toml").write_text('[notifications]\nwebhook_url = "  "\n')
+    assert Settings.load().notifications == NotificationSettings()
 
 
 def test_a_broken_file_is_one_sentence_with_its_line(isolated_home):
@@ -35,20 +49,31 @@ def test_a_broken_file_is_one_sentence_with_its_line(isolated_home):
 
 
 @pytest.mark.parametrize("text, sentence", [
-    ("models = 3\n", "models must be a table ([models] and its keys), not 3"),
-    ("runs = 'fast'\n", "runs must be a table ([runs] and its keys), not 'fast'"),
+    ("models = 3\n", "config.toml:1: models must be a table ([models] and its keys), not 3"),
+    ("runs = 'fast'\n", "config.toml:1: runs must be a table ([runs] and its keys), not 'fast'"),
     ("[runs]\ncancel_grace_seconds = 'x'\n",
-     "[runs] cancel_grace_seconds must be a number of at least 0, not 'x'"),
+     "config.toml:2: [runs] cancel_grace_seconds must be a number of at least 0, not 'x'"),
     ("[runs]\ncancel_grace_seconds = -1\n",
-     "[runs] cancel_grace_seconds must be a number of at least 0, not -1"),
+     "config.toml:2: [runs] cancel_grace_seconds must be a number of at least 0, not -1"),
     ("[runs]\nstop_on_divergence = 1\n",
-     "[runs] stop_on_divergence must be true or false, not 1"),
-    ("[notifications]\nwebhook_url = 5\n", "[notifications] webhook_url must be text, not 5"),
+     "config.toml:2: [runs] stop_on_divergence must be true or false, not 1"),
+    ("[models]\nfolders = '/Volumes'\n",
+     "config.toml:2: [models] folders must be a list of paths"),
+    ("[notifications]\nwebhook_url = 5\n",
+     "config.toml:2: [notifications] webhook_url must be text, not 5"),
+    ("[notifications]\nbell = true\ndesktop = 'loud'\n",
+     'config.toml:3: [notifications] desktop must be one of "auto", "osc9", "osc777", "off", '
+     "not 'loud'"),
+    ("[notifications]\nbell = 'yes'\n",
+     "config.toml:2: [notifications] bell must be true or false, not 'yes'"),
+    ("[keys]\n\"app.quit\" = \"q\"\n\"run.cancel\" = 3\n",
+     "config.toml:3: [keys] run.cancel must be text, not 3"),
+    ("keys = 'vim'\n", "config.toml:1: keys must be a table ([keys] and its keys), not 'vim'"),
 ])
 def test_a_value_of_the_wrong_type_is_one_sentence_through_every_command(isolated_home, text,
                                                                          sentence):
-    """Not a traceback (an AttributeError or a ValueError in the reading): the key and what
-    it must be, from `models` as from any command that reads the file."""
+    """Not a traceback (an AttributeError or a ValueError in the reading): where, the key and
+    what it must be, from `models` as from any command that reads the file."""
     from conftest import zyquo_cli
 
     (isolated_home / "config.toml").write_text(text)
@@ -68,3 +93,21 @@ def test_a_whole_number_of_seconds_is_a_number():
     with tempfile.TemporaryDirectory() as home:
         (Path(home) / "config.toml").write_text("[runs]\ncancel_grace_seconds = 45\n")
         assert Settings.load(Path(home)).cancel_grace_seconds == 45.0
+
+
+@pytest.mark.parametrize("text, section, key, line", [
+    ("[runs]\nauto_resume = 3\n", "runs", "auto_resume", 2),
+    ("# note\n[logs] # rotation\nbackups = 0\n[runs]\nbackups = 1\n", "logs", "backups", 3),
+    ("[runs]\nauto_resume = 3\n", "logs", "backups", None),
+    ("runs.auto_resume = 3\n", "runs", "auto_resume", 1),
+    ("[runs]\n\n[keys]\n'run.cancel' = 3\n", "keys", "run.cancel", 4),
+    ("[runs]\n", "runs", None, 1),
+])
+def test_the_line_of_a_key_is_found_for_the_sentence(text, section, key, line):
+    assert key_line(text, section, key) == line
+
+
+def test_a_file_that_is_not_text_is_one_sentence(isolated_home):
+    (isolated_home / "config.toml").write_bytes(b"[runs]\nauto_resume = \xff\n")
+    with pytest.raises(UserError, match=r"config.toml: cannot be read \(.*\); fix or remove"):
+        Settings.load()

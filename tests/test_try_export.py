@@ -44,6 +44,44 @@ def validation_loss(model: Path, adapter: Path | None = None, rows: int = 8) -> 
 
 # -- try ------------------------------------------------------------------------------------------
 
+def test_try_sample_answers_and_the_client_give_a_prompt_the_same_tokens(trained_runs,
+                                                                         isolated_home):
+    """The three doors to generation (`runs try`'s generator, a run's sample answers, the
+    client's `sample()`) make a prompt's tokens one way and generate one way: greedily, the
+    run's adapter at step 40 answers the same through each (the client's tokens read through
+    mlx-lm's streaming detokenizer, as the other two write their text)."""
+    from mlx_lm import load
+
+    from zyquo_tui.client import TrainingClient
+    from zyquo_tui.trainer.samples import Sampler, SamplePrompt
+
+    run_id = copy_run(trained_runs["float"], isolated_home)
+    done = zyquo_cli("runs", "try", run_id, "--prompt", PROMPT, "--max-tokens", "24", "--json",
+                     "--no-base")
+    assert done.returncode == 0, done.stderr
+    tried = json.loads(done.stdout)
+    assert tried["step"] == 40
+
+    store = RunStore()
+    model_path, adapters = store.get(run_id).model, store.adapters_dir(run_id)
+    model, tokenizer = load(model_path, adapter_path=str(adapters))  # the latest: step 40
+    asked = SamplePrompt(PROMPT, [{"role": "user", "content": PROMPT}], PROMPT)
+    [(_, sampled)] = Sampler(model, tokenizer, [asked], 24).answers()
+
+    with TrainingClient.from_model(model_path, method="lora") as client:
+        client.load_state(adapters, step=40).result()
+        result = client.sample([PROMPT], max_tokens=24, seed=5).result()
+    detokenizer = tokenizer.detokenizer
+    detokenizer.reset()
+    for token in result.tokens[0]:
+        detokenizer.add_token(token)
+    detokenizer.finalize()
+
+    assert len(set(result.tokens[0])) > 2, "an answer of one repeated token would prove little"
+    assert tried["adapter"] == sampled == detokenizer.text
+    assert result.texts[0] == tokenizer.decode(result.tokens[0])
+
+
 def test_try_prints_different_adapter_and_base_answers_in_text_and_json(trained_runs,
                                                                        isolated_home):
     run_id = copy_run(trained_runs["float"], isolated_home)

@@ -3,6 +3,7 @@ screen does to them (`d` delete one, `t` retention), for scripts and plain termi
 
 from __future__ import annotations
 
+from zyquo_tui.cli.common import show_data, supervisor_for
 from zyquo_tui.cli.output import print_json, print_table
 from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.formatting import fmt_bytes, fmt_loss
@@ -37,10 +38,8 @@ def register(runs_subparsers) -> None:
 
 
 def cmd_checkpoints(args) -> int:
-    from zyquo_tui.cli.runs import _supervisor, show_data
-
     store = RunStore()
-    run = _supervisor(store).get(args.id)  # an unknown id is one sentence, exit 2
+    run = supervisor_for(store).get(args.id)  # an unknown id is one sentence, exit 2
     said = None
     if args.delete is not None:
         checkpoints = list_checkpoints(store.adapters_dir(run.id))

@@ -24,7 +24,7 @@ from zyquo_tui.core.library.datasets import (
     validate_dataset,
 )
 from zyquo_tui.core.library.models import resolve_model
-from zyquo_tui.core.library.rows import Problem, objectives_for, training_refusal
+from zyquo_tui.core.library.rows import DatasetProblem, objectives_for, training_refusal
 from zyquo_tui.core.library.token_stats import (
     DEFAULT_MAX_SEQ_LENGTH,
     TokenStats,
@@ -91,7 +91,7 @@ def cmd_check(args) -> int:
             except TokenStatsFailed as failure:
                 # The model cannot tokenize this data: a problem found, like a bad row.
                 report.folder_problems.append(
-                    Problem(failure.file or str(model_path), failure.line, failure.message))
+                    DatasetProblem(failure.file or str(model_path), failure.line, failure.message))
 
     if args.json:
         print_json(_check_json(report, args.batch_size, stats, skipped))

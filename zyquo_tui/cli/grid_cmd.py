@@ -84,8 +84,8 @@ def label(combo: dict[str, Any], varied: list[str]) -> str:
 
 
 def cmd_grid(args) -> int:
+    from zyquo_tui.cli.common import supervisor_for
     from zyquo_tui.cli.run_drafts import draft_from_command_line
-    from zyquo_tui.cli.runs import _supervisor
     from zyquo_tui.core.store.store import RunStore
 
     values = grid_values(args)
@@ -114,7 +114,7 @@ def cmd_grid(args) -> int:
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.queue:
-        supervisor = _supervisor(store)
+        supervisor = supervisor_for(store)
         for run, _combo in runs:
             supervisor.enqueue(run.id)
     if args.json:

@@ -21,10 +21,15 @@ from zyquo_tui.cli.output import print_json, print_table
 from zyquo_tui.cli.run_drafts import draft_from_command_line
 from zyquo_tui.cli.setting_flags import add_setting_flags, settings_given
 from zyquo_tui.core.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, UserError
+from zyquo_tui.core.formatting import fmt_bytes
 from zyquo_tui.core.library.run_checks import dataset_folder_problem
 from zyquo_tui.core.library.token_stats import row_token_lengths
-from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict, fmt_bytes
-from zyquo_tui.core.memory.disk_verdict import DISK_SETTINGS, DiskAssessment, assess_disk
+from zyquo_tui.core.memory.advisor import MemoryAdvisor, Plan, Verdict
+from zyquo_tui.core.memory.disk_verdict import (
+    DISK_SETTINGS,
+    DiskAssessment,
+    assess_disk,
+)
 from zyquo_tui.core.memory.estimate import TERMS, TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.memory.host_verdicts import (

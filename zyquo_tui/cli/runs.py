@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from zyquo_tui.cli.common import show_data, supervisor_for
 from zyquo_tui.cli.output import fmt_bytes, fmt_loss, print_json, print_table
 from zyquo_tui.cli.setting_flags import add_setting_flags, settings_given
 from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
-from zyquo_tui.core.runs.run import Run, RunState
+from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.runs.settings import Method
 from zyquo_tui.core.store.index import listing_row, listing_rows
 from zyquo_tui.core.store.queue import RunQueue
@@ -133,27 +134,14 @@ def register(subparsers) -> None:
     try_cmd.register(sub)
     export_cmd.register(sub)
 
-    from zyquo_tui.cli import grid_cmd  # `runs grid`: many runs from comma-separated values
+    from zyquo_tui.cli import (
+        grid_cmd,  # `runs grid`: many runs from comma-separated values
+    )
 
     grid_cmd.register(sub)
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-def _supervisor(store: RunStore | None = None):
-    from zyquo_tui.core.processes.supervisor import Supervisor
-
-    return Supervisor(store)
-
-
-def _metrics(store: RunStore, run_id: str) -> "RunMetrics":
-    from zyquo_tui.core.events import protocol as ev
-    from zyquo_tui.core.events.metrics import RunMetrics
-
-    metrics = RunMetrics()
-    metrics.ingest(ev.read_events(store.events_path(run_id)))
-    return metrics
-
 
 def _wait_for(supervisor, run_id: str, wanted: RunState) -> int:
     import asyncio
@@ -171,7 +159,7 @@ def cmd_list(args) -> int:
     rows = listing_rows(store)
     for i, row in enumerate(rows):
         if row["state"] in (RunState.STARTING.value, RunState.RUNNING.value):
-            run = _supervisor(store).refresh(store.get(row["id"]))  # is its trainer gone?
+            run = supervisor_for(store).refresh(store.get(row["id"]))  # is its trainer gone?
             rows[i] = listing_row(run)
         rows[i]["queue_position"] = positions.get(row["id"])
     if args.json:
@@ -225,7 +213,7 @@ def _report_unknown(unknown: list[str], source) -> None:
 
 
 def cmd_start(args) -> int:
-    supervisor = _supervisor()
+    supervisor = supervisor_for()
     run = supervisor.start(args.id, queue_if_busy=args.queue_if_busy,
                            override_memory=args.override_memory,
                            override_disk=args.override_disk)
@@ -234,7 +222,7 @@ def cmd_start(args) -> int:
 
 
 def cmd_queue(args) -> int:
-    supervisor = _supervisor()
+    supervisor = supervisor_for()
     if args.to is not None:
         order = supervisor.move(args.id, args.to)
         print("\n".join(f"{i + 1}. {run_id}" for i, run_id in enumerate(order)))
@@ -247,7 +235,7 @@ def cmd_queue(args) -> int:
 
 
 def cmd_recover(args) -> int:
-    supervisor = _supervisor()
+    supervisor = supervisor_for()
     report = supervisor.recover()
     if args.json:
         print_json(report)
@@ -267,13 +255,13 @@ def cmd_recover(args) -> int:
 
 
 def cmd_dequeue(args) -> int:
-    run = _supervisor().dequeue(args.id)
+    run = supervisor_for().dequeue(args.id)
     print(f"{run.id} {run.state.value}")
     return 0
 
 
 def cmd_cancel(args) -> int:
-    supervisor = _supervisor()
+    supervisor = supervisor_for()
     run = supervisor.cancel(args.id)
     if run.state is RunState.CONFIGURED:
         print(f"{run.id} removed from the queue")
@@ -283,7 +271,7 @@ def cmd_cancel(args) -> int:
 
 
 def cmd_resume(args) -> int:
-    supervisor = _supervisor()
+    supervisor = supervisor_for()
     run = supervisor.resume(args.id, args.step, queue_if_busy=args.queue_if_busy)
     from zyquo_tui.core.processes.supervisor import resume_point
 
@@ -292,7 +280,7 @@ def cmd_resume(args) -> int:
 
 
 def cmd_fork(args) -> int:
-    run = _supervisor().fork(args.id, args.from_step, name=args.name)
+    run = supervisor_for().fork(args.id, args.from_step, name=args.name)
     if args.json:
         print_json({"id": run.id, "name": run.name, "lineage": run.lineage})
     else:
@@ -300,38 +288,9 @@ def cmd_fork(args) -> int:
     return 0
 
 
-def show_data(store: RunStore, run: Run) -> dict:
-    from zyquo_tui.core.store.checkpoints import list_checkpoints
-
-    metrics = _metrics(store, run.id)
-    best_step = metrics.best_checkpoint_step()
-    stop = metrics.stop_reason()
-    checkpoints = [
-        {"step": c.step, "path": str(c.adapter_path), "bytes": c.bytes, "resumable": c.resumable,
-         "val_loss": metrics.val_at(c.step), "best": c.step == best_step, "time": c.mtime}
-        for c in list_checkpoints(store.adapters_dir(run.id))
-    ]
-    return {
-        "schema_version": 1,
-        "id": run.id, "name": run.name, "state": run.state.value, "method": run.method.value,
-        "model": run.model, "data": run.data, "created": run.created,
-        "hyperparameters": run.hyperparameters.to_dict(),
-        "progress": {**metrics.summary(), "iters": run.hyperparameters.iters,
-                     "rank_peak_memory_bytes": metrics.rank_peaks},
-        "checkpoints": checkpoints,
-        "process": run.process,
-        "failure": run.failure,
-        "stopped": {"reason": stop[0], "message": stop[1]} if stop else None,
-        "lineage": run.lineage,
-        "queue_position": RunQueue(store.home).position(run.id),
-        "warnings": [w.get("message") for w in metrics.warnings],
-        "run_dir": str(store.run_dir(run.id)),
-    }
-
-
 def cmd_show(args) -> int:
     store = RunStore()
-    run = _supervisor(store).get(args.id)
+    run = supervisor_for(store).get(args.id)
     data = show_data(store, run)
     if args.json:
         print_json(data)
@@ -395,7 +354,7 @@ def progress_line(run_id: str, metrics: "RunMetrics") -> str:
 def cmd_watch(args) -> int:
     from zyquo_tui.core.events.metrics import RunMetrics
 
-    supervisor = _supervisor()
+    supervisor = supervisor_for()
     run = supervisor.get(args.id)
     metrics = RunMetrics()
 
@@ -421,7 +380,7 @@ def cmd_watch(args) -> int:
 
 def cmd_logs(args) -> int:
     store = RunStore()
-    supervisor = _supervisor(store)
+    supervisor = supervisor_for(store)
     run = supervisor.get(args.id)
     from zyquo_tui.core.store.logs import LogReader
 
@@ -441,7 +400,7 @@ def cmd_logs(args) -> int:
 
 def cmd_delete(args) -> int:
     store = RunStore()
-    supervisor = _supervisor(store)
+    supervisor = supervisor_for(store)
     record = store.record(args.id)
     if isinstance(record, DamagedRun):
         # Its run.json cannot say what it is doing; asked to delete it, that is the user's call.

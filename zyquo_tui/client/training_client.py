@@ -418,8 +418,11 @@ class TrainingClient:
             model.train()
             high, low = (int(x) for x in key.tolist())  # training's draws go on as before
             mx.random.seed((high << 32) | low)
-        return SampleResult([c.text for c in done], [c.tokens for c in done],
-                            [c.logprobs for c in done], [c.finish_reason for c in done])
+        # Each text decodes its tokens whole (mlx-lm's streamed text, which `runs try` shows,
+        # drops an answer's leading space): a reward reads what the tokens say.
+        return SampleResult([self.tokenizer.decode(c.tokens) for c in done],
+                            [c.tokens for c in done], [c.logprobs for c in done],
+                            [c.finish_reason for c in done])
 
     # -- references and teachers -----------------------------------------------------------------
 

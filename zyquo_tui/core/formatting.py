@@ -46,11 +46,13 @@ def fmt_rate(value: float | None, unit: str = "") -> str:
 
 
 def fmt_bytes(value: float | None) -> str:
+    """A size in binary units, one decimal (`417.2 KiB`, `12.8 MiB`, `3.0 GiB`), whole bytes
+    below 1 KiB: the one way the CLI, the dashboard and the memory verdicts write sizes."""
     if value is None:
         return DASH
     size = float(value)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
+        if abs(size) < 1024 or unit == "TiB":
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{value} B"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import logging
 import time
-import tomllib
 from functools import partial
 from pathlib import Path
 from typing import Callable, Iterable
@@ -20,7 +19,6 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from zyquo_tui.core.runs.run import RunState
-from zyquo_tui.core.store.paths import settings_file
 from zyquo_tui.core.store.store import DamagedRun, RunStore
 from zyquo_tui.dashboard.dialogs.help import HelpDialog
 from zyquo_tui.dashboard.dialogs.machine import MachineDialog
@@ -31,7 +29,8 @@ from zyquo_tui.dashboard.messages import (
     RunWarned,
     SampleChanged,
 )
-from zyquo_tui.dashboard.notify import NotificationSettings, Notifier
+from zyquo_tui.core.store.user_settings import NotificationSettings
+from zyquo_tui.dashboard.notify import Notifier
 from zyquo_tui.dashboard.run_service import RunService
 from zyquo_tui.dashboard.screens.checkpoints_screen import CheckpointsScreen
 from zyquo_tui.dashboard.screens.datasets_screen import DatasetsScreen
@@ -92,7 +91,7 @@ class ZyquoApp(App[None]):
         self.clock = clock
         self.smoothing = True
         self.service = RunService(self, self.store, clock=clock, poll_interval=poll_interval)
-        self.notifier = Notifier(self, notifications or NotificationSettings.load(self.store.home))
+        self.notifier = Notifier(self, notifications or self.service.settings.notifications)
         self.ended_runs: list[tuple[str, str]] = []
 
     # -- start ------------------------------------------------------------------------------------
@@ -109,16 +108,8 @@ class ZyquoApp(App[None]):
 
     def _load_keymap(self) -> None:
         """[keys] in config.toml maps binding ids to keys, e.g. `"run.cancel" = "x"`."""
-        path = settings_file(self.store.home)
-        try:
-            keys = tomllib.loads(path.read_text(encoding="utf-8")).get("keys", {})
-        except FileNotFoundError:
-            return
-        except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError) as error:
-            self.notify(f"{path}: {error}; key overrides ignored.", severity="warning")
-            return
-        if isinstance(keys, dict) and keys:
-            self.set_keymap({str(k): str(v) for k, v in keys.items()})
+        if self.service.settings.keys:
+            self.set_keymap(dict(self.service.settings.keys))
 
     # -- messages from the service ----------------------------------------------------------------
 

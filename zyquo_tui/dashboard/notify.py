@@ -2,7 +2,8 @@
 the terminal (OSC 9 or OSC 777: it travels over SSH to the laptop's terminal), and an optional
 ntfy-style webhook so a phone hears about it.
 
-Settings come from $ZYQUO_HOME/config.toml:
+Settings come from $ZYQUO_HOME/config.toml's [notifications], read with the rest of the file
+(core/store/user_settings.py NotificationSettings):
 
     [notifications]
     desktop = "auto"        # "auto", "osc9", "osc777" or "off"
@@ -17,20 +18,16 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import tomllib
 import urllib.request
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from zyquo_tui.core.store.paths import settings_file
+from zyquo_tui.core.store.user_settings import NotificationSettings
 
 if TYPE_CHECKING:
     from textual.app import App
 
 log = logging.getLogger(__name__)
 
-DESKTOP_CHOICES = ("auto", "osc9", "osc777", "off")
 WEBHOOK_TIMEOUT_SECONDS = 10.0
 
 # Terminals known to show OSC 9 / OSC 777 as desktop notifications. Over SSH only TERM and
@@ -39,37 +36,6 @@ _OSC9_PROGRAMS = {"iTerm.app", "WezTerm", "ghostty"}
 _OSC9_TERMINALS = {"iTerm2"}
 _OSC9_TERMS = ("xterm-ghostty",)
 _OSC777_TERMS = ("foot", "rxvt-unicode")
-
-
-@dataclass
-class NotificationSettings:
-    """How run endings reach the user (see the module docstring for config.toml)."""
-
-    desktop: str = "auto"
-    bell: bool = True
-    webhook_url: str | None = None
-
-    @classmethod
-    def load(cls, home: Path | None = None) -> "NotificationSettings":
-        path = settings_file(home)
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return cls()
-        except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError) as error:
-            log.warning("%s: cannot read notification settings (%s); using defaults", path, error)
-            return cls()
-        section = data.get("notifications", {})
-        if not isinstance(section, dict):
-            return cls()
-        desktop = str(section.get("desktop", "auto")).lower()
-        if desktop not in DESKTOP_CHOICES:
-            log.warning("%s: notifications.desktop %r is not one of %s; using auto",
-                        path, desktop, ", ".join(DESKTOP_CHOICES))
-            desktop = "auto"
-        url = section.get("webhook_url")
-        return cls(desktop=desktop, bell=bool(section.get("bell", True)),
-                   webhook_url=url if isinstance(url, str) and url.strip() else None)
 
 
 def desktop_protocol(choice: str, environ: Mapping[str, str]) -> str | None:

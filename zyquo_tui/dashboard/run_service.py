@@ -108,14 +108,16 @@ class RunService:
         self.store = store
         self.clock = clock
         self.poll_interval = poll_interval
+        # config.toml, read once for the whole dashboard (its notifications and keys too); a
+        # file the commands refuse leaves every setting at its default and is said at start.
         try:
-            settings = Settings.load(store.home)
+            self.settings = Settings.load(store.home)
         except UserError as error:
             self.settings_problem: str | None = error.message
-            settings = Settings()
+            self.settings = Settings()
         else:
             self.settings_problem = None
-        self.supervisor = Supervisor(store, settings)
+        self.supervisor = Supervisor(store, self.settings)
         self.runs: dict[str, Run | DamagedRun] = {}
         self.queue: list[str] = []
         self.loaded = False

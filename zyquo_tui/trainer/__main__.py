@@ -44,11 +44,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     stop = StopRequest()
     stop.install()  # before the slow imports, so an early cancel is not lost
-    from zyquo_tui.trainer.distributed import follower_session_class, rank_from_environment
+    from zyquo_tui.trainer.distributed import rank_from_environment
+    from zyquo_tui.trainer.follower_session import FollowerSession
     from zyquo_tui.trainer.session import TrainingSession
 
     # Under mlx.launch, rank 0 writes the run's files and the other ranks write none.
-    session = TrainingSession if rank_from_environment() == 0 else follower_session_class()
+    session = TrainingSession if rank_from_environment() == 0 else FollowerSession
     return session(run_dir, stop).run()
 
 

@@ -8,14 +8,13 @@ and a run needs, is here:
 - the ranks agree on stopping: a cancel reaches each local rank at its own moment (and a
   remote rank not at all), so every step they `all_sum` their stop flags and stop together;
 - rank 0 records every rank's process (host, pid, start time) in run.json;
-- ranks other than 0 write nothing to the store (FollowerSession).
+- ranks other than 0 write nothing to the store (trainer/follower_session.py).
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import sys
 from typing import Any
 
 import mlx.core as mx
@@ -93,16 +92,6 @@ class World:
                 for rank, row in enumerate(table)]
 
 
-class NullEventWriter:
-    """What ranks other than 0 write their events to: nothing."""
-
-    def write(self, type_: str, **fields: Any) -> dict:
-        return {"type": type_, **fields}
-
-    def close(self) -> None:
-        pass
-
-
 def record_ranks(store, run_id: str, world: World) -> None:
     """Put every rank's process in run.json (process.ranks), so the runner and any reader know
     them. Collective: every rank calls it; rank 0 writes."""
@@ -113,31 +102,3 @@ def record_ranks(store, run_id: str, world: World) -> None:
     def ranks(run) -> None:
         run.process = {**(run.process or {}), "ranks": table, "world_size": world.size}
     store.update(run_id, ranks)
-
-
-def follower_session_class():
-    """The session class of ranks other than 0: the same training, nothing written."""
-    from zyquo_tui.trainer.session import TrainingSession
-
-    class FollowerSession(TrainingSession):
-        """A rank other than 0: it trains its share of each batch and writes no file (rank 0
-        writes events, run.json, config.yaml and checkpoints)."""
-
-        primary = False
-
-        def __init__(self, run_dir, stop) -> None:
-            super().__init__(run_dir, stop)
-            self.events.close()
-            self.events = NullEventWriter()
-            # Its progress lines would repeat rank 0's in trainer.log; its errors still show.
-            sys.stdout = open(os.devnull, "w")
-
-        def _update(self, state=None, **fields) -> None:
-            pass
-
-        def _prepare_model(self, model, run, config, adapters):
-            from zyquo_tui.trainer.loading import prepare_model
-
-            return prepare_model(model, run)
-
-    return FollowerSession

@@ -24,13 +24,17 @@ def _messages(prompt: Text) -> list[dict[str, Any]]:
 
 
 def has_chat_template(tokenizer) -> bool:
-    return getattr(tokenizer, "chat_template", None) is not None
+    """Whether the tokenizer has a chat template (an empty one renders nothing: none)."""
+    return bool(getattr(tokenizer, "chat_template", None))
 
 
-def prompt_tokens(tokenizer, prompt: Text) -> list[int]:
-    """The tokens a generation starts from: the chat template's prompt with the assistant's
-    turn opened, or the plain text."""
-    if has_chat_template(tokenizer):
+def prompt_tokens(tokenizer, prompt: Text, *, chat: bool = True) -> list[int]:
+    """The tokens a generation starts from, the one way every generation makes them (the
+    client's `sample()`, a run's sample answers, `runs try`): the chat template's prompt with
+    the assistant's turn opened (a string is one user turn), or the plain text for a model
+    without a template. `chat=False` gives a text as it is, to be continued (a text row's
+    beginning)."""
+    if chat and has_chat_template(tokenizer):
         return list(tokenizer.apply_chat_template(_messages(prompt), add_generation_prompt=True,
                                                   return_dict=False))
     if not isinstance(prompt, str):
@@ -63,9 +67,7 @@ def encode_row(tokenizer, prompt: Text, response: Text | None, train_on_prompt: 
     tokens = list(tokenizer.apply_chat_template(messages, return_dict=False))
     if train_on_prompt:
         return tokens, 0
-    offset = len(tokenizer.apply_chat_template(_messages(prompt), add_generation_prompt=True,
-                                               return_dict=False))
-    return tokens, offset
+    return tokens, len(prompt_tokens(tokenizer, prompt))
 
 
 def pad_rows(rows: Sequence[tuple[list[int], int]], max_seq_len: int

@@ -7,12 +7,14 @@ The model loads once. With --prompt, that prompt is answered and the process end
 prompts are read from stdin, one JSON object {"prompt": TEXT} a line, until stdin closes (the
 dashboard keeps one process for a screen, so each new prompt costs no load).
 
-The prompt goes through the tokenizer's chat template (as one user turn) when it has one.
+The prompt goes through the tokenizer's chat template (as one user turn) when it has one
+(trainer/encoding.py prompt_tokens); the answers are generated as the client's and a run's
+samples are (trainer/sampling.py complete).
 Output: one JSON object a line on stdout (mlx-lm's own prints go to stderr):
   {"event": "ready", "step": N, "chat_template": true}
   {"event": "text", "index": I, "side": "adapter"|"base", "text": SEGMENT}   as tokens arrive
   {"event": "answer", "index": I, "side": ..., "text": WHOLE, "tokens": N,
-   "finish": "stop"|"length"}
+   "finish": "stop"|"length"}                   N: the answer's tokens (the end one not counted)
   {"event": "done", "index": I}
   {"event": "error", "message": SENTENCE}                                     then exit 1
 I counts the prompts from 0. The adapter answers first, then the base. Temperature 0 is
@@ -41,15 +43,6 @@ def _protocol_stream() -> IO[str]:
     return out
 
 
-def prompt_tokens(tokenizer, prompt: str) -> list[int]:
-    """The prompt as the model was trained to see it: one user turn through the chat
-    template, ready for the assistant's answer; the plain text without a template."""
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                             add_generation_prompt=True)
-    return tokenizer.encode(prompt)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=usage(TRY_GENERATE),
                                      description=__doc__.splitlines()[0])
@@ -67,34 +60,27 @@ def main(argv: list[str] | None = None) -> int:
         out.write(json.dumps({"event": event, **fields}) + "\n")
 
     try:
-        from mlx_lm.generate import stream_generate
-        from mlx_lm.sample_utils import make_sampler
-
         from zyquo_tui.trainer.adapted_model import AdaptedModel
+        from zyquo_tui.trainer.encoding import has_chat_template, prompt_tokens
+        from zyquo_tui.trainer.sampling import complete
 
         adapted = AdaptedModel(args.model, args.adapters, args.step)
     except Exception as error:  # mlx-lm and transformers raise many kinds
         say("error", message=f"The model or the adapter could not be loaded: {error}")
         return EXIT_PROBLEMS
     tokenizer = adapted.tokenizer
-    say("ready", step=args.step, chat_template=bool(getattr(tokenizer, "chat_template", None)))
-    sampler = make_sampler(temp=args.temperature)
+    say("ready", step=args.step, chat_template=has_chat_template(tokenizer))
 
     def answer(index: int, prompt: str) -> None:
         tokens = prompt_tokens(tokenizer, prompt)
         sides = ["adapter"] if args.no_base else ["adapter", "base"]
         for side in sides:
             adapted.use_adapter() if side == "adapter" else adapted.use_base()
-            text, count, finish = [], 0, "length"
-            for response in stream_generate(adapted.model, tokenizer, tokens,
-                                            max_tokens=args.max_tokens, sampler=sampler):
-                if response.text:
-                    text.append(response.text)
-                    say("text", index=index, side=side, text=response.text)
-                count = response.generation_tokens
-                finish = response.finish_reason or finish
-            say("answer", index=index, side=side, text="".join(text), tokens=count,
-                finish=finish)
+            done = complete(adapted.model, tokenizer, tokens, args.max_tokens, args.temperature,
+                            on_text=lambda text, side=side: say("text", index=index, side=side,
+                                                                text=text))
+            say("answer", index=index, side=side, text=done.text, tokens=len(done.tokens),
+                finish=done.finish_reason)
         say("done", index=index)
 
     prompts = [args.prompt] if args.prompt is not None else _stdin_prompts()

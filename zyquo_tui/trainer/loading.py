@@ -12,21 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from zyquo_tui.core.library.rows import feature_keys
-from zyquo_tui.core.runs.failures import Failure, failure
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Method
-
-
-class TrainerFailure(Exception):
-    """Training cannot go on; carries the cause and the sentence for the `failed` event."""
-
-    def __init__(self, failure: Failure) -> None:
-        super().__init__(failure.message)
-        self.failure = failure
-
-
-def fail(cause: str, message: str, suggestion: str | None = None) -> TrainerFailure:
-    return TrainerFailure(failure(cause, message, suggestion))
+from zyquo_tui.trainer.trainer_failure import fail
 
 
 def check_model_folder(run: Run) -> dict[str, Any]:

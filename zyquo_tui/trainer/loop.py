@@ -29,8 +29,8 @@ from zyquo_tui.core.events.protocol import RANK_PEAKS
 from zyquo_tui.core.runs.settings import Hyperparameters
 from zyquo_tui.trainer.distributed import World
 from zyquo_tui.trainer.engine import StepEngine
-from zyquo_tui.trainer.loading import fail
 from zyquo_tui.trainer.objectives import SftObjective
+from zyquo_tui.trainer.trainer_failure import fail
 
 
 @dataclass

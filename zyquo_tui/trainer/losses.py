@@ -45,11 +45,6 @@ def mlx_lm_target_mask(lengths: mx.array, width: int) -> mx.array:
     return mx.logical_and(steps >= lengths[:, 0:1], steps <= lengths[:, 1:])
 
 
-def token_logprobs(logits: mx.array, targets: mx.array) -> mx.array:
-    """(B, T) float32 log-probability of each target token."""
-    return -nn.losses.cross_entropy(logits, targets).astype(mx.float32)
-
-
 def token_cross_entropy(model, inputs: mx.array, targets: mx.array, mask: mx.array,
                         sliced=None) -> mx.array:
     """(B, T) cross-entropy of each target, in the logits' dtype: from the whole batch's

@@ -39,7 +39,8 @@ from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
 from zyquo_tui.core.system.entry_points import MEASURE, usage
 from zyquo_tui.core.system.machine import peak_resident_bytes, resident_bytes
-from zyquo_tui.trainer.loading import TrainerFailure, fail, prepare_model
+from zyquo_tui.trainer.loading import prepare_model
+from zyquo_tui.trainer.trainer_failure import TrainerFailure, fail
 
 
 class _Rows:

@@ -17,6 +17,7 @@ import mlx.core as mx
 from zyquo_tui.core.library.rows import chat_pair_prefix
 from zyquo_tui.trainer.batches import BatchStream
 from zyquo_tui.trainer.encoding import encode_row, pad_rows
+from zyquo_tui.trainer.trainer_failure import fail
 
 Side = tuple[list[int], int]  # tokens and the offset where the response starts
 
@@ -87,8 +88,6 @@ def validation_batches(dataset: PreferenceDataset, batch_size: int, num_batches:
 
 def tokenize_all(dataset: PreferenceDataset, path: Path) -> list[int]:
     """Every pair's longer side in tokens, processed now so a bad row fails up front."""
-    from zyquo_tui.trainer.loading import fail
-
     lengths = []
     for index in range(len(dataset)):
         try:

@@ -3,9 +3,10 @@ then answers a few prompts, so the user sees the answers change as it learns.
 
 Prompts come from a file (one a line) or from the first N rows of the run's valid.jsonl (a
 completion's prompt, a chat's messages before its last answer, the first half of a text row).
-Generation is mlx-lm's own (`mlx_lm.generate`), greedy, through the tokenizer's chat template
-when it has one. Greedy decoding draws no random numbers, and the model is put in eval mode
-meanwhile (no dropout), so sampling changes neither the training's RNG state nor its losses.
+Generation is the client's and `runs try`'s (trainer/sampling.py, mlx-lm's own), greedy,
+through the tokenizer's chat template when it has one. Greedy decoding draws no random numbers,
+and the model is put in eval mode meanwhile (no dropout), so sampling changes neither the
+training's RNG state nor its losses.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zyquo_tui.trainer.loading import fail
+from zyquo_tui.trainer.encoding import has_chat_template, prompt_tokens
+from zyquo_tui.trainer.trainer_failure import fail
 
 
 @dataclass
@@ -96,24 +98,24 @@ class Sampler:
         self.tokenizer = tokenizer
         self.prompts = prompts
         self.max_tokens = max_tokens
-        template = getattr(tokenizer, "chat_template", None)
-        self.chat = bool(template)
+        self.chat = has_chat_template(tokenizer)
 
     def _tokens(self, prompt: SamplePrompt) -> list[int]:
+        # The turns through the template; else the text: a text row's beginning, to be
+        # continued, or a prompt's words for a model without a template.
         if self.chat and prompt.messages:
-            return list(self.tokenizer.apply_chat_template(
-                prompt.messages, add_generation_prompt=True, tokenize=True))
-        return list(self.tokenizer.encode(prompt.text))
+            return prompt_tokens(self.tokenizer, prompt.messages)
+        return prompt_tokens(self.tokenizer, prompt.text, chat=False)
 
     def answers(self) -> list[tuple[str, str]]:
         """(prompt shown, answer) for each prompt."""
-        from mlx_lm import generate
+        from zyquo_tui.trainer.sampling import complete
 
         was_training = self.model.training
         self.model.eval()
         try:
-            return [(prompt.shown, generate(self.model, self.tokenizer, self._tokens(prompt),
-                                            max_tokens=self.max_tokens, verbose=False))
+            return [(prompt.shown, complete(self.model, self.tokenizer, self._tokens(prompt),
+                                            self.max_tokens).text)
                     for prompt in self.prompts]
         finally:
             if was_training:

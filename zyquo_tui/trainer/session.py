@@ -42,7 +42,7 @@ from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.core.system.disk_space import free_bytes
 from zyquo_tui.trainer.checkpoints import CheckpointWriteError
 from zyquo_tui.core.system.machine import peak_resident_bytes, resident_bytes
-from zyquo_tui.trainer.loading import TrainerFailure, fail
+from zyquo_tui.trainer.trainer_failure import TrainerFailure, fail
 
 EXIT_DONE = 0
 EXIT_FAILED = 1

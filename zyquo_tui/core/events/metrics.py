@@ -173,10 +173,6 @@ class RunMetrics:
         scored = [(loss, s) for loss, s in scored if loss is not None]
         return min(scored)[1] if scored else None
 
-    def sample_steps(self) -> list[int]:
-        """The validation steps that have samples, oldest first."""
-        return sorted(self.samples)
-
     def stop_reason(self) -> tuple[str, str] | None:
         """(reason, sentence) when the trainer stopped the run before its last step by a
         rule (early stopping, divergence): from the `completed` event's summary."""

@@ -14,7 +14,7 @@ from zyquo_tui.core.library.rows import (
     DECODE_JSON,
     ERROR,
     WARNING,
-    Problem,
+    DatasetProblem,
     RowChecker,
     Severity,
     json_error_message,
@@ -34,7 +34,7 @@ class FileReport:
     rows: int = 0  # non-empty lines: mlx-lm reads each line as a row
     format: str | None = None
     # Problems at a line: the first MAX_PROBLEMS_LISTED; then the whole-file ones.
-    problems: list[Problem] = field(default_factory=list)
+    problems: list[DatasetProblem] = field(default_factory=list)
     problems_not_listed: int = 0
     errors: int = 0
     warnings: int = 0
@@ -48,7 +48,7 @@ class FileReport:
             self.warnings += 1
         # A whole-file finding (no line) is always listed: there are few, and they matter.
         if line is None or self._listed_lines < MAX_PROBLEMS_LISTED:
-            self.problems.append(Problem(self.path, line, message, severity))
+            self.problems.append(DatasetProblem(self.path, line, message, severity))
             self._listed_lines += line is not None
         else:
             self.problems_not_listed += 1

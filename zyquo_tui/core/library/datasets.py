@@ -32,7 +32,7 @@ from zyquo_tui.core.library.parallel_validation import (
 from zyquo_tui.core.library.rows import (
     ERROR,
     WARNING,
-    Problem,
+    DatasetProblem,
     Severity,
     format_family,
     peek_format,
@@ -54,7 +54,7 @@ class DatasetReport:
 
     path: str
     files: dict[str, FileReport] = field(default_factory=dict)  # by split name
-    folder_problems: list[Problem] = field(default_factory=list)
+    folder_problems: list[DatasetProblem] = field(default_factory=list)
 
     @property
     def format(self) -> str | None:
@@ -68,7 +68,7 @@ class DatasetReport:
         return {split: report.rows for split, report in self.files.items()}
 
     @property
-    def problems(self) -> list[Problem]:
+    def problems(self) -> list[DatasetProblem]:
         listed = [p for report in self.files.values() for p in report.problems]
         return listed + self.folder_problems
 
@@ -90,7 +90,7 @@ class DatasetReport:
         return self.errors == 0
 
     def folder_problem(self, file: str, message: str, severity: Severity = ERROR) -> None:
-        self.folder_problems.append(Problem(file, None, message, severity))
+        self.folder_problems.append(DatasetProblem(file, None, message, severity))
 
 
 @dataclass

@@ -18,7 +18,7 @@ from zyquo_tui.core.library.dataset_files import (
     first_format,
     scan_rows,
 )
-from zyquo_tui.core.library.rows import CHAT, ERROR, TOOLS, WARNING, Problem, RowChecker
+from zyquo_tui.core.library.rows import CHAT, ERROR, TOOLS, WARNING, DatasetProblem, RowChecker
 from zyquo_tui.core.system.file_workers import (
     FileWorkers,
     WorkerFailed,
@@ -102,7 +102,7 @@ def _read_chunk_result(stream: BinaryIO, hashes: RowHashes
     chunk = FileReport(path="", rows=summary["rows"], errors=summary["errors"],
                        warnings=summary["warnings"],
                        problems_not_listed=summary["not_listed"])
-    chunk.problems = [Problem("", line, message, severity)
+    chunk.problems = [DatasetProblem("", line, message, severity)
                       for line, message, severity in summary["problems"]]
     return chunk, summary["lines"], summary["format"]
 

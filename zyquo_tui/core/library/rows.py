@@ -72,7 +72,7 @@ DECODE_JSON = json.JSONDecoder().decode
 
 
 @dataclass(frozen=True)
-class Problem:
+class DatasetProblem:
     """One thing wrong with a dataset, where it is, and whether it stops a run (error)."""
 
     file: str

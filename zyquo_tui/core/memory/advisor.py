@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE, UserError
+from zyquo_tui.core.formatting import fmt_bytes
 from zyquo_tui.core.memory.budget import CPU, MemoryBudget, machine_budget
 from zyquo_tui.core.memory.estimate import (
     COEFFICIENTS,
@@ -28,7 +29,7 @@ from zyquo_tui.core.memory.estimate import (
     resolved_slicing,
     trained_layers,
 )
-from zyquo_tui.core.memory.facts import GIB, MIB, ModelFacts
+from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.memory.history import MemoryHistory
 from zyquo_tui.core.memory.measure import (
     Measurement,
@@ -139,12 +140,6 @@ class Plan:
             "total_memory_bytes": budget.total_bytes,
             "suggestions": [s.to_json() for s in self.suggestions],
         }
-
-
-def fmt_bytes(value: float) -> str:
-    if abs(value) >= GIB:
-        return f"{value / GIB:.1f} GiB"
-    return f"{value / MIB:.0f} MiB" if abs(value) >= 10 * MIB else f"{value / MIB:.1f} MiB"
 
 
 class MemoryAdvisor:

@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
 from typing import AsyncIterator
 
 from zyquo_tui.core.errors import UserError
@@ -533,7 +532,3 @@ async def _sleep(seconds: float) -> None:
     import asyncio  # imported here: listing runs from the CLI needs no event loop
 
     await asyncio.sleep(seconds)
-
-
-def runner_log(store: RunStore) -> Path:
-    return store.home / RUNNER_LOG

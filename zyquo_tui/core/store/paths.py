@@ -63,10 +63,6 @@ def models_dir(home: Path | None = None) -> Path:
     return (home or zyquo_home()) / "models"
 
 
-def runs_dir(home: Path | None = None) -> Path:
-    return (home or zyquo_home()) / "runs"
-
-
 def presets_dir(home: Path | None = None) -> Path:
     return (home or zyquo_home()) / "presets"
 

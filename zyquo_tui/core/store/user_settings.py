@@ -1,5 +1,7 @@
-"""User settings from $ZYQUO_HOME/config.toml: model folders, notifications, run control, the
-disk's floor and the logs' size.
+"""User settings from $ZYQUO_HOME/config.toml: model folders, notifications, the dashboard's
+keys, run control, the disk's floor and the logs' size. The one reader of the file: the
+dashboard takes its notifications and keys from the same Settings the commands use, so a
+wrong value is refused in one sentence (file:line) wherever it is read.
 
 One run trains at a time on a machine, always: runs share the unified memory the memory
 verdict was made for, so a second one would invalidate it. More runs wait in the queue.
@@ -28,34 +30,91 @@ def toml_error_line(error: tomllib.TOMLDecodeError, text: str) -> int:
 DEFAULT_DISK_FLOOR_BYTES = 2 << 30
 DEFAULT_LOG_MAX_BYTES = 10 << 20
 DEFAULT_LOG_BACKUPS = 3
+DESKTOP_CHOICES = ("auto", "osc9", "osc777", "off")
+
+_HEADER = re.compile(r"\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
+_ASSIGNED = re.compile(r"""("[^"]*"|'[^']*'|[A-Za-z0-9_.-]+)\s*=""")
 
 
-def _section(path: Path, data: dict, name: str) -> dict:
-    """`[name]` of config.toml: a table, or one sentence saying it is not one."""
-    table = data.get(name, {})
-    if not isinstance(table, dict):
-        raise UserError(f"{path}: {name} must be a table ([{name}] and its keys), not "
-                        f"{table!r}; fix the file.")
-    return table
+def key_line(text: str, section: str, key: str | None = None) -> int | None:
+    """The line of config.toml that sets `[section] key` (or `section` itself when key is
+    None), for a sentence's file:line; None where the file writes it some other way."""
+    table = ""
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        header = _HEADER.match(stripped)
+        if header:
+            table = header.group(1).strip("\"'")
+            if key is None and table == section:
+                return number
+            continue
+        assigned = _ASSIGNED.match(stripped)
+        if not assigned:
+            continue
+        name = assigned.group(1).strip("\"'")
+        if key is None:
+            found = table == "" and name == section
+        else:  # in its table, or dotted at the top (`runs.auto_resume = true`)
+            found = (table == section and name == key) or \
+                (table == "" and name == f"{section}.{key}")
+        if found:
+            return number
+    return None
 
 
-def _typed(path: Path, table: dict, section: str, key: str, kind: type, default, *,
-           minimum: int | None = None):
-    """`[section] key` of config.toml, checked: one sentence naming the key when it is wrong.
-    `kind` float takes any number (TOML writes 30 and 30.0 alike); str takes text."""
-    value = table.get(key, default)
-    if kind is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    else:
-        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-    if not ok or (minimum is not None and value < minimum):
-        wanted = {bool: "true or false", float: "a number", str: "text"}.get(
-            kind, "a whole number")
-        if minimum is not None:
-            wanted += f" of at least {minimum}"
-        raise UserError(f"{path}: [{section}] {key} must be {wanted}, not {value!r}; "
-                        "fix the file.")
-    return value
+class _Reader:
+    """config.toml's text and tables, and the one sentence for a value that is wrong:
+    `FILE:LINE: [section] key must be ...; fix the file.`"""
+
+    def __init__(self, path: Path, text: str, data: dict) -> None:
+        self.path = path
+        self.text = text
+        self.data = data
+
+    def refuse(self, section: str, key: str | None, sentence: str) -> UserError:
+        line = key_line(self.text, section, key)
+        where = f"{self.path}:{line}" if line else f"{self.path}"
+        return UserError(f"{where}: {sentence}; fix the file.")
+
+    def section(self, name: str) -> dict:
+        """`[name]`: a table, or one sentence saying it is not one."""
+        table = self.data.get(name, {})
+        if not isinstance(table, dict):
+            raise self.refuse(name, None, f"{name} must be a table ([{name}] and its keys), "
+                                          f"not {table!r}")
+        return table
+
+    def typed(self, section: str, key: str, kind: type, default, *,
+              minimum: int | None = None, choices: tuple[str, ...] = ()):
+        """`[section] key`, checked. `kind` float takes any number (TOML writes 30 and 30.0
+        alike); str takes text, one of `choices` when they are given."""
+        value = self.section(section).get(key, default)
+        if kind is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if choices:
+            ok = ok and value in choices
+        if not ok or (minimum is not None and value < minimum):
+            wanted = {bool: "true or false", float: "a number", str: "text"}.get(
+                kind, "a whole number")
+            if choices:
+                wanted = "one of " + ", ".join(f'"{choice}"' for choice in choices)
+            if minimum is not None:
+                wanted += f" of at least {minimum}"
+            raise self.refuse(section, key, f"[{section}] {key} must be {wanted}, "
+                                            f"not {value!r}")
+        return value
+
+
+@dataclass
+class NotificationSettings:
+    """How a run's end reaches the user: `[notifications]` (docs/dashboard.md). `desktop` is
+    one of DESKTOP_CHOICES; a webhook_url of only spaces is no webhook."""
+
+    desktop: str = "auto"
+    bell: bool = True
+    webhook_url: str | None = None
 
 
 @dataclass
@@ -63,7 +122,9 @@ class Settings:
     """What a user can set in config.toml. Missing keys take these defaults."""
 
     model_folders: list[str] = field(default_factory=list)
-    webhook_url: str | None = None
+    notifications: NotificationSettings = field(default_factory=NotificationSettings)
+    # [keys]: the dashboard's binding ids to keys, e.g. "run.cancel" = "x" (docs/dashboard.md).
+    keys: dict[str, str] = field(default_factory=dict)
     cancel_grace_seconds: float = 30.0
     # A train loss that diverges always raises a warning; this decides whether it also
     # stops the run ([runs] stop_on_divergence; core/runs/stopping.py has the rule).
@@ -82,40 +143,47 @@ class Settings:
         path = settings_file(home)
         if not path.exists():
             return cls()
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise UserError(f"{path}: cannot be read ({error}); fix or remove the file.") \
+                from None
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as error:
             raise UserError(f"{path}:{toml_error_line(error, text)}: not valid TOML ({error}); "
                             "fix or remove the file.") from None
+        read = _Reader(path, text, data)
         settings = cls()
-        folders = _section(path, data, "models").get("folders", [])
+        folders = read.section("models").get("folders", [])
         if not isinstance(folders, list) or not all(isinstance(f, str) for f in folders):
-            raise UserError(f"{path}: models.folders must be a list of paths; fix the file.")
+            raise read.refuse("models", "folders", "[models] folders must be a list of paths")
         settings.model_folders = folders
-        notifications = _section(path, data, "notifications")
-        if notifications.get("webhook_url") is not None:
-            settings.webhook_url = _typed(path, notifications, "notifications", "webhook_url",
-                                          str, None)
-        runs = _section(path, data, "runs")
-        settings.cancel_grace_seconds = float(_typed(path, runs, "runs", "cancel_grace_seconds",
-                                                     float, 30.0, minimum=0))
-        settings.stop_on_divergence = _typed(path, runs, "runs", "stop_on_divergence", bool,
-                                             False)
-        settings.auto_resume = _typed(path, runs, "runs", "auto_resume", bool, True)
-        disk = _section(path, data, "disk")
-        settings.disk_floor_bytes = _typed(path, disk, "disk", "floor_bytes", int,
-                                           DEFAULT_DISK_FLOOR_BYTES, minimum=0)
-        logs = _section(path, data, "logs")
-        settings.log_max_bytes = _typed(path, logs, "logs", "max_bytes", int,
-                                        DEFAULT_LOG_MAX_BYTES, minimum=4096)
-        settings.log_backups = _typed(path, logs, "logs", "backups", int,
-                                      DEFAULT_LOG_BACKUPS, minimum=1)
+        url = read.typed("notifications", "webhook_url", str, "")
+        settings.notifications = NotificationSettings(
+            desktop=read.typed("notifications", "desktop", str, "auto",
+                               choices=DESKTOP_CHOICES),
+            bell=read.typed("notifications", "bell", bool, True),
+            webhook_url=url.strip() or None)
+        for binding in read.section("keys"):
+            read.typed("keys", binding, str, None)
+        settings.keys = {str(binding): key for binding, key in read.section("keys").items()}
+        settings.cancel_grace_seconds = float(read.typed("runs", "cancel_grace_seconds", float,
+                                                         30.0, minimum=0))
+        settings.stop_on_divergence = read.typed("runs", "stop_on_divergence", bool, False)
+        settings.auto_resume = read.typed("runs", "auto_resume", bool, True)
+        settings.disk_floor_bytes = read.typed("disk", "floor_bytes", int,
+                                               DEFAULT_DISK_FLOOR_BYTES, minimum=0)
+        settings.log_max_bytes = read.typed("logs", "max_bytes", int, DEFAULT_LOG_MAX_BYTES,
+                                            minimum=4096)
+        settings.log_backups = read.typed("logs", "backups", int, DEFAULT_LOG_BACKUPS,
+                                          minimum=1)
         return settings
 
     def save(self, home: Path | None = None) -> None:
         """Write these settings into config.toml, keeping every other key the file holds
-        (the dashboard's [keys] and notification choices, a user's own notes)."""
+        (the dashboard's [keys] and notification choices, a user's own notes): only the
+        model folders, the cancel grace and the webhook are written."""
         path = settings_file(home)
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -124,8 +192,8 @@ class Settings:
         data.setdefault("models", {})["folders"] = list(self.model_folders)
         runs = data.setdefault("runs", {})
         runs["cancel_grace_seconds"] = self.cancel_grace_seconds
-        if self.webhook_url:
-            data.setdefault("notifications", {})["webhook_url"] = self.webhook_url
+        if self.notifications.webhook_url:
+            data.setdefault("notifications", {})["webhook_url"] = self.notifications.webhook_url
         elif "notifications" in data:
             data["notifications"].pop("webhook_url", None)
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

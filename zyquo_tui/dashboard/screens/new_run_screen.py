@@ -65,6 +65,7 @@ from zyquo_tui.dashboard.widgets.static_update import PanelText, update_static
 from zyquo_tui.dashboard.widgets.title_bar import TitleBar
 from zyquo_tui.resources import styles_dir
 
+
 class NewRunScreen(SetupChoices, SetupPanel, ZyquoScreen):
     """Set up a new run (see the module docstring). `like` prefills it from an existing run;
     `model` and `data` preselect a model or dataset folder."""

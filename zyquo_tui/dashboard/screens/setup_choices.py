@@ -23,8 +23,16 @@ from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.runs.settings import SETTINGS, Method
 from zyquo_tui.core.runs.value_checks import value_text
 from zyquo_tui.core.setup.draft import Base, default_method
-from zyquo_tui.dashboard.library_text import dataset_problems, dataset_summary, model_facts_line
-from zyquo_tui.dashboard.setup_service import DatasetValidated, LengthsCounted, SourcesFound
+from zyquo_tui.dashboard.library_text import (
+    dataset_problems,
+    dataset_summary,
+    model_facts_line,
+)
+from zyquo_tui.dashboard.setup_service import (
+    DatasetValidated,
+    LengthsCounted,
+    SourcesFound,
+)
 from zyquo_tui.dashboard.widgets.choice_picker import ChoicePicker
 from zyquo_tui.dashboard.widgets.hyperparameter_form import FIELD_KEYS
 from zyquo_tui.dashboard.widgets.method_picker import MethodPicker

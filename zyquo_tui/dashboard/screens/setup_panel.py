@@ -20,7 +20,11 @@ from zyquo_tui.dashboard.library_text import problem_where
 from zyquo_tui.dashboard.setup_service import BudgetRead, PeakMeasured
 from zyquo_tui.dashboard.widgets.choice_picker import ChoicePicker
 from zyquo_tui.dashboard.widgets.hyperparameter_form import FIELD_KEYS
-from zyquo_tui.dashboard.widgets.memory_panel import MeasureState, duration_line, hosts_lines
+from zyquo_tui.dashboard.widgets.memory_panel import (
+    MeasureState,
+    duration_line,
+    hosts_lines,
+)
 from zyquo_tui.dashboard.widgets.method_picker import MethodPicker
 
 SUGGESTION_KEYS = ("1", "2", "3", "4", "5", "6")

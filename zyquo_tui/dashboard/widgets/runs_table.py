@@ -342,10 +342,6 @@ class RunsTable(DataTable):
             self._cells[run_id] = cells
             self.update_cell(run_id, "name", cells[1])
 
-    def clear_marks(self) -> None:
-        for run_id in list(self.marked):
-            self.toggle_mark(run_id)
-
     def set_filter(self, text: str) -> None:
         self.filter_text = text
         self._render_rows()
