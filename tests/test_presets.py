@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from zyquo_tui.core.errors import UserError
-from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
 from zyquo_tui.core.store.presets import (
     Preset,
@@ -13,7 +12,6 @@ from zyquo_tui.core.store.presets import (
     list_presets,
     load_preset,
     preset_path,
-    run_like,
     save_preset,
 )
 
@@ -49,16 +47,3 @@ def test_bad_preset_names_and_files_are_clear_errors(isolated_home):
     (isolated_home / "presets" / "broken.toml").write_text("method = [")
     with pytest.raises(UserError, match="not valid TOML"):
         load_preset("broken")
-
-
-def test_a_new_run_like_this_one_copies_settings_not_state():
-    run = Run.new(model="/m", data="/d", method=Method.QLORA,
-                  hyperparameters=Hyperparameters(iters=7))
-    run.summary = {"step": 7}
-    run.extra_config = {"wandb": "x"}
-    again = run_like(run)
-    assert again.id != run.id and again.state.value == "configured" and again.summary == {}
-    assert again.hyperparameters == run.hyperparameters and again.method is Method.QLORA
-    again.hyperparameters.lora_parameters["rank"] = 99
-    assert run.hyperparameters.lora_parameters["rank"] == 8, "a deep copy"
-    assert again.extra_config == {"wandb": "x"}

@@ -116,12 +116,3 @@ def delete_preset(name: str, home: Path | None = None) -> None:
     if not path.exists():
         raise UserError(f"There is no preset {name!r} in {path.parent}.")
     path.unlink()
-
-
-def run_like(run: Run, name: str | None = None) -> Run:
-    """A new configured run with the settings of `run` ("new run like this one")."""
-    copy = Run.new(model=run.model, data=run.data, method=run.method,
-                   name=name or f"{run.name} (again)",
-                   hyperparameters=Hyperparameters.from_dict(run.hyperparameters.to_dict()))
-    copy.extra_config = dict(run.extra_config)
-    return copy
