@@ -351,6 +351,13 @@ class TrainingSession:
 
         self._prepare_stopping(run, resumed_from=run.resume_from_step)
         self._prepare_samples(run, model, tokenizer, has_validation=bool(val_set))
+        if hp.report_to and self.primary:
+            from zyquo_tui.trainer.trackers import TrackedEvents, open_trackers
+
+            # The run's figures to its experiment trackers too, as its events carry them.
+            self.events = TrackedEvents(self.events, open_trackers(
+                hp.report_to, project=hp.project_name, run_name=run.name, run_id=run.id,
+                config=config, folder=self.run_dir, warn=self._warn), self._warn)
         hooks = LoopHooks(self._on_train, self._on_val, self._on_checkpoint,
                           should_stop=self._between_steps, should_save=self._should_save)
         # The settings config.yaml was written from, as they are: nothing copied by hand.

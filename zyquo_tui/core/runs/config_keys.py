@@ -9,7 +9,7 @@ a raw mapping, the same way for every door:
   `lr_schedule: null` and `resume_adapter_file: null` that way); it is dropped here.
 - lora_parameters, lr_schedule and optimizer_config must be mappings, and a key inside them
   that mlx-lm does not know is refused with the list of known ones.
-- mlx-lm's keys that are not run settings (train, test, test_batches, report_to, ...) are
+- mlx-lm's keys that are not run settings (train, test, test_batches, ...) are
   checked by type and kept, as are unknown top-level keys (a newer mlx-lm's keys keep working).
 - Numbers are never read from strings, with one exception: a string that reads as a number is
   taken for a decimal setting (learning_rate: "1e-5"), since YAML 1.1 and mlx-lm's own loader
@@ -32,20 +32,11 @@ from zyquo_tui.core.runs.value_checks import (
 )
 
 FINE_TUNE_TYPES = ("lora", "dora", "full")
-REPORTERS = ("wandb", "swanlab")  # mlx_lm/tuner/callbacks.py SUPPORT_CALLBACK
 
 
 def _text(called: str, value: Any) -> list[tuple[str, str]]:
     if not isinstance(value, str) or not value.strip():
         return [(ERROR, f"{called} must be text, not {value!r}.")]
-    return []
-
-
-def _reporters(called: str, value: Any) -> list[tuple[str, str]]:
-    names = [n.strip().lower() for n in value.split(",")] if isinstance(value, str) else None
-    if not names or not all(name in REPORTERS for name in names):
-        return [(ERROR, f"{called} {value!r} is unknown; give {' or '.join(REPORTERS)} (or "
-                        "both, comma-separated).")]
     return []
 
 
@@ -70,8 +61,6 @@ OTHER_MLX_LM_KEYS: dict[str, Callable[[str, Any], list[tuple[str, str]]]] = {
     "adapter_path": _text,
     "resume_adapter_file": _existing_file,
     "config": _text,
-    "report_to": _reporters,
-    "project_name": _text,
     "trust_remote_code": TrueOrFalse(),
 }
 

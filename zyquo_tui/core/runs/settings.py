@@ -44,6 +44,9 @@ from zyquo_tui.core.runs.value_checks import (
     NumberFromZero,
     OneOf,
     ScheduleArguments,
+    SomeText,
+    TrackerNames,
+    TRACKERS,
     TrueOrFalse,
     WholeNumber,
     is_whole,
@@ -99,6 +102,7 @@ OBJECTIVES = ("sft", "dpo", "orpo")
 PREFERENCE_OBJECTIVES = ("dpo", "orpo")
 DPO_LOSSES = ("sigmoid", "ipo", "hinge")
 FILE = "file"  # the path of a file
+TEXT = "text"  # words as they are written (a tracker's project name, a list of trackers)
 
 # zyquo-tui's own settings (mlx-lm has no such keys) live under this key of the config, so an
 # exported YAML still trains with `mlx_lm lora -c` (mlx-lm ignores a key it does not know)
@@ -357,6 +361,15 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
             "elsewhere; N always slices N tokens at a time; off computes the whole batch's, "
             "as mlx-lm does. The same losses either way", ADVANCED,
             "--loss-chunk-tokens", CountOrOff(), in_form=False, called="loss_chunk_tokens"),
+    # Experiment trackers, with mlx-lm's own keys (docs/CLI.md): our trainer sends a run's
+    # metrics through each tracker's library (trainer/trackers.py).
+    Setting("report_to", "report_to", TEXT, None, "Report to",
+            "experiment trackers that get the run's metrics: wandb, swanlab, trackio, "
+            "comma-separated (each needs its library installed)", ADVANCED, "--report-to",
+            TrackerNames(TRACKERS), optional=True, in_form=False),
+    Setting("project_name", "project_name", TEXT, None, "Project",
+            "the trackers' project; unset, zyquo-tui", ADVANCED, "--project-name",
+            SomeText(), optional=True, in_form=False),
     # One run across several processes with mlx.launch (core/runs/hosts.py, docs/distributed.md).
     Setting("ranks", f"{OWN_KEY}.ranks", INT, None, "Ranks",
             "N processes on this machine train one run (mlx.launch -n N): a way to test "
@@ -428,6 +441,8 @@ class Hyperparameters:
     max_seq_length: int = _from_definition("max_seq_length")
     grad_checkpoint: bool = _from_definition("grad_checkpoint")
     grad_accumulation_steps: int = _from_definition("grad_accumulation_steps")
+    report_to: str | None = None
+    project_name: str | None = None
     mask_prompt: bool = _from_definition("mask_prompt")
     seed: int = _from_definition("seed")
     lora_parameters: dict[str, Any] = field(

@@ -232,3 +232,43 @@ class BaseOrModelFolder:
             return [(ERROR, f"{called}: {value} is no model folder (no config.json); give base "
                             "(the model before training) or a model folder.")]
         return []
+
+
+# The experiment trackers a run can report to, by name, and the package that brings each.
+TRACKERS = {"wandb": "wandb", "swanlab": "swanlab", "trackio": "trackio"}
+
+
+@dataclass(frozen=True)
+class TrackerNames:
+    """Experiment trackers, comma-separated as mlx-lm writes report_to, each one known and its
+    library installed here (the trainer imports it)."""
+
+    trackers: dict[str, str]
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        import importlib.util
+
+        if not isinstance(value, str) or not value.strip():
+            return [(ERROR, f"{called} must name trackers separated by commas "
+                            f"({', '.join(self.trackers)}), not {value!r}.")]
+        names = [name.strip().lower() for name in value.split(",") if name.strip()]
+        unknown = [name for name in names if name not in self.trackers]
+        if unknown:
+            return [(ERROR, f"{called} names {unknown[0]!r}, which is no tracker zyquo-tui "
+                            f"knows; choose from {', '.join(self.trackers)}.")]
+        for name in names:
+            if importlib.util.find_spec(self.trackers[name]) is None:
+                return [(ERROR, f"{called} names {name}, which is not installed here; "
+                                f"install it (pip install {self.trackers[name]}) or leave it "
+                                "out.")]
+        return []
+
+
+@dataclass(frozen=True)
+class SomeText:
+    """Words: a name that is not empty."""
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if not isinstance(value, str) or not value.strip():
+            return [(ERROR, f"{called} must be a name, not {value!r}.")]
+        return []
