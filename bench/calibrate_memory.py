@@ -388,7 +388,12 @@ class Table:
         """d total / d multiplier of each row in its backward phase (columns: names)."""
         import numpy as np
 
-        from zyquo_tui.core.memory.estimate import _ATTENTION_KEPT, _ATTENTION_WORKING, _KEPT, _WORKING
+        from zyquo_tui.core.memory.estimate import (
+            _ATTENTION_KEPT,
+            _ATTENTION_WORKING,
+            _KEPT,
+            _WORKING,
+        )
 
         columns = []
         for name in names:
@@ -418,8 +423,8 @@ class Table:
 
 @dataclasses.dataclass
 class Fit:
-    """A fit's multipliers, its choices, and the multipliers no config it saw could set
-    (they stay at their neutral values)."""
+    """A fit's multipliers (loss_overlap among them), and the fitted ones no config it saw
+    could set (they stay at their neutral values)."""
 
     values: dict[str, float]
     unsourced: frozenset[str]
