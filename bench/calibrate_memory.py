@@ -5,6 +5,9 @@
     python bench/calibrate_memory.py --measure ID..  # (re)measure these configs
     python bench/calibrate_memory.py --measure --all # measure every config again
     python bench/calibrate_memory.py --markdown      # the table as Markdown (docs/memory.md)
+    python bench/calibrate_memory.py --fit --markdown # the fit and the held-out table
+    python bench/calibrate_memory.py --spread --measure ID..  # measure again: run-to-run spread
+    python bench/calibrate_memory.py --spread        # the spread table (repeats.json)
     python bench/calibrate_memory.py --attention     # one attention's backward, in matrices
 
 The matrix (bench/memory_calibration/matrix.json) names generated llama models of different
@@ -39,6 +42,9 @@ CALIBRATION = REPO / "bench" / "memory_calibration"
 MATRIX = CALIBRATION / "matrix.json"
 MEASUREMENTS = CALIBRATION / "measurements.json"
 MODELS = CALIBRATION / "models.json"
+# Configs measured again, each peak beside the stored one: how much a peak moves from one run
+# to the next on this machine (`run_to_run_spread`), which the verdict's margin adds room for.
+REPEATS = CALIBRATION / "repeats.json"
 
 
 def load_json(path: Path, default):
@@ -235,28 +241,38 @@ def print_table(rows: list[dict], markdown: bool) -> None:
         print(f"\n{summary}" if not markdown else f"\n{summary}.")
 
 
-# The multipliers fitted by --fit, and those held at what the computation gives them:
-# kept_lora (x @ A is kept once), kept_inputs (the float32 copy of each adapter's input),
-# checkpoint_hidden (one input per checkpointed layer), loss (four logit-sized arrays in the
-# loss's backward), kept_attention (each layer's softmax output, one attention matrix) and
-# working_attention (the rest of one layer's compiled attention backward: 2.25 more),
-# checkpoint_attention (the layer below's recomputation: 0.6 of a matrix) and dora_weights
-# (one layer's copies while DoRA's magnitudes are computed; estimate.py says how they were
-# measured).
+# The multipliers, and how each gets its value. In every fit, held out or not, the fitted
+# ones start from neutral values (NEUTRAL) and the choices (CHOICES) are made from the
+# families the fit sees, so a held-out family lends its estimate nothing.
+#
+# Fitted by non-negative least squares: so many hidden-size, MLP-size and input-size vectors
+# a token, checkpointing's extra, and the share of an attention matrix the layer below a
+# checkpointed one holds while it starts its recomputation (checkpoint_attention).
 FITTED = ("kept_hidden", "kept_mlp", "kept_full_inputs", "dora_outputs",
-          "checkpoint_mlp", "working_hidden", "working_mlp",
+          "checkpoint_mlp", "checkpoint_attention", "working_hidden", "working_mlp",
           "fixed_bytes")
+# Fitted as the median that explains the configs whose peak is the optimizer's step.
+UPDATES = ("update_lora", "update_full")
+NEUTRAL = {**dict.fromkeys(FITTED + UPDATES, 1.0), "fixed_bytes": 0.0}
+# Held at what the computation gives them, measured apart from every family: kept_lora (x @ A
+# is kept once), kept_inputs (the float32 copy of each adapter's input), checkpoint_hidden
+# (one input per checkpointed layer), loss (four logit-sized arrays in the loss's backward),
+# kept_attention (each layer's softmax output, one attention matrix), working_attention (the
+# rest of one layer's compiled attention backward, measured on the attention alone: 2.25
+# more) and dora_weights (one layer's copies while DoRA's magnitudes are computed, measured
+# on one layer alone; estimate.py says how).
 PHYSICAL = {"kept_lora": 1.0, "kept_inputs": 1.0, "checkpoint_hidden": 1.0, "loss": 4.0,
-            "kept_attention": 1.0, "working_attention": 2.25, "checkpoint_attention": 0.6,
-            "dora_weights": 1.0}
-# Held, not fitted (estimate.py says what they are and why): loss_overlap, chosen by
-# leave-one-family-out validation of 0, 0.25, 0.5, 0.75 and 1; working_outputs at 0, what the
-# fit gave it before DoRA's adapted weights left the working memory; dora_adapted at 1, one
-# layer's copies (no config of the matrix peaks in DoRA's forward pass).
-HELD = {"loss_overlap": 0.5, "working_outputs": 0.0, "dora_adapted": 1.0}
-# The safe side: an underestimate weighs this many times an overestimate of the same size in
-# the fit, so the multipliers over-state where the data leave them uncertain.
-UNDERESTIMATE_WEIGHT = 4.0
+            "kept_attention": 1.0, "working_attention": 2.25, "dora_weights": 1.0}
+# Held, not fitted (estimate.py says why): working_outputs at 0 (the layer's float32
+# gradients, working_mlp, hold its peak), dora_adapted at 1 (one layer's copies; no config of
+# the matrix peaks in DoRA's forward pass).
+HELD = {"working_outputs": 0.0, "dora_adapted": 1.0}
+# Chosen, in each fit, from the families it sees (`choose`): loss_overlap, the share of the
+# top layer's working memory allocated while the loss's copies are alive, and the
+# underestimate weight, how many times an underestimate weighs an overestimate of the same
+# size in the fit (the safe side: where the data leave a multiplier uncertain it comes out
+# high).
+CHOICES = {"loss_overlap": (0.0, 0.25, 0.5, 0.75, 1.0), "underestimate_weight": (1.0, 2.0, 4.0)}
 
 
 def nnls(a, b, iterations: int = 500):
@@ -264,6 +280,9 @@ def nnls(a, b, iterations: int = 500):
     import numpy as np
 
     m, n = a.shape
+    unconstrained = np.linalg.lstsq(a, b, rcond=None)[0]
+    if (unconstrained > 0).all():  # the problem is convex: then it is the solution
+        return unconstrained
     passive = np.zeros(n, dtype=bool)
     x = np.zeros(n)
     w = a.T @ (b - a @ x)
@@ -313,61 +332,263 @@ def fit_rows(matrix: dict, stored: dict, models: dict) -> list[Row]:
     return rows
 
 
-def solve(rows: list[Row], fixed: dict[str, float] | None = None) -> dict[str, float]:
-    """Multipliers minimising the relative error of every row.
+class Table:
+    """The rows' quantities as arrays, for evaluating estimate.combine on all rows at once
+    (the held-out procedure fits thousands of times; tests/test_memory.py checks that this
+    agrees with combine)."""
+
+    def __init__(self, rows: list[Row]) -> None:
+        import numpy as np
+
+        self.rows = rows
+        self.families = np.array([row.family for row in rows])
+        self.peak = np.array([float(row.peak) for row in rows])
+        names = set().union(*(row.quantities for row in rows)) if rows else set()
+        self.q = {name: np.array([float(row.quantities.get(name, 0.0)) for row in rows])
+                  for name in names}
+
+    def phases(self, values: dict[str, float]) -> dict:
+        """combine()'s total and which phase sets each row's peak, at these multipliers."""
+        import numpy as np
+
+        from zyquo_tui.core.memory.estimate import (
+            _ATTENTION_KEPT,
+            _ATTENTION_WORKING,
+            _EXACT,
+            _KEPT,
+            _WORKING,
+        )
+
+        q = self.q
+        kept = sum(values[name] * q[name] for name in _KEPT)
+        checkpointed = q["_checkpointed"] > 0
+        loss = values["loss"] * q["loss"] + q["chunked_loss"]
+        layer = sum(values[name] * q[name] for name in _WORKING)
+        overlap = values["loss_overlap"]
+        attention = ((1 - overlap) * sum(values[name] * q[name] for name in _ATTENTION_KEPT)
+                     + overlap * sum(values[name] * q[name] for name in _ATTENTION_WORKING))
+        loss_phase = kept + loss + overlap * layer - np.where(checkpointed, attention, 0.0)
+        layer_branch = kept + layer >= loss_phase
+        backward = np.maximum(kept + layer, loss_phase)
+        dora_forward = kept + values["dora_adapted"] * q["dora_adapted"]
+        dora = dora_forward > backward
+        backward = np.maximum(backward, dora_forward)
+        step = sum(values[name] * q[name] for name in UPDATES)
+        magnitudes = values["dora_weights"] * q["dora_weights"] - q["gradients"] \
+            - q["optimizer_state"]
+        exact = sum(q[name] for name in _EXACT)
+        total = exact + values["fixed_bytes"] + np.maximum(np.maximum(step, magnitudes),
+                                                           backward) + q["reference"]
+        return {"total": total, "exact": exact, "backward_top": backward >= np.maximum(
+                    step, magnitudes),
+                "step_top": (step > backward) & (step >= magnitudes),
+                "layer_branch": layer_branch, "dora": dora, "checkpointed": checkpointed}
+
+    def slopes(self, phases: dict, values: dict[str, float], names) -> "np.ndarray":
+        """d total / d multiplier of each row in its backward phase (columns: names)."""
+        import numpy as np
+
+        from zyquo_tui.core.memory.estimate import (
+            _ATTENTION_KEPT,
+            _ATTENTION_WORKING,
+            _KEPT,
+            _WORKING,
+        )
+
+        columns = []
+        for name in names:
+            if name == "fixed_bytes":
+                columns.append(np.ones(len(self.rows)))
+            elif name in _KEPT:
+                # a checkpointed run's loss phase: the overlap's share of the attention matrix
+                share = np.where(~phases["layer_branch"] & ~phases["dora"]
+                                 & phases["checkpointed"] & (name in _ATTENTION_KEPT),
+                                 values["loss_overlap"], 1.0)
+                columns.append(share * self.q[name])
+            elif name in _WORKING:
+                share = np.where(phases["layer_branch"], 1.0, values["loss_overlap"])
+                if name in _ATTENTION_WORKING:
+                    share = np.where(phases["checkpointed"] & ~phases["layer_branch"], 0.0,
+                                     share)
+                columns.append(np.where(phases["dora"], 0.0, share * self.q[name]))
+            else:
+                raise ValueError(f"{name}: not a fitted multiplier of the backward pass")
+        return np.stack(columns, axis=1)
+
+    def errors(self, values: dict[str, float], where=None) -> "np.ndarray":
+        """(estimate - measured) / measured of each row (of the rows `where` selects)."""
+        errors = (self.phases(values)["total"] - self.peak) / self.peak
+        return errors if where is None else errors[where]
+
+
+@dataclasses.dataclass
+class Fit:
+    """A fit's multipliers (loss_overlap among them), and the fitted ones no config it saw
+    could set (they stay at their neutral values)."""
+
+    values: dict[str, float]
+    unsourced: frozenset[str]
+
+
+def solve(table: Table, where=None, fixed: dict[str, float] | None = None,
+          loss_overlap: float = 0.5, underestimate_weight: float = 4.0) -> Fit:
+    """Multipliers minimising the relative error of the rows `where` selects (all: None),
+    started from neutral values.
 
     The estimate is piecewise linear in its multipliers (estimate.combine: the backward pass's
     peak is the larger of the loss's and the layers', and the optimizer's step may top it),
     so each round linearises it at the current multipliers: non-negative least squares over
-    the rows whose peak is the backward pass, then each `update_*` the median that explains
-    the rows whose peak is the step. A few rounds settle which rows are in which phase. (A row
-    whose peak is DoRA's magnitudes, a held term, has nothing to fit.)
+    the rows whose peak is the backward pass, an underestimate weighing `underestimate_weight`
+    times an overestimate, then each `update_*` the median that explains the rows whose peak
+    is the step. A few rounds settle which rows are in which phase. (A row whose peak is DoRA's
+    magnitudes, a held term, has nothing to fit.) A multiplier that no row in its phase
+    depends on keeps its neutral value and is named in `unsourced`.
     """
     import numpy as np
 
-    from zyquo_tui.core.memory.estimate import _EXACT, CPU_COEFFICIENTS, combine
-
     fixed = fixed or {}
-    # Start from the shipped multipliers: the rounds only move rows between phases.
-    start = {f: getattr(CPU_COEFFICIENTS, f) for f in FITTED + ("update_lora", "update_full")}
-    values = {**start, **PHYSICAL, **HELD, **fixed}
+    mask = np.ones(len(table.rows), dtype=bool) if where is None else where
+    values = {**NEUTRAL, **PHYSICAL, **HELD, "loss_overlap": loss_overlap, **fixed}
     free = [name for name in FITTED if name not in fixed]
+    weights = np.ones(len(table.rows))
+    sourced: set[str] = set()
+    for _ in range(12):
+        before = dict(values)
+        phases = table.phases(values)
+        rows = mask & phases["backward_top"]
+        slopes = table.slopes(phases, values, free)[rows]
+        here = phases["total"][rows]
+        known = here - slopes @ np.array([values[name] for name in free])
+        scale = weights[rows] / table.peak[rows]
+        x = nnls(slopes * scale[:, None], (table.peak[rows] - known) * scale)
+        sourced = {name for name, column in zip(free, slopes.T) if np.any(column != 0)}
+        values.update({name: float(v) if name in sourced else NEUTRAL[name]
+                       for name, v in zip(free, x)})
+        errors = table.errors(values)
+        weights = np.where(errors < 0, underestimate_weight, 1.0)
+        step_rows = mask & phases["step_top"]
+        for update in UPDATES:
+            has = step_rows & (table.q[update] > 0)
+            if has.any():
+                sourced.add(update)
+                if update not in fixed:
+                    ratios = ((table.peak[has] - phases["exact"][has] - table.q["reference"][has]
+                               - values["fixed_bytes"]) / table.q[update][has])
+                    values[update] = float(np.median(ratios))
+        if all(abs(values[k] - before[k]) <= 1e-9 * max(1.0, abs(before[k])) for k in values):
+            break
+    unsourced = frozenset(name for name in FITTED + UPDATES
+                          if name not in sourced and name not in fixed)
+    return Fit(values, unsourced)
 
-    def backward(q, values) -> float:
-        parts = combine(q, dataclasses.replace(CPU_COEFFICIENTS, **values))
-        return sum(parts.values()) - parts["overhead"] + values["fixed_bytes"]
 
-    weights = {row.id: 1.0 for row in rows}
-    for _ in range(8):
-        a, b, step_rows = [], [], []
-        for row in rows:
-            q = row.quantities
-            here = backward(q, values)
-            total = sum(combine(q, dataclasses.replace(CPU_COEFFICIENTS, **values)).values())
-            if total > here:
-                step = (sum(q[e] for e in _EXACT) + values["fixed_bytes"]
-                        + values["update_lora"] * q["update_lora"]
-                        + values["update_full"] * q["update_full"])
-                if step >= total:
-                    step_rows.append(row)
+def needed_terms(table: Table, values: dict[str, float], where) -> frozenset[str]:
+    """The fitted multipliers the rows `where` selects depend on, in the phase that sets
+    each one's peak."""
+    import numpy as np
+
+    phases = table.phases(values)
+    backward = where & phases["backward_top"]
+    slopes = table.slopes(phases, values, FITTED)[backward]
+    needed = {name for name, column in zip(FITTED, slopes.T)
+              if name != "fixed_bytes" and np.any(column != 0)}
+    step = where & phases["step_top"]
+    needed |= {update for update in UPDATES if np.any(table.q[update][step] > 0)}
+    return frozenset(needed)
+
+
+def _score(errors) -> float:
+    """What a choice is judged by: the largest underestimate (it sets the verdict's margin)
+    plus the median absolute error."""
+    import numpy as np
+
+    return float(max(-errors.min(), 0.0) + np.median(np.abs(errors)))
+
+
+# How many groups of families `choose` judges a candidate on: each group is estimated by the
+# candidate fitted on the others (leave one family out inside each fold would fit thousands of
+# times, a minute; this, seconds).
+INNER_GROUPS = 4
+
+
+def choose(table: Table, families: list[str], fixed: dict[str, float] | None = None
+           ) -> dict[str, float]:
+    """The choices (CHOICES) for a fit on `families`, made from those families alone: each
+    candidate is judged by cross-validation within them (the families in INNER_GROUPS groups,
+    in turn, estimated by the candidate fitted on the rest; `_score` of those errors), and the
+    best wins (the first listed on a tie)."""
+    import itertools
+
+    import numpy as np
+
+    groups = [families[start::INNER_GROUPS] for start in range(INNER_GROUPS)]
+    best, best_score = None, None
+    for overlap, weight in itertools.product(*CHOICES.values()):
+        errors = []
+        for group in groups:
+            rest = [family for family in families if family not in group]
+            if not group or not rest:
                 continue
-            # The slope of the backward peak along each free multiplier, and what the
-            # held ones add: here = known + sum(slope x value).
-            slopes = [backward(q, {**values, f: values[f] + 1.0}) - here for f in free]
-            known = here - sum(s * values[f] for s, f in zip(slopes, free))
-            weight = weights[row.id] / row.peak
-            a.append([s * weight for s in slopes])
-            b.append((row.peak - known) * weight)
-        x = nnls(np.array(a), np.array(b))
-        values.update({f: float(v) for f, v in zip(free, x)})
-        for row, error in zip(rows, errors_of(rows, values)):
-            weights[row.id] = UNDERESTIMATE_WEIGHT if error < 0 else 1.0
-        for update in ("update_lora", "update_full"):
-            ratios = [(row.peak - sum(row.quantities[e] for e in _EXACT) - values["fixed_bytes"])
-                      / row.quantities[update] for row in step_rows if row.quantities[update] > 0]
-            if ratios and update not in fixed:
-                values[update] = float(np.median(ratios))
-    return values
+            values = solve(table, np.isin(table.families, rest), fixed, overlap, weight).values
+            errors.append(table.errors(values, np.isin(table.families, group)))
+        score = _score(np.concatenate(errors))
+        if best_score is None or score < best_score - 1e-12:
+            best, best_score = {"loss_overlap": overlap, "underestimate_weight": weight}, score
+    return best
+
+
+def fit_families(table: Table, families: list[str], fixed: dict[str, float] | None = None
+                 ) -> tuple[Fit, dict[str, float]]:
+    """The fit on `families` with its choices made from them: (fit, choices)."""
+    import numpy as np
+
+    choices = choose(table, families, fixed)
+    fit = solve(table, np.isin(table.families, families), fixed, choices["loss_overlap"],
+                choices["underestimate_weight"])
+    return fit, choices
+
+
+@dataclasses.dataclass
+class HeldOut:
+    """One family estimated by a fit that never saw it."""
+
+    family: str
+    errors: dict[str, float]  # config id: (estimate - measured) / measured
+    choices: dict[str, float]
+    # Fitted multipliers this family's configs depend on that no other family's config sets:
+    # this family is their only source, and held out they stay at their neutral values.
+    only_source: frozenset[str]
+
+
+def hold_out(table: Table, family: str, fixed: dict[str, float] | None = None) -> HeldOut:
+    """`family` estimated by a fit on every other family, its choices made from them too,
+    its multipliers started from neutral values: nothing of `family` reaches its estimate."""
+    families = list(dict.fromkeys(table.families.tolist()))
+    fit, choices = fit_families(table, [f for f in families if f != family], fixed)
+    where = table.families == family
+    errors = table.errors(fit.values, where)
+    ids = [row.id for row in table.rows if row.family == family]
+    return HeldOut(family, {i: float(e) for i, e in zip(ids, errors)}, choices,
+                   needed_terms(table, fit.values, where) & fit.unsourced)
+
+
+def held_out_by_family(rows: list[Row], fixed: dict[str, float] | None = None
+                       ) -> dict[str, HeldOut]:
+    """Leave one family out, carrying nothing from it: for each family, the choices and the
+    multipliers are made from every other family (starting from neutral values), and this
+    family's configs are estimated by them, as a model never seen would be."""
+    table = Table(rows)
+    return {family: hold_out(table, family, fixed)
+            for family in dict.fromkeys(row.family for row in rows)}
+
+
+def fitted_coefficients(rows: list[Row], fixed: dict[str, float] | None = None
+                        ) -> tuple[dict[str, float], dict[str, float]]:
+    """The shipped multipliers: the fit on every family, its choices made the same way."""
+    table = Table(rows)
+    families = list(dict.fromkeys(row.family for row in rows))
+    fit, choices = fit_families(table, families, fixed)
+    return fit.values, choices
 
 
 def errors_of(rows: list[Row], values: dict[str, float]) -> list[float]:
@@ -379,19 +600,14 @@ def errors_of(rows: list[Row], values: dict[str, float]) -> list[float]:
             for row in rows]
 
 
-def held_out_by_family(rows: list[Row], fixed: dict[str, float] | None = None
-                       ) -> dict[str, dict[str, float]]:
-    """Leave one family out: for each family, fit on every other family and estimate this
-    one's configs. {family: {config id: error}}: how the estimate does on a model it has
-    never seen."""
-    families: dict[str, list[Row]] = {}
-    for row in rows:
-        families.setdefault(row.family, []).append(row)
-    result = {}
-    for family, held in families.items():
-        values = solve([row for row in rows if row.family != family], fixed)
-        result[family] = {row.id: error for row, error in zip(held, errors_of(held, values))}
-    return result
+def held_out_summary(held: dict[str, HeldOut]) -> str:
+    """The held-out errors of every config in one line: max, median, lowest."""
+    import numpy as np
+
+    every = np.array([e for family in held.values() for e in family.errors.values()])
+    return (f"{len(every)} configs of {len(held)} families held out: max "
+            f"{np.abs(every).max() * 100:.1f}%, median {np.median(np.abs(every)) * 100:.1f}%, "
+            f"lowest {every.min() * 100:+.1f}%")
 
 
 def fit(matrix: dict, stored: dict, models: dict, fixed: dict[str, float],
@@ -401,17 +617,15 @@ def fit(matrix: dict, stored: dict, models: dict, fixed: dict[str, float],
     import numpy as np
 
     rows = fit_rows(matrix, stored, models)
-    values = solve(rows, fixed)
+    values, choices = fitted_coefficients(rows, fixed)
     errors = np.array(errors_of(rows, values))
-    print("fitted:", {name: round(v, 3) for name, v in values.items()})
+    print("fitted:", {name: round(v, 3) for name, v in values.items()}, "chosen:", choices)
     print(f"in-sample ({len(rows)} configs): max {np.abs(errors).max() * 100:.1f}%, "
           f"median {np.median(np.abs(errors)) * 100:.1f}%, "
           f"lowest {errors.min() * 100:+.1f}%")
     held = held_out_by_family(rows, fixed)
-    every = np.array([e for family in held.values() for e in family.values()])
-    print(f"leave one family out ({len(held)} families): max {np.abs(every).max() * 100:.1f}%, "
-          f"median {np.median(np.abs(every)) * 100:.1f}%, lowest {every.min() * 100:+.1f}%"
-          f" (held_out_error, the largest underestimate: {max(-every.min(), 0):.3f})")
+    every = np.array([e for family in held.values() for e in family.errors.values()])
+    print(f"{held_out_summary(held)} (the largest underestimate: {max(-every.min(), 0):.3f})")
     print_family_table(held, markdown=markdown, matrix=matrix)
 
 
@@ -424,26 +638,46 @@ def family_shape(shape: dict) -> str:
             f"{shape.get('vocab_size', 512):,}{tied}, {bits}{shape['dtype']}")
 
 
-def print_family_table(held: dict[str, dict[str, float]], markdown: bool,
-                       matrix: dict | None = None) -> None:
-    """Per family: configs, and the held-out errors' worst, median and lowest."""
+def family_table_lines(held: dict, markdown: bool, matrix: dict | None = None) -> list[str]:
+    """Per family: configs, the held-out errors' worst, median and lowest, and (held out by
+    the terms) the choices made without it and the terms it alone measures. `held` maps a
+    family to a HeldOut, or to {config: error} (the replicas', which fit nothing)."""
     import statistics
 
+    lines = []
+    fitted = any(isinstance(entry, HeldOut) for entry in held.values())
     if markdown:
-        print("| family | shape | configs | worst | median | lowest |")
-        print("| --- | --- | ---: | ---: | ---: | ---: |")
-    for family, errors in held.items():
+        extra = " overlap, weight | only source of |" if fitted else ""
+        lines.append(f"| family | shape | configs | worst | median | lowest |{extra}")
+        lines.append("| --- | --- | ---: | ---: | ---: | ---: |"
+                     + (" ---: | --- |" if fitted else ""))
+    for family, entry in held.items():
+        errors = entry.errors if isinstance(entry, HeldOut) else entry
         values = list(errors.values())
         worst = max(values, key=abs)
         median = statistics.median(abs(v) for v in values)
         lowest = min(values)
+        chosen = only = ""
+        if isinstance(entry, HeldOut):
+            chosen = (f"{entry.choices['loss_overlap']:g}, "
+                      f"{entry.choices['underestimate_weight']:g}")
+            only = ", ".join(sorted(entry.only_source)) or "-"
         if markdown:
             shape = family_shape(matrix["models"][family]) if matrix else ""
-            print(f"| {family} | {shape} | {len(values)} | {worst * 100:+.1f}% | "
-                  f"{median * 100:.1f}% | {lowest * 100:+.1f}% |")
+            line = (f"| {family} | {shape} | {len(values)} | {worst * 100:+.1f}% | "
+                    f"{median * 100:.1f}% | {lowest * 100:+.1f}% |")
+            lines.append(line + (f" {chosen} | {only} |" if fitted else ""))
         else:
-            print(f"  {family:<24} {len(values):>2} configs  worst {worst * 100:+6.1f}%  "
-                  f"median {median * 100:4.1f}%  lowest {lowest * 100:+6.1f}%")
+            line = (f"  {family:<24} {len(values):>2} configs  worst {worst * 100:+6.1f}%  "
+                    f"median {median * 100:4.1f}%  lowest {lowest * 100:+6.1f}%")
+            if fitted:
+                line += f"  chosen {chosen:<9} only source of: {only}"
+            lines.append(line)
+    return lines
+
+
+def print_family_table(held: dict, markdown: bool, matrix: dict | None = None) -> None:
+    print("\n".join(family_table_lines(held, markdown, matrix)))
 
 
 def attention_copies(tokens: int = 1024, head_dim: int = 16) -> None:
@@ -478,6 +712,33 @@ def attention_copies(tokens: int = 1024, head_dim: int = 16) -> None:
                   f"{peaks[1]:>9.2f} {peaks[2]:>8.2f}")
 
 
+def spreads(stored: dict, repeats: dict) -> dict[str, float]:
+    """Per config measured again: (largest - smallest) / smallest of its peaks, the stored
+    one and the repeats."""
+    result = {}
+    for config, peaks in repeats["repeats"].items():
+        every = [stored["measurements"][config]["peak_memory_bytes"], *peaks]
+        result[config] = (max(every) - min(every)) / min(every)
+    return result
+
+
+def run_to_run_spread(stored: dict, repeats: dict) -> float:
+    """The largest spread of any config measured again: how far one run's peak may be above
+    another's of the same config."""
+    return max(spreads(stored, repeats).values())
+
+
+def print_spread(stored: dict, repeats: dict) -> None:
+    mib = 1024 * 1024
+    print("| config | stored MiB | measured again MiB | spread |")
+    print("| --- | ---: | --- | ---: |")
+    for config, spread in spreads(stored, repeats).items():
+        again = ", ".join(f"{peak / mib:.2f}" for peak in repeats["repeats"][config])
+        print(f"| {config} | {stored['measurements'][config]['peak_memory_bytes'] / mib:.2f} | "
+              f"{again} | {spread * 100:.2f}% |")
+    print(f"\nrun-to-run spread: {run_to_run_spread(stored, repeats) * 100:.2f}% (the largest)")
+
+
 def ModelFacts_from(models: dict, config: dict):
     from zyquo_tui.core.memory.facts import ModelFacts
 
@@ -506,6 +767,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=int, default=2,
                         help="with --replica: divide the widths by this (replica.json for 2, "
                              "replica-xK.json otherwise)")
+    parser.add_argument("--spread", action="store_true",
+                        help="with --measure ID..: measure these configs again into "
+                             "repeats.json (the stored peaks stay); alone: the run-to-run "
+                             "spread table")
     parser.add_argument("--attention", action="store_true",
                         help="measure one attention's backward peak, in attention matrices "
                              "(what kept_attention and working_attention stand for)")
@@ -522,6 +787,22 @@ def main(argv: list[str] | None = None) -> int:
     stored = load_json(measurements_path, {"machine": machine(), "measurements": {}})
     models = load_json(models_path, {})
 
+    repeats_path = args.out / "repeats.json"
+    if args.spread:
+        repeats = load_json(repeats_path, {"machine": machine(), "repeats": {}})
+        wanted = [c for c in matrix["configs"] if c["id"] in (args.measure or ())]
+        tokenizer_dir = args.models_dir / "tokenizer"
+        for number, config in enumerate(wanted, start=1):
+            folder = build_model(config["model"], matrix["models"][config["model"]],
+                                 args.models_dir, tokenizer_dir)
+            peak = measure_one(config, folder)["peak_memory_bytes"]
+            repeats["repeats"].setdefault(config["id"], []).append(peak)
+            repeats["machine"] = machine()
+            write_json(repeats_path, repeats)
+            print(f"[{number}/{len(wanted)}] {config['id']}: {peak / 2**20:.2f} MiB", flush=True)
+        if repeats["repeats"]:
+            print_spread(stored, repeats)
+        return 0
     replicas_path = args.out / ("replica.json" if args.scale == 2
                                 else f"replica-x{args.scale}.json")
     if args.replica and args.measure is not None:

@@ -40,7 +40,7 @@ from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION = REPO / "bench" / "memory_calibration"
 # The worst held-out error (either side) of the table in docs/memory.md.
-HELD_OUT_WORST = 0.21  # docs/memory.md: "All 93 held out: max 20.9%"
+HELD_OUT_WORST = 0.23  # docs/memory.md: "101 configs of 25 families held out: max 22.5%"
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 
@@ -879,24 +879,43 @@ def _calibration_script():
 
 
 @functools.cache
-def _held_out_errors() -> tuple[dict, dict]:
+def _held_out() -> tuple[dict, dict]:
     """Leave one family out (bench/calibrate_memory.py): each model family (one generated model
-    and its configs) estimated by multipliers fitted without it, as a new user's model would
-    be. ({family: {config: error}}, the matrix)."""
+    and its configs) estimated by multipliers fitted without it, from neutral starting values,
+    with the fit's choices made from the other families, as a new user's model would be.
+    ({family: HeldOut}, the matrix)."""
     calibrate = _calibration_script()
     matrix, measured, models = _calibration()
     rows = calibrate.fit_rows(matrix, {"measurements": measured}, models)
     return calibrate.held_out_by_family(rows), matrix
 
 
-def test_leave_one_family_out_stays_within_the_recorded_held_out_error():
+def _held_out_errors() -> tuple[dict, dict]:
+    """({family: {config: error}}, the matrix), held out as `_held_out` says."""
+    held, matrix = _held_out()
+    return {family: entry.errors for family, entry in held.items()}, matrix
+
+
+def _run_to_run_spread() -> float:
+    calibrate = _calibration_script()
+    _, measured, _ = _calibration()
+    repeats = json.loads((CALIBRATION / "repeats.json").read_text())
+    return calibrate.run_to_run_spread({"measurements": measured}, repeats)
+
+
+def test_the_terms_margin_is_the_worst_held_out_underestimate_plus_the_run_to_run_spread():
     held, matrix = _held_out_errors()
     errors = {config: error for family in held.values() for config, error in family.items()}
     # The verdict's margin is the worst held-out underestimate (the dangerous side), as
-    # measured: it must cover every family, and not be padded beyond it.
+    # measured, plus how far a peak moves from one run to the next: it must cover every
+    # family and that spread, and not be padded beyond them (rounded up to the percent).
     lowest = min(errors, key=errors.get)
-    assert -errors[lowest] <= CPU_COEFFICIENTS.held_out_error, f"{lowest}: {errors[lowest]:+.1%}"
-    assert CPU_COEFFICIENTS.held_out_error <= -errors[lowest] + 0.01
+    spread = _run_to_run_spread()
+    assert 0 < spread < 0.05  # configs were measured again (repeats.json)
+    need = -errors[lowest] + spread
+    assert need <= CPU_COEFFICIENTS.held_out_error <= need + 0.01, (
+        f"{lowest}: {errors[lowest]:+.1%}, spread {spread:.1%}")
+    assert TIGHT_FRACTION == pytest.approx(1 - CPU_COEFFICIENTS.held_out_error)
     assert statistics.median(abs(e) for e in errors.values()) <= 0.07
     # Every held-out error is within what docs/memory.md reports (its table's worst).
     assert max(abs(e) for e in errors.values()) <= HELD_OUT_WORST
@@ -915,6 +934,106 @@ def test_leave_one_family_out_stays_within_the_recorded_held_out_error():
     assert any(e.get("grad_checkpoint") for e in entries)
     assert {e.get("optimizer", "adam") for e in entries} >= {"adam", "adamw", "sgd", "adafactor",
                                                              "muon"}
+
+
+def test_docs_held_out_table_is_the_one_recomputed_from_the_measurements():
+    """docs/memory.md's held-out table (per family: errors, the choices made without it, the
+    terms it alone measures) and its summary line are what the procedure gives now."""
+    calibrate = _calibration_script()
+    held, matrix = _held_out()
+    docs = (REPO / "docs" / "memory.md").read_text()
+    lines = calibrate.family_table_lines(held, markdown=True, matrix=matrix)
+    assert len(lines) == len(held) + 2
+    for line in lines:
+        assert line in docs, f"docs/memory.md lacks: {line}"
+    assert calibrate.held_out_summary(held) in docs
+
+
+def test_a_held_out_family_lends_its_estimate_nothing(monkeypatch):
+    """Change every measured peak of one family: the estimates of its configs held out do not
+    move (its errors move only by the peaks' change), though the fit on every family does. Nor
+    do they start from the shipped multipliers (fitted with the family in): changing those
+    changes nothing held out."""
+    from zyquo_tui.core.memory import estimate as estimate_module
+
+    calibrate = _calibration_script()
+    matrix, measured, models = _calibration()
+    rows = calibrate.fit_rows(matrix, {"measurements": measured}, models)
+    family = "deep-w64-l16-bf16"  # the source of a third of the checkpointed configs
+    moved = [dataclasses.replace(row, peak=int(row.peak * 1.3)) if row.family == family
+             else row for row in rows]
+    before = calibrate.hold_out(calibrate.Table(rows), family)
+    after = calibrate.hold_out(calibrate.Table(moved), family)
+    for config, error in before.errors.items():
+        assert (1 + after.errors[config]) * 1.3 == pytest.approx(1 + error, rel=1e-6)
+    assert after.choices == before.choices
+    everywhere = calibrate.fitted_coefficients(rows)[0]
+    assert calibrate.fitted_coefficients(moved)[0] != everywhere
+
+    wide = calibrate.hold_out(calibrate.Table(rows), "w512-l2-wide-bf16")
+    doubled = dataclasses.replace(CPU_COEFFICIENTS, **{
+        f.name: 2 * getattr(CPU_COEFFICIENTS, f.name) for f in dataclasses.fields(
+            CPU_COEFFICIENTS) if f.name not in ("held_out_error", "calibrated")})
+    monkeypatch.setattr(estimate_module, "CPU_COEFFICIENTS", doubled)
+    assert calibrate.hold_out(calibrate.Table(rows), "w512-l2-wide-bf16").errors == wide.errors
+
+
+def test_a_family_that_alone_measures_a_term_is_reported_as_its_only_source():
+    """The optimizer step's multipliers are set by the configs whose peak is the step: without
+    the 320-wide family, the 512-wide family's are the only ones, so held out it keeps their
+    neutral values and says so; with it, each is fitted from the other."""
+    calibrate = _calibration_script()
+    matrix, measured, models = _calibration()
+    rows = calibrate.fit_rows(matrix, {"measurements": measured}, models)
+    alone = calibrate.Table([row for row in rows if row.family != "w320-l3-wide-bf16"])
+    held = calibrate.hold_out(alone, "w512-l2-wide-bf16")
+    assert held.only_source == {"update_lora", "update_full"}
+    both = calibrate.Table(rows)
+    assert calibrate.hold_out(both, "w512-l2-wide-bf16").only_source == frozenset()
+    assert calibrate.hold_out(both, "w320-l3-wide-bf16").only_source == frozenset()
+
+
+def test_the_shapes_the_terms_over_stated_are_within_15_percent_by_plan_and_by_replica():
+    """The 12-layer model trained on every layer with adafactor and grad checkpointing at
+    2 x 2,048 tokens (LoRA and full fine-tuning; the terms over-stated them by 25% and 50% when
+    they counted the recomputed layer's attention whole in the loss's phase) and full
+    fine-tuning with SGD, on models the calibration had not seen before they were added: the
+    shipped terms (what `plan --no-replica` says) and the replicas (what `plan` says) within
+    15% of the measured peak; held out, the terms within 16% (the full fine-tuning config's
+    +15.4%, docs/memory.md)."""
+    calibrate = _calibration_script()
+    matrix, measured, models = _calibration()
+    advisor = MemoryAdvisor.for_calibration("cpu")
+    replicas = json.loads((CALIBRATION / "replica.json").read_text())["replicas"]
+    held, _ = _held_out_errors()
+    ids = ["deep12-lora-adafactor-ckpt-s2048", "deep12-full-adafactor-ckpt-s2048",
+           "w160-full-sgd", "w160-full-sgd-b4-s128-l2"]
+    for entry in (e for e in matrix["configs"] if e["id"] in ids):
+        peak = measured[entry["id"]]["peak_memory_bytes"]
+        terms = advisor.estimate(calibrate.ModelFacts_from(models, entry),
+                                 calibrate.training_config(entry)).total_bytes
+        assert terms == pytest.approx(peak, rel=0.15), entry["id"]
+        assert replicas[entry["id"]]["estimate_bytes"] == pytest.approx(peak, rel=0.15)
+        assert abs(held[entry["model"]][entry["id"]]) <= 0.16, entry["id"]
+
+
+def test_the_fit_evaluates_the_estimate_as_combine_does():
+    """The held-out procedure evaluates every row at once (calibrate_memory.Table): the same
+    totals as estimate.combine, row by row, at the shipped multipliers and at a fold's."""
+    calibrate = _calibration_script()
+    matrix, measured, models = _calibration()
+    rows = calibrate.fit_rows(matrix, {"measurements": measured}, models)
+    table = calibrate.Table(rows)
+    fold = calibrate.fit_families(table, ["w128-l4-bf16", "deep-w64-l16-bf16", "v152k-bf16",
+                                          "w512-l2-wide-bf16"])[0].values
+    shipped = {f.name: getattr(CPU_COEFFICIENTS, f.name) for f in dataclasses.fields(
+        CPU_COEFFICIENTS) if f.name not in ("held_out_error", "calibrated")}
+    for values in (shipped, fold):
+        coefficients = dataclasses.replace(CPU_COEFFICIENTS, **values)
+        totals = table.phases(values)["total"]
+        for row, total in zip(rows, totals):
+            assert total == pytest.approx(sum(combine(row.quantities, coefficients).values()),
+                                          rel=1e-9), row.id
 
 
 def _replica_errors(folder: Path = CALIBRATION, name: str = "replica.json"
@@ -1006,7 +1125,7 @@ def test_with_the_chunked_loss_and_in_the_layers_study_replicas_hold_too():
         assert min(errors) >= -REPLICA_ERROR, folder
 
 
-def test_at_a_width_of_100_the_layers_study_is_within_6_percent_of_the_estimate():
+def test_at_a_width_of_100_the_layers_study_is_within_8_percent_of_the_estimate():
     """1, 2 and 3 trained layers of the 4-bit float32-scale model at six shapes, measured twice:
     with MLX's default schedule (bench/memory_calibration/layers) and with MLX_BFS_MAX_WIDTH=100
     (layers-bfs-width-100), which lets MLX keep up to 100 operations in flight instead of 20.
@@ -1030,7 +1149,7 @@ def test_at_a_width_of_100_the_layers_study_is_within_6_percent_of_the_estimate(
                                     calibrate.training_config(entry))
         errors[entry["id"]] = (estimate.total_bytes - wide[entry["id"]]) / wide[entry["id"]]
         assert default[entry["id"]] <= wide[entry["id"]], entry["id"]
-    assert max(abs(e) for e in errors.values()) <= 0.06, errors
+    assert max(abs(e) for e in errors.values()) <= 0.08, errors
     two_layers = [key for key in default if key.endswith("-L2")]
     assert max(default[k] / wide[k] for k in two_layers) < 0.9  # the default keeps less
 
@@ -1045,7 +1164,9 @@ def test_depth_first_every_trained_layer_adds_the_same_and_checkpointing_keeps_l
     matrix, default, models = _calibration()
     stored = json.loads((CALIBRATION / "bfs-width-1" / "measurements.json").read_text())
     depth_first = stored["measurements"]
-    assert set(depth_first) == set(default)
+    # the 103 configs the matrix had then (those added since were measured at the default only)
+    assert len(depth_first) == 103 and set(depth_first) <= set(default)
+    default = {key: default[key] for key in depth_first}
     series = (["base-l1", "base-l2", "base-l3", "base"],
               ["f32same-l1", "f32same-l2", "f32same-l3", "f32same-b4"],
               ["w192-b2-s512-l1", "w192-b2-s512-l2", "w192-b2-s512-l3"],
@@ -1087,9 +1208,12 @@ def test_with_the_chunked_loss_on_held_out_estimates_meet_the_target():
     peaks = json.loads((chunked / "measurements.json").read_text())["measurements"]
     chunked_models = json.loads((chunked / "models.json").read_text())
     assert {entry["id"] for entry in configs} == set(peaks)  # every config measured
+    table = calibrate.Table(rows)
+    families = list(dict.fromkeys(row.family for row in rows))
     errors = {}
     for entry in configs:
-        values = calibrate.solve([row for row in rows if row.family != entry["model"]])
+        values = calibrate.fit_families(table, [f for f in families if f != entry["model"]]
+                                        )[0].values
         held_out = MemoryAdvisor(MemoryBudget.fixed(1 << 50), history=MemoryHistory(),
                                  coefficients=dataclasses.replace(CPU_COEFFICIENTS, **values))
         estimate = held_out.estimate(calibrate.ModelFacts_from(chunked_models, entry),
@@ -1105,7 +1229,8 @@ def test_with_the_chunked_loss_on_held_out_estimates_meet_the_target():
 def test_the_shipped_multipliers_are_the_fit_on_every_family():
     calibrate = _calibration_script()
     matrix, measured, models = _calibration()
-    fitted = calibrate.solve(calibrate.fit_rows(matrix, {"measurements": measured}, models))
+    fitted, _ = calibrate.fitted_coefficients(
+        calibrate.fit_rows(matrix, {"measurements": measured}, models))
     for name, value in fitted.items():
         shipped = getattr(CPU_COEFFICIENTS, name)
         assert shipped == pytest.approx(value, rel=0.01, abs=0.01 if name != "fixed_bytes"
