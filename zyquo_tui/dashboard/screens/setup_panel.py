@@ -9,6 +9,7 @@ the form and its flow; it imports nothing of the screen.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from textual.widgets import Static
@@ -100,13 +101,16 @@ class SetupPanel:
         if found is not None:
             plan.estimate.notes.append(found)
             return
+        # The replica starts from the terms as they are, not from this screen's note about it
+        # (which its estimate would otherwise carry on after it is measured).
+        terms = dataclasses.replace(plan.estimate, notes=list(plan.estimate.notes))
         plan.estimate.notes.insert(0, "a replica of this config is being measured: the "
                                       "terms' estimate until it is")
         if key != self.replica_key:
             self.replica_key = key
             if self._replica_timer is not None:
                 self._replica_timer.stop()
-            advisor, facts, terms = self._placed(), self.facts, plan.estimate
+            advisor, facts = self._placed(), self.facts
             hp, extra, revision = self.hp, dict(self.extra_config), self.revision
             self._replica_timer = self.set_timer(
                 self.REPLICA_DELAY,
