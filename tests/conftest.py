@@ -44,6 +44,20 @@ def isolated_home(tmp_path, monkeypatch, machine_probe) -> Path:
     return home
 
 
+FAKE_TOOLS = Path(__file__).resolve().parent / "fake_tools"
+
+
+@pytest.fixture(autouse=True)
+def fake_service_manager(tmp_path, monkeypatch) -> Path:
+    """systemctl and launchctl, for every test and every process it starts, are a stand-in
+    that records its calls (tests/fake_tools/service_manager.py): a different $HOME does not
+    keep the real ones off the user's own services. The calls' log: one JSON list a line."""
+    monkeypatch.setenv("PATH", f"{FAKE_TOOLS}{os.pathsep}{os.environ.get('PATH', '')}")
+    log = tmp_path / "service-manager-calls.jsonl"
+    monkeypatch.setenv("ZYQUO_FAKE_SERVICE_LOG", str(log))
+    return log
+
+
 @pytest.fixture(scope="session")
 def sample_models(tmp_path_factory) -> dict[str, Path]:
     """The tiny sample model and its 4-bit copy, built once for the whole session."""
