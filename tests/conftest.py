@@ -132,7 +132,9 @@ def our_processes(marker: str) -> list:
 @pytest.fixture(scope="session", autouse=True)
 def no_process_left_behind(tmp_path_factory):
     """After the whole suite, no trainer or runner started by a test may still be running."""
-    base = str(tmp_path_factory.getbasetemp())
+    # With its separator: pytest-1 must not claim pytest-12's processes (another test run on
+    # the same machine).
+    base = os.path.join(str(tmp_path_factory.getbasetemp()), "")
     yield
     deadline = time.monotonic() + 30
     while our_processes(base) and time.monotonic() < deadline:
