@@ -36,8 +36,10 @@ def hold_after(step: int, run_dir: Path, stop) -> None:
     """Wait here when `step` is the test's step, until released or asked to stop."""
     if step != hold_step() or (run_dir / RELEASE_FILE).exists():
         return
-    (run_dir / HELD_FILE).write_text(f"{step}\n", encoding="utf-8")
-    # A signal wakes the sleep; its handler sets stop.requested, seen at once.
+    held = run_dir / f"{HELD_FILE}.tmp"
+    held.write_text(f"{step}\n", encoding="utf-8")
+    held.replace(run_dir / HELD_FILE)  # whole when it appears: the test reads the step
+    # A SIGTERM's handler sets stop.requested: seen within one poll.
     while not stop.requested and not (run_dir / RELEASE_FILE).exists():
         time.sleep(POLL_SECONDS)
     (run_dir / HELD_FILE).unlink(missing_ok=True)
