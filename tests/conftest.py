@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from zyquo_tui.trainer.step_hold import HELD_FILE, HOLD_STEP_ENV, RELEASE_FILE
+
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_DATA = REPO / "sample_data"
 
@@ -42,6 +44,20 @@ def isolated_home(tmp_path, monkeypatch, machine_probe) -> Path:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "no-hf-cache"))
     monkeypatch.setenv("NO_COLOR", "1")
     return home
+
+
+FAKE_TOOLS = Path(__file__).resolve().parent / "fake_tools"
+
+
+@pytest.fixture(autouse=True)
+def fake_service_manager(tmp_path, monkeypatch) -> Path:
+    """systemctl and launchctl, for every test and every process it starts, are a stand-in
+    that records its calls (tests/fake_tools/service_manager.py): a different $HOME does not
+    keep the real ones off the user's own services. The calls' log: one JSON list a line."""
+    monkeypatch.setenv("PATH", f"{FAKE_TOOLS}{os.pathsep}{os.environ.get('PATH', '')}")
+    log = tmp_path / "service-manager-calls.jsonl"
+    monkeypatch.setenv("ZYQUO_FAKE_SERVICE_LOG", str(log))
+    return log
 
 
 @pytest.fixture(scope="session")
@@ -74,12 +90,44 @@ def run_trainer(run_dir: Path, timeout: float = 300) -> subprocess.CompletedProc
     )
 
 
-def start_trainer(run_dir: Path) -> subprocess.Popen:
+def start_trainer(run_dir: Path, hold_at: int | None = None) -> subprocess.Popen:
+    """The real trainer subprocess, started; with `hold_at`, it holds after that step until
+    released or stopped (trainer/step_hold.py)."""
+    env = {**os.environ, HOLD_STEP_ENV: str(hold_at)} if hold_at is not None else None
     log = open(run_dir / "trainer.log", "ab")
     return subprocess.Popen(
         [sys.executable, "-m", "zyquo_tui.trainer", str(run_dir)],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env,
     )
+
+
+def hold_trainers_at(monkeypatch, step: int) -> None:
+    """Every trainer started from now on in this test (by a supervisor, the CLI, the
+    dashboard) holds after `step` until released or stopped (trainer/step_hold.py): a test
+    that interrupts a run there finds it running, however fast the machine trains."""
+    monkeypatch.setenv(HOLD_STEP_ENV, str(step))
+
+
+def wait_until_held(run_dir: Path, timeout: float = 180.0) -> int:
+    """Wait until the run's trainer holds (trainer/step_hold.py); the step it holds after."""
+    from zyquo_tui.core.events.protocol import EventReader
+
+    held = run_dir / HELD_FILE
+    reader = EventReader(run_dir / "events.jsonl")
+    deadline = time.monotonic() + timeout
+    while not held.exists():
+        ended = [e for e in reader.read_new()
+                 if e["type"] in ("completed", "failed", "cancelled")]
+        assert not ended, f"the run ended before it held: {ended[0]}"
+        assert time.monotonic() < deadline, f"the trainer of {run_dir} never held"
+        time.sleep(0.02)
+    return int(held.read_text())
+
+
+def release(run_dir: Path) -> None:
+    """Let the run's held trainer go on (and keep its later sessions from holding)."""
+    (run_dir / RELEASE_FILE).touch()
 
 
 def wait_for_event(run_dir: Path, predicate, timeout: float = 120.0) -> dict:
@@ -118,7 +166,9 @@ def our_processes(marker: str) -> list:
 @pytest.fixture(scope="session", autouse=True)
 def no_process_left_behind(tmp_path_factory):
     """After the whole suite, no trainer or runner started by a test may still be running."""
-    base = str(tmp_path_factory.getbasetemp())
+    # With its separator: pytest-1 must not claim pytest-12's processes (another test run on
+    # the same machine).
+    base = os.path.join(str(tmp_path_factory.getbasetemp()), "")
     yield
     deadline = time.monotonic() + 30
     while our_processes(base) and time.monotonic() < deadline:
@@ -174,25 +224,24 @@ def trained_runs(tmp_path_factory, sample_models) -> dict[str, Path]:
     return folders
 
 
-def cancel_mid_run_then_resume(store, run_id: str, at_least: int, before: int) -> int:
-    """Start the run's trainer, SIGTERM it once it has reported step `at_least`, check it
-    saved a checkpoint short of `before`, then resume from it to the end; returns the step it
-    stopped at."""
+def cancel_mid_run_then_resume(store, run_id: str, step: int) -> None:
+    """Start the run's trainer, SIGTERM it while it holds after `step` (so the cancel lands
+    there on any machine), check it stopped there with a checkpoint, then resume from it to
+    the end."""
     from zyquo_tui.core.events.protocol import read_events
 
     run_dir = store.run_dir(run_id)
-    trainer = start_trainer(run_dir)
+    trainer = start_trainer(run_dir, hold_at=step)
     try:
-        wait_for_event(run_dir, lambda e: e["type"] == "train" and e["iteration"] >= at_least)
+        wait_until_held(run_dir)
         trainer.send_signal(signal.SIGTERM)
         assert trainer.wait(timeout=60) == 0
     finally:
         kill_quietly(trainer)
-    stopped_at = read_events(run_dir / "events.jsonl")[-1]["checkpoint"]
-    assert at_least <= stopped_at < before, "the cancel must land mid-run to mean anything"
-    store.update(run_id, lambda r: setattr(r, "resume_from_step", stopped_at))
+    cancelled = read_events(run_dir / "events.jsonl")[-1]
+    assert cancelled["type"] == "cancelled" and cancelled["checkpoint"] == step
+    store.update(run_id, lambda r: setattr(r, "resume_from_step", step))
     assert run_trainer(run_dir).returncode == 0
-    return stopped_at
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -23,7 +23,14 @@ from zyquo_tui.core.store.checkpoints import list_checkpoints
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.system import disk_space
 
-from conftest import SAMPLE_DATA, run_trainer, wait_for_event, zyquo_cli
+from conftest import (
+    SAMPLE_DATA,
+    hold_trainers_at,
+    release,
+    run_trainer,
+    wait_until_held,
+    zyquo_cli,
+)
 from helpers import losses_by_iteration, make_run
 
 COMPLETIONS = SAMPLE_DATA / "completions"
@@ -125,7 +132,7 @@ def test_the_start_gate_refuses_a_run_that_wont_fit_on_disk_unless_overridden(sm
 
 
 def test_a_run_that_hits_the_floor_stops_with_cause_disk_and_resumes_exactly(
-        small_store, tiny_model, isolated_home):
+        small_store, tiny_model, isolated_home, monkeypatch):
     if small_store is None:
         pytest.skip("needs a tmpfs (root)")
     home = RunStore(isolated_home)  # the reference trains on the big disk
@@ -133,13 +140,14 @@ def test_a_run_that_hits_the_floor_stops_with_cause_disk_and_resumes_exactly(
     done = run_trainer(home.run_dir(reference.id))
     assert done.returncode == 0, done.stderr
     store, run = make_run(tiny_model, COMPLETIONS, store=small_store, **SETTINGS)
+    hold_trainers_at(monkeypatch, 9)  # the disk fills after step 9, before its checks
     supervisor = Supervisor(store)
     supervisor.start(run.id)
     try:
         assert store.get(run.id).disk["disk_verdict"] == "fits"
-        wait_for_event(store.run_dir(run.id), lambda e: e["type"] == "checkpoint"
-                       and e["iteration"] >= 8)
+        wait_until_held(store.run_dir(run.id))
         ballast = fill(store, MIB + 100_000)  # under the floor plus one checkpoint
+        release(store.run_dir(run.id))
         stopped = wait_state(supervisor, run.id)
     finally:
         if supervisor.get(run.id).state.is_active:
@@ -150,7 +158,7 @@ def test_a_run_that_hits_the_floor_stops_with_cause_disk_and_resumes_exactly(
     assert "floor" in stopped.failure["message"] and "resume" in stopped.failure["suggestion"]
     last = read_events(store.events_path(run.id))[-1]
     assert last["type"] == "failed" and last["cause"] == "disk"
-    assert last["checkpoint"] == last["iteration"] < SETTINGS["iters"]
+    assert last["checkpoint"] == last["iteration"] == 9
     checkpoints = list_checkpoints(store.adapters_dir(run.id))
     assert checkpoints[-1].step == last["checkpoint"] and checkpoints[-1].resumable
     assert disk_space.free_bytes(store.home) > 0, "the floor kept space free"
@@ -167,7 +175,7 @@ def test_a_run_that_hits_the_floor_stops_with_cause_disk_and_resumes_exactly(
 
 
 def test_a_save_that_fails_midway_leaves_no_checkpoint_that_resume_would_pick(
-        small_store, tiny_model, isolated_home):
+        small_store, tiny_model, isolated_home, monkeypatch):
     if small_store is None:
         pytest.skip("needs a tmpfs (root)")
     (small_store.home / "config.toml").write_text("[disk]\nfloor_bytes = 0\n")
@@ -175,13 +183,14 @@ def test_a_save_that_fails_midway_leaves_no_checkpoint_that_resume_would_pick(
     _, reference = make_run(tiny_model, COMPLETIONS, store=home, **SETTINGS)
     assert run_trainer(home.run_dir(reference.id)).returncode == 0
     store, run = make_run(tiny_model, COMPLETIONS, store=small_store, **SETTINGS)
+    hold_trainers_at(monkeypatch, 9)  # the disk fills after step 9, before its checkpoint
     supervisor = Supervisor(store)
     supervisor.start(run.id)
     try:
-        wait_for_event(store.run_dir(run.id), lambda e: e["type"] == "checkpoint"
-                       and e["iteration"] >= 8)
+        wait_until_held(store.run_dir(run.id))
         # Room for the step's weights (68 kB), not for its optimizer state (138 kB).
         ballast = fill(store, 100_000)
+        release(store.run_dir(run.id))
         failed = wait_state(supervisor, run.id)
     finally:
         if supervisor.get(run.id).state.is_active:

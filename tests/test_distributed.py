@@ -10,7 +10,15 @@ import signal
 import time
 
 import pytest
-from conftest import SAMPLE_DATA, our_processes, run_trainer, wait_for_event, zyquo_cli
+from conftest import (
+    SAMPLE_DATA,
+    hold_trainers_at,
+    our_processes,
+    run_trainer,
+    wait_for_event,
+    wait_until_held,
+    zyquo_cli,
+)
 from helpers import (
     assert_losses_equal_mlx_lm,
     losses_by_iteration,
@@ -141,21 +149,25 @@ def test_two_ranks_of_a_dpo_run_report_what_one_process_reports(tiny_model):
             assert two[name] == pytest.approx(one[name], abs=1e-4), (two["iteration"], name)
 
 
-def test_cancel_stops_every_rank_and_an_exact_resume_continues(uninterrupted, tiny_model):
+def test_cancel_stops_every_rank_and_an_exact_resume_continues(uninterrupted, tiny_model,
+                                                                monkeypatch):
     reference_store, reference = uninterrupted
     store, run = two_ranks(RunStore(), tiny_model)
     run_dir = store.run_dir(run.id)
+    # Rank 0 holds after step 5, half-way through an accumulation of 2 (rank 1 waits for it):
+    # the cancel lands there, and the checkpoint keeps both ranks' pending gradients.
+    hold_trainers_at(monkeypatch, 5)
     supervisor = Supervisor(store)
     try:
         supervisor.start(run.id)
-        wait_for_event(run_dir, lambda e: e["type"] == "train", timeout=300)
+        wait_until_held(run_dir, timeout=300)
         supervisor.cancel(run.id)
         cancelled = finished(supervisor, run.id)
         assert cancelled.state is RunState.CANCELLED
         assert not no_process_of(str(run_dir))
         event = [e for e in read_events(run_dir / "events.jsonl") if e["type"] == "cancelled"][-1]
         stopped_at = event["checkpoint"]
-        assert stopped_at is not None and 4 <= stopped_at < SETTINGS["iters"]
+        assert stopped_at == 5
 
         supervisor.resume(run.id)
         resumed = finished(supervisor, run.id)

@@ -85,7 +85,7 @@ def test_cancel_and_resume_of_a_dpo_run_equals_the_straight_run(tiny_model):
     store, straight = preference_run(tiny_model, **settings)
     assert run_trainer(store.run_dir(straight.id)).returncode == 0
     _, interrupted = preference_run(tiny_model, store=store, **settings)
-    cancel_mid_run_then_resume(store, interrupted.id, 12, 40)
+    cancel_mid_run_then_resume(store, interrupted.id, 12)
     want, have = events_of(store, straight), events_of(store, interrupted)
     for kind, key in [("train", "train_loss"), ("val", "val_loss"),
                       *[(kind, m) for kind in ("train", "val") for m in PREFERENCE_METRICS]]:

@@ -15,7 +15,14 @@ from zyquo_tui.core.processes.supervisor import Supervisor
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.store.store import RunStore
 
-from conftest import SAMPLE_DATA, wait_for_event, zyquo_cli
+from conftest import (
+    SAMPLE_DATA,
+    hold_trainers_at,
+    release,
+    wait_for_event,
+    wait_until_held,
+    zyquo_cli,
+)
 from helpers import losses_by_iteration, make_run
 
 COMPLETIONS = SAMPLE_DATA / "completions"
@@ -43,7 +50,8 @@ def recover() -> dict:
     return json.loads(done.stdout)
 
 
-def test_a_run_killed_with_its_runner_is_resumed_by_recover_exactly_and_only_once(tiny_model):
+def test_a_run_killed_with_its_runner_is_resumed_by_recover_exactly_and_only_once(tiny_model,
+                                                                                  monkeypatch):
     store, reference = make_run(tiny_model, COMPLETIONS, **SETTINGS)
     supervisor = Supervisor(store)
     supervisor.start(reference.id)
@@ -51,20 +59,24 @@ def test_a_run_killed_with_its_runner_is_resumed_by_recover_exactly_and_only_onc
 
     _, run = make_run(tiny_model, COMPLETIONS, store=store, **SETTINGS)
     _, queued = make_run(tiny_model, COMPLETIONS, store=store, iters=4, save_every=4)
+    # Step 8's checkpoint is saved and step 9 trained when the power goes; the resumed
+    # session, which trains step 9 again, holds there too, so the second recover finds it
+    # active.
+    hold_trainers_at(monkeypatch, 9)
     supervisor.start(run.id)
     supervisor.enqueue(queued.id)
     try:
-        wait_for_event(store.run_dir(run.id), lambda e: e["type"] == "checkpoint"
-                       and e["iteration"] >= 8)
+        wait_until_held(store.run_dir(run.id))
         power_cut(supervisor, run.id)
         assert store.get(run.id).state is RunState.RUNNING  # nobody has looked yet
 
         first = recover()
-        second = recover()  # at once, while the resumed run is active: starts nothing
+        second = recover()  # while the resumed run is active: starts nothing
+        release(store.run_dir(run.id))
 
         assert first["interrupted"] == [run.id]
         assert [r["id"] for r in first["resumed"]] == [run.id]
-        assert first["resumed"][0]["step"] >= 8
+        assert first["resumed"][0]["step"] == 8
         assert second["interrupted"] == [] and second["resumed"] == []
         assert second["queue_started"] is False
         assert wait_state(supervisor, run.id).state is RunState.COMPLETED

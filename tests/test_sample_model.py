@@ -242,7 +242,6 @@ print(json.dumps({"train": record.train, "val": record.val}))
 """
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "model,fmt,mask",
     [("zyquo-tiny", "completions", "0"), ("zyquo-tiny", "chat", "1"),

@@ -142,33 +142,81 @@ def test_cli_dry_run_prints_the_unit_and_changes_nothing(tmp_path):
     assert not any(home.iterdir()), "a dry run writes nothing"
 
 
-@pytest.mark.skipif(sys.platform == "darwin", reason="installs into the real launchd")
-def test_cli_install_writes_the_unit_says_what_the_manager_said_and_uninstall_removes_it(
-        tmp_path):
-    env = {**os.environ, "HOME": str(tmp_path)}
+def service_cli(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """`zyquo-tui service ...` with $HOME at `home`, the service manager the stand-in on PATH
+    (conftest's fake_service_manager)."""
+    return subprocess.run([sys.executable, "-m", "zyquo_tui", "service", *args],
+                          capture_output=True, text=True, env={**os.environ, "HOME": str(home),
+                                                               **env}, check=False)
 
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "zyquo_tui", "service", *args],
-                              capture_output=True, text=True, env=env, check=False)
 
-    installed = cli("install")
+def calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_every_service_manager_a_test_can_reach_is_the_recording_stand_in(
+        fake_service_manager):
+    for tool in ("systemctl", "launchctl"):
+        found = Path(shutil.which(tool))
+        assert found.resolve() == (Path(__file__).parent / "fake_tools" /
+                                   "service_manager.py").resolve(), found
+    assert service.run_tool(["systemctl", "--user", "daemon-reload"]) == (0, "")
+    assert calls(fake_service_manager) == [["systemctl", "--user", "daemon-reload"]]
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="the systemd user unit is Linux's")
+def test_cli_install_writes_the_unit_enables_it_and_uninstall_disables_and_removes_it(
+        tmp_path, fake_service_manager):
+    installed = service_cli(tmp_path, "install")
+
     unit = tmp_path / ".config/systemd/user/zyquo-tui-recover.service"
+    assert installed.returncode == 0, installed.stderr
     assert unit.is_file() and "runs recover" in unit.read_text()
-    if installed.returncode == 1:  # no user service manager here (a container, CI)
-        assert "warning: `systemctl --user " in installed.stderr
-    else:
-        assert installed.returncode == 0, installed.stderr
-    status = json.loads(cli("status", "--json").stdout)
-    assert status["installed"] is True
-    # docs/CLI.md's keys, details null when the manager cannot be asked (as loaded is)
-    assert set(status) == {"kind", "path", "installed", "loaded", "details"}
-    assert (status["details"] is None) == (status["loaded"] is None)
+    assert calls(fake_service_manager) == [
+        ["systemctl", "--user", "daemon-reload"],
+        ["systemctl", "--user", "enable", service.UNIT]]
+    status = json.loads(service_cli(tmp_path, "status", "--json").stdout)
+    # docs/CLI.md's keys; the details are what the manager said (a recorded answer)
+    assert status == {"kind": service.SYSTEMD_USER, "path": str(unit), "installed": True,
+                      "loaded": True, "details": {"enabled": True, "active_state": "active",
+                                                  "last_exit_status": "0"}}
+    assert calls(fake_service_manager)[-1][:3] == ["systemctl", "--user", "show"]
 
-    removed = cli("uninstall")
+    fake_service_manager.unlink()  # the uninstall's calls alone
+    removed = service_cli(tmp_path, "uninstall")
     assert removed.returncode == 0 and not unit.exists()
-    assert json.loads(cli("status", "--json").stdout)["installed"] is False
-    again = cli("uninstall")
+    assert calls(fake_service_manager) == [
+        ["systemctl", "--user", "disable", service.UNIT],
+        ["systemctl", "--user", "daemon-reload"]]
+    status = json.loads(service_cli(tmp_path, "status", "--json").stdout)
+    assert status["installed"] is False and status["loaded"] is False
+    again = service_cli(tmp_path, "uninstall")
     assert again.returncode == 0 and "not installed" in again.stdout
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="the systemd user unit is Linux's")
+def test_install_without_a_user_service_manager_writes_the_unit_and_says_what_systemctl_said(
+        tmp_path):
+    installed = service_cli(tmp_path, "install", ZYQUO_FAKE_SERVICE_MANAGER="unreachable")
+
+    assert installed.returncode == 1
+    assert (tmp_path / ".config/systemd/user/zyquo-tui-recover.service").is_file()
+    assert ("warning: `systemctl --user daemon-reload`: Failed to connect to bus: "
+            "No medium found") in installed.stderr
+    status = json.loads(service_cli(tmp_path, "status", "--json",
+                                    ZYQUO_FAKE_SERVICE_MANAGER="unreachable").stdout)
+    assert status["installed"] is True
+    assert status["loaded"] is None and status["details"] is None  # cannot be asked
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="the systemd user unit is Linux's")
+def test_install_without_systemctl_says_it_was_not_found(tmp_path):
+    nothing = tmp_path / "no-tools"
+    nothing.mkdir()
+    installed = service_cli(tmp_path, "install", PATH=str(nothing))
+
+    assert installed.returncode == 1
+    assert "warning: `systemctl --user daemon-reload`: not found" in installed.stderr
 
 
 def test_daemon_on_linux_is_refused_in_one_sentence():

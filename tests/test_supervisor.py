@@ -23,7 +23,14 @@ from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.system.liveness import identity, is_alive
 from zyquo_tui.dashboard.run_service import RunService
 
-from conftest import SAMPLE_DATA, wait_for_event, zyquo_cli
+from conftest import (
+    SAMPLE_DATA,
+    hold_trainers_at,
+    release,
+    wait_for_event,
+    wait_until_held,
+    zyquo_cli,
+)
 from helpers import losses_by_iteration, make_run, stop_runs
 from test_plan_cli import fake_machine
 
@@ -64,7 +71,7 @@ def test_start_and_follow_to_completion(tiny_model):
         stop_runs(store, run.id)
 
 
-def test_sigkill_gives_interrupted_and_resume_completes_exactly(tiny_model):
+def test_sigkill_gives_interrupted_and_resume_completes_exactly(tiny_model, monkeypatch):
     settings = dict(iters=30, steps_per_report=1, save_every=4, steps_per_eval=10)
     store, reference = make_run(tiny_model, COMPLETIONS, **settings)
     _, run = make_run(tiny_model, COMPLETIONS, store=store, **settings)
@@ -73,16 +80,17 @@ def test_sigkill_gives_interrupted_and_resume_completes_exactly(tiny_model):
         supervisor.start(reference.id)
         assert wait_state(supervisor, reference.id).state is RunState.COMPLETED
 
+        hold_trainers_at(monkeypatch, 9)  # step 8's checkpoint is saved, step 9 trained
         supervisor.start(run.id)
-        wait_for_event(store.run_dir(run.id), lambda e: e["type"] == "checkpoint"
-                       and e["iteration"] >= 8)
+        wait_until_held(store.run_dir(run.id))
         os.kill(supervisor.get(run.id).process["pid"], signal.SIGKILL)
         interrupted = wait_state(supervisor, run.id)
         assert interrupted.state is RunState.INTERRUPTED
         assert interrupted.failure["cause"] == "killed"
 
+        release(store.run_dir(run.id))  # the resumed session trains step 9 again: no hold
         resumed = supervisor.resume(run.id)
-        assert resumed.state is RunState.STARTING and resumed.resume_from_step >= 8
+        assert resumed.state is RunState.STARTING and resumed.resume_from_step == 8
         assert wait_state(supervisor, run.id).state is RunState.COMPLETED
     finally:
         stop_runs(store, reference.id, run.id)
@@ -101,7 +109,7 @@ def test_sigkill_gives_interrupted_and_resume_completes_exactly(tiny_model):
                                 resumed_run.data, None)
     assert planned.basis["run_id"] == run.id
     startup = last_start["time"] - resumed_run.process["requested_at"]
-    assert startup > 0.5
+    assert startup > 0
     assert planned.basis["startup_seconds"] == pytest.approx(startup, abs=0.1)
 
     # Elapsed adds up the sessions (the killed one to its last event), not the pause before the
@@ -124,14 +132,15 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(tiny_mo
     store, run = make_run(tiny_model, COMPLETIONS, iters=12, steps_per_report=1,
                           save_every=1000, steps_per_eval=1000)
     monkeypatch.setenv("ZYQUO_HOME", str(store.home))
+    hold_trainers_at(monkeypatch, 2)
     supervisor = Supervisor(store)
     try:
         supervisor.start(run.id)
-        wait_for_event(store.run_dir(run.id), lambda e: e["type"] == "train"
-                       and e["iteration"] >= 2)
+        wait_until_held(store.run_dir(run.id))
         os.kill(supervisor.get(run.id).process["pid"], signal.SIGKILL)
         assert wait_state(supervisor, run.id).state is RunState.INTERRUPTED
         assert not list(store.adapters_dir(run.id).glob("*_adapters.safetensors"))
+        release(store.run_dir(run.id))  # the resumed session trains step 2 again: no hold
 
         done = zyquo_cli("runs", "resume", run.id, "--wait")
         assert done.returncode == 0, done.stdout + done.stderr
@@ -160,17 +169,18 @@ FOLLOWER = textwrap.dedent("""
 
 
 def test_training_outlives_its_supervisors_and_a_new_one_sees_every_event_once(tiny_model,
-                                                                               tmp_path):
+                                                                               tmp_path,
+                                                                               monkeypatch):
     store, run = make_run(tiny_model, COMPLETIONS, iters=60, steps_per_report=1,
                           steps_per_eval=10, save_every=10)
+    hold_trainers_at(monkeypatch, 5)  # still training when its watchers are killed
     supervisor = Supervisor(store)
     supervisor.start(run.id)
     first_log = tmp_path / "first.jsonl"
     follower = subprocess.Popen([sys.executable, "-c", FOLLOWER, run.id, str(first_log)],
                                 stdin=subprocess.DEVNULL)
     try:
-        wait_for_event(store.run_dir(run.id),
-                       lambda e: e["type"] == "train" and e["iteration"] >= 5)
+        wait_until_held(store.run_dir(run.id))
         deadline = time.monotonic() + 60
         while not (first_log.exists() and first_log.read_text().strip()):
             assert follower.poll() is None, "the follower (a dashboard) died before an event"
@@ -184,6 +194,7 @@ def test_training_outlives_its_supervisors_and_a_new_one_sees_every_event_once(t
         wait_until_dead(process["runner_pid"], process["runner_start_time"])
         assert is_alive(process["pid"], process["start_time"]), "the trainer must keep going"
         assert supervisor.get(run.id).state is RunState.RUNNING
+        release(store.run_dir(run.id))
 
         async def collect():
             return [e async for e in Supervisor(RunStore(store.home)).follow(run.id)]
@@ -413,9 +424,11 @@ def test_a_run_that_wont_fit_needs_an_explicit_override_which_is_recorded(tiny_m
     # 1 MiB is below what any setting needs: the refusal says so (test_memory.py checks the
     # suggestions it names when some fit).
     assert "no change of its settings fits on this machine" in refused.stderr
+    # A refused start changes nothing: the verdict is saved only with the state change that
+    # starts or queues the run.
     record = store.get(run.id)
     assert record.state is RunState.CONFIGURED
-    assert record.memory is None or record.memory["verdict"] == "won't fit"
+    assert record.memory is None
 
     try:
         started = zyquo_cli("runs", "start", run.id, "--override-memory", "--wait")

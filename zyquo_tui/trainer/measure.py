@@ -12,12 +12,15 @@ and preparing of the model too); the peak is their largest.
 The batch it trains on is the worst one the run will meet: the `batch_size` longest rows of the
 dataset (a real run's peak is set by its longest batch, which a few random steps might miss),
 or, for calibration, `synthetic_tokens` random tokens per row. Nothing it writes outlives it:
-checkpoints go to a temporary folder.
+the replica model and the checkpoints go to temporary folders, inside the caller's `scratch`
+folder when it gives one (core/memory/measure.py does, and removes it however this process
+ends: a process killed with SIGKILL removes nothing itself).
 
 SPEC is a JSON object (or `-` for stdin):
   model, method (lora|dora|qlora|full), hyperparameters (mlx-lm names, as in run.json),
   data (a dataset folder) or synthetic_tokens (tokens per row), steps (default 3),
-  extra_config (the run's pass-through mlx-lm keys, for *_feature).
+  extra_config (the run's pass-through mlx-lm keys, for *_feature),
+  scratch (a folder the caller owns, for the temporary folders; default the system's).
 A preference run (hyperparameters' zyquo_tui.objective dpo or orpo) trains pairs: its longest
 pairs, or synthetic ones (each side `synthetic_tokens` long, a quarter of it prompt).
 (Every row's token count comes from `python -m zyquo_tui.trainer.token_stats --lengths`.)
@@ -106,6 +109,12 @@ def _worst_batch(run: Run, tokenizer, spec: dict[str, Any]) -> tuple[list[Any], 
     return [dataset[i] for i in longest], lengths
 
 
+def _temporary_folder(spec: dict[str, Any], prefix: str) -> tempfile.TemporaryDirectory:
+    """A folder removed when the measurement ends; inside the caller's `scratch`, which the
+    caller removes too, so that a killed measurement leaves nothing behind."""
+    return tempfile.TemporaryDirectory(prefix=prefix, dir=spec.get("scratch"))
+
+
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
     """Train `steps` steps of the spec's config on its worst batch; return the figures. With
     `replica` (core/memory/replica.py), train a replica of the model built in a temporary
@@ -115,7 +124,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         return _measure(spec)
     from zyquo_tui.trainer.replica import build_replica
 
-    with tempfile.TemporaryDirectory(prefix="zyquo-replica-") as folder:
+    with _temporary_folder(spec, "zyquo-replica-") as folder:
         weights = build_replica(replica["config"], replica["dtype"], Path(spec["model"]),
                                 Path(folder))
         vocab = int(replica["config"]["vocab_size"])
@@ -165,7 +174,7 @@ def _measure(spec: dict[str, Any]) -> dict[str, Any]:
         speeds.append(info["tokens_per_second"])
         mx.reset_peak_memory()  # each step's own peak (the first's includes the loading)
 
-    with tempfile.TemporaryDirectory(prefix="zyquo-measure-") as adapters:
+    with _temporary_folder(spec, "zyquo-measure-") as adapters:
         hooks = LoopHooks(
             on_train=on_train,
             on_val=lambda info: None, on_checkpoint=lambda info: None,

@@ -42,6 +42,7 @@ from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.core.system.disk_space import free_bytes
 from zyquo_tui.trainer.checkpoints import CheckpointWriteError
 from zyquo_tui.core.system.machine import peak_resident_bytes, resident_bytes
+from zyquo_tui.trainer.step_hold import hold_after
 from zyquo_tui.trainer.trainer_failure import TrainerFailure, fail
 
 EXIT_DONE = 0
@@ -170,6 +171,8 @@ class TrainingSession:
         """The loop's should_stop: bound trainer.log, then stop for a cancel, a stopping rule
         or a full disk."""
         self._bound_log()
+        if self.primary and self.loop is not None:
+            hold_after(self.loop.step, self.run_dir, self.stop)  # tests only: step_hold.py
         if self._should_stop():  # a cancel, or a rule the user chose (early stopping...)
             return True
         if self._disk_low() is not None:

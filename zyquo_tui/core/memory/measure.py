@@ -4,6 +4,7 @@ steps. (A dataset's token lengths come from core.library.token_stats.row_token_l
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,9 +42,13 @@ class Measurement:
 
 def _subprocess_json(command: list[str], spec: dict[str, Any], timeout: float,
                      cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
-    returncode, stdout, stderr = run_child(command, input_text=json.dumps(spec),
-                                           timeout=timeout, cancelled=cancelled,
-                                           timeout_hint="measure a smaller config")
+    # The measurement writes its replica model and checkpoints under a folder of ours, which
+    # we remove however it ends: killed (SIGKILL, a cancel, the system out of memory), it
+    # cannot remove its own.
+    with tempfile.TemporaryDirectory(prefix="zyquo-measure-") as scratch:
+        returncode, stdout, stderr = run_child(
+            command, input_text=json.dumps({**spec, "scratch": scratch}), timeout=timeout,
+            cancelled=cancelled, timeout_hint="measure a smaller config")
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
     if not lines:
         last = (stderr.strip().splitlines() or ["no output"])[-1]

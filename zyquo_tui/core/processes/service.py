@@ -8,10 +8,12 @@ files are generated here (`service_plan`) and checked against their formats in t
 its own session, and the files say so to their managers (launchd's AbandonProcessGroup,
 systemd's KillMode=process), so training outlives the one-shot job that started it.
 
-Every launchctl and systemctl call is one small function that fails soft (None when the tool
+Every launchctl and systemctl call goes through `run_tool`, which fails soft (None when the tool
 is missing or fails), and its output is read by a parser tested against recorded outputs
 (tests/data/macos/, tests/data/linux/), as core/system/machine.py does for its
-facts.
+facts. `run_tool` runs the tool PATH names, and nothing else: that is where the tests put a
+stand-in that records its calls (tests/fake_tools/), since a different $HOME does not keep
+the real managers off the user's own services.
 """
 
 from __future__ import annotations
@@ -160,11 +162,12 @@ def service_plan(*, platform: str = sys.platform, daemon: bool = False,
 def run_tool(argv: list[str], timeout: float = 10.0) -> tuple[int, str] | None:
     """(exit status, stdout and stderr) of a service manager's command; None when the tool
     is missing or cannot run."""
-    if shutil.which(argv[0]) is None:
+    found = shutil.which(argv[0])
+    if found is None:
         return None
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, check=False)
+    try:  # the very file found: what was looked up is what runs
+        done = subprocess.run([found, *argv[1:]], capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.returncode, (done.stdout + done.stderr).strip()
