@@ -317,11 +317,9 @@ def _steps_text(draft: RunDraft) -> str:
     iters, plan = draft.hyperparameters.iters, draft.epoch_plan()
     if plan is None:
         return f"{iters} iterations"
-    per_epoch = (f"{plan.batches_per_epoch} batches of {plan.batch_size} from "
-                 f"{plan.train_rows} rows")
     if draft.epochs is not None:
-        return f"{iters} iterations: {draft.epochs} epochs of {per_epoch}"
-    return f"{iters} iterations: {plan.epochs_in(iters):.2f} epochs of {per_epoch}"
+        return f"{iters} iterations: {draft.epochs} epochs of {plan.per_epoch()}"
+    return f"{iters} iterations: {plan.epochs_in(iters):.2f} epochs of {plan.per_epoch()}"
 
 
 def _duration_text(duration) -> str:

@@ -41,6 +41,11 @@ class EpochPlan:
         """The rows that fill no whole batch, and are never trained."""
         return self.train_rows % self.batch_size
 
+    def per_epoch(self) -> str:
+        """What one epoch is, in words: '45 batches of 5 from 225 rows'."""
+        return (f"{self.batches_per_epoch} batches of {self.batch_size} from "
+                f"{self.train_rows} rows")
+
     def iters_for(self, epochs: int) -> int:
         return epochs * self.batches_per_epoch
 
