@@ -725,7 +725,7 @@ async def test_epochs_typed_show_their_iterations_and_iterations_typed_their_epo
         await type_into(pilot, screen, "epochs", "2")
         await pilot.pause()
         assert iters.control.value == "112" and screen.hp.iters == 112
-        assert iters.help_text == "made from 2 epochs of 56 batches of 4 from 225 rows"
+        assert iters.help_text == "2 epochs × 56 batches of 4"
         assert "leave 1 row over" in screen.field_warnings["epochs"]
 
         await type_into(pilot, screen, "batch_size", "5")
@@ -740,6 +740,5 @@ async def test_epochs_typed_show_their_iterations_and_iterations_typed_their_epo
         await pilot.pause()
         assert form.row("epochs").control.value == "" and screen.draft.epochs is None
         assert screen.hp.iters == 30
-        assert form.row("epochs").help_text == \
-            "30 iterations are 0.67 epochs of 45 batches of 5 from 225 rows"
+        assert form.row("epochs").help_text == "30 iterations = 0.67 epochs"
         assert iters.help_text == "training steps (mlx-lm: 1000)"

@@ -289,12 +289,12 @@ class NewRunScreen(SetupChoices, SetupPanel, ZyquoScreen):
         if plan is None or not isinstance(iters, int):
             self.form.show_epochs(None)
         elif is_whole(draft.epochs) and draft.epochs >= 1:
-            self.form.show_epochs(iters, f"made from {draft.epochs} epochs of "
-                                         f"{plan.per_epoch()}")
+            # Short enough for the help column (the rows are in the dataset's line).
+            self.form.show_epochs(iters, f"{draft.epochs} epochs × {plan.batches_per_epoch} "
+                                         f"batches of {plan.batch_size}")
         else:
-            self.form.show_epochs(None, None, f"{iters} iterations are "
-                                              f"{plan.epochs_in(iters):.2f} epochs of "
-                                              f"{plan.per_epoch()}")
+            self.form.show_epochs(None, None, f"{iters} iterations = "
+                                              f"{plan.epochs_in(iters):.2f} epochs")
 
     def _placed(self):
         assert self.advisor is not None
