@@ -387,8 +387,8 @@ def test_plan_by_epochs_counts_the_datasets_rows_and_says_the_steps(capsys, tiny
                           "--epochs", "2", "--batch-size", "5", "--json")
     assert status == 0 and (out["iters"], out["epochs"]) == (90, 2)
     status, out, _ = plan(capsys, "--model", tiny_model, "--data", data, "--num-layers", "-1",
-                          "--iters", "90")
-    assert "steps     90 iterations: 2.00 epochs of 56 batches of 4 from 225 rows" in out
+                          "--iters", "84")
+    assert "steps     84 iterations: 1.50 epochs of 56 batches of 4 from 225 rows" in out
     status, out, err = plan(capsys, "--model", tiny_model, "--num-layers", "-1", "--epochs", "2")
     assert status == 2 and err == ("zyquo-tui: --epochs needs --data: an epoch is a pass over "
                                    "train.jsonl, and its rows and the batch size make it into "
