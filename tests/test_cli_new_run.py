@@ -312,3 +312,54 @@ def test_a_lora_key_the_model_has_not_is_a_warning_beside_ones_it_has(capsys, on
         "self_attn.q_proj", "self_attn.qproj"]
     assert "lora_parameters.keys self_attn.qproj is not in zyquo-tiny's layers, so only the " \
         "others get adapters" in err
+
+
+def test_runs_new_by_epochs_makes_the_iterations_from_the_rows_and_the_batch(capsys, on):
+    """225 rows at batch 5 are 45 batches an epoch: --epochs 3 is 135 iterations, stored with
+    the epochs, and exported as both (mlx-lm trains the iterations)."""
+    run, err = made(capsys, "runs", "new", *on, "--epochs", "3", "--batch-size", "5",
+                    "--steps-per-eval", "45")
+    assert run.hyperparameters.iters == 135
+    assert SETTINGS["epochs"].get(run.hyperparameters) == 3
+    assert err == ""  # 225 divides by 5: no row left over, no warning
+    exported = yaml.safe_load(dump_mlx_yaml(run_to_mlx_config(run)))
+    assert exported["iters"] == 135 and exported["zyquo_tui"]["epochs"] == 3
+
+
+def test_epochs_that_leave_rows_over_warn_which_batch_sizes_leave_none(capsys, on):
+    run, err = made(capsys, "runs", "new", *on, "--epochs", "2", "--steps-per-eval", "56")
+    assert run.hyperparameters.iters == 2 * 56
+    assert err == ("warning: completions: train.jsonl's 225 rows make 56 whole batches of 4 and "
+                   "leave 1 row over (the last in mlx-lm's order): mlx-lm trains whole batches "
+                   "only, so it is never trained, in any epoch; a batch_size that divides 225 "
+                   "(1, 3, 5, 9) trains every row.\n")
+
+
+def test_iters_and_epochs_together_are_refused_in_one_sentence(capsys, on):
+    assert refused(capsys, "runs", "new", *on, "--epochs", "2", "--iters", "100") == (
+        "The run was not created: --iters and --epochs were both given; give one of them "
+        "(--epochs N trains N passes over train.jsonl, made into iterations from its rows and "
+        "--batch-size).")
+
+
+@pytest.mark.parametrize("epochs, sentence", [
+    ("0", "epochs must be at least 1, not 0."),
+    ("two", "epochs must be a whole number, not 'two'."),
+])
+def test_a_bad_epochs_value_is_refused_with_the_definitions_sentence(capsys, on, epochs,
+                                                                     sentence):
+    assert refused(capsys, "runs", "new", *on, "--epochs", epochs) == \
+        f"The run was not created: {sentence}"
+
+
+def test_iters_over_a_config_with_epochs_unsets_them(capsys, tiny_model, tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(f"model: {tiny_model}\ndata: {COMPLETIONS}\nnum_layers: -1\n"
+                    "batch_size: 5\nzyquo_tui:\n  epochs: 2\n")
+    by_epochs, _ = made(capsys, "runs", "new", "--config", path)
+    assert by_epochs.hyperparameters.iters == 90
+    by_iters, _ = made(capsys, "runs", "new", "--config", path, "--iters", "30",
+                       "--save-every", "10", "--steps-per-eval", "10")
+    assert by_iters.hyperparameters.iters == 30
+    assert SETTINGS["epochs"].get(by_iters.hyperparameters) is None
+    assert "zyquo_tui" not in run_to_mlx_config(by_iters)

@@ -145,6 +145,16 @@ def test_after_one_run_the_plan_reckons_the_next_from_that_runs_events(tiny_mode
         sum(parts[name] for name in ("startup_seconds", "training_seconds",
                                      "validation_seconds", "other_seconds")), abs=0.5)
     assert basis["tokens_per_step_from"] == "basis" and "give --data" not in basis["sentence"]
+    # By epochs, the duration is the iterations they make: 225 rows at this batch, one pass.
+    by_epochs = plan_json("--model", str(tiny_model), "--data", str(data), "--epochs", "1",
+                          "--num-layers", str(FAST["num_layers"]),
+                          "--batch-size", str(FAST["batch_size"]),
+                          "--steps-per-eval", str(FAST["steps_per_eval"]),
+                          "--val-batches", str(FAST["val_batches"]))
+    one_pass = 225 // FAST["batch_size"]
+    assert by_epochs["iters"] == by_epochs["duration_basis"]["iters"] == one_pass
+    assert by_epochs["duration_basis"]["training_seconds"] == pytest.approx(
+        one_pass / 20 * basis["training_seconds"], abs=0.2)
 
     # Without the dataset a step's tokens are a guess from the basis run's rows (scaled by the
     # batch), and the sentence says so: the memory verdict beside it assumes max_seq_length.

@@ -147,3 +147,49 @@ def test_export_config_to_a_path_that_cannot_be_written_is_one_sentence(tiny_mod
         assert done.stderr.startswith(f"zyquo-tui: Cannot write the config to {target} (-o): "
                                       f"{reason}")
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_by_epochs_exports_both_and_imports_its_epochs_again(tiny_model, tmp_path):
+    """The export holds the iterations (what `mlx_lm lora -c` trains) and zyquo_tui.epochs;
+    imported, the epochs make the iterations again from the file's batch size."""
+    created = zyquo_cli("runs", "new", "--model", str(tiny_model), "--data",
+                        str(SAMPLE_DATA / "completions"), "--epochs", "2", "--batch-size", "5",
+                        "--num-layers", "-1")
+    assert created.returncode == 0, created.stderr
+    exported = tmp_path / "run.yaml"
+    assert zyquo_cli("runs", "export-config", created.stdout.strip(), "-o",
+                     str(exported)).returncode == 0
+    config = yaml.safe_load(exported.read_text())
+    assert (config["iters"], config["zyquo_tui"]) == (90, {"epochs": 2})
+
+    config["batch_size"] = 9  # 225 rows: 25 batches an epoch
+    exported.write_text(yaml.safe_dump(config))
+    done = zyquo_cli("runs", "import-config", str(exported), "--json")
+    assert done.returncode == 0, done.stderr
+    hp = RunStore().get(json.loads(done.stdout)["id"]).hyperparameters
+    assert (hp.iters, hp.zyquo_tui) == (50, {"epochs": 2})
+
+
+def test_mlx_lm_loras_epochs_key_is_read_as_mlx_lm_lora_reads_it(tiny_model, tmp_path):
+    """mlx-lm-lora's top-level `epochs` trains by epochs when the config gives no iters; with
+    iters, mlx-lm-lora ignores it, and so does the import, which keeps it and names it."""
+    head = f"model: {tiny_model}\ndata: {SAMPLE_DATA / 'completions'}\nnum_layers: -1\n" \
+           "batch_size: 5\nepochs: 3\n"
+    alone, with_iters = tmp_path / "epochs.yaml", tmp_path / "both.yaml"
+    alone.write_text(head + "iters: null\n")  # mlx-lm-lora's own default for iters
+    with_iters.write_text(head + "iters: 20\n")
+
+    done = zyquo_cli("runs", "import-config", str(alone), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["unknown_keys"] == []
+    run = RunStore().get(result["id"])
+    assert (run.hyperparameters.iters, run.hyperparameters.zyquo_tui) == (135, {"epochs": 3})
+
+    done = zyquo_cli("runs", "import-config", str(with_iters), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["unknown_keys"] == ["epochs"] and "epochs" in done.stderr
+    run = RunStore().get(result["id"])
+    assert (run.hyperparameters.iters, run.hyperparameters.zyquo_tui) == (20, {})
+    assert run.extra_config == {"epochs": 3}

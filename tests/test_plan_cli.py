@@ -377,3 +377,19 @@ def test_flags_that_cost_no_memory_leave_the_figure_as_it_was(capsys, model, iso
     assert status == status_with == 0, err
     assert given["estimate_bytes"] == bare["estimate_bytes"]
     assert given["verdict"] == bare["verdict"]
+
+
+def test_plan_by_epochs_counts_the_datasets_rows_and_says_the_steps(capsys, tiny_model,
+                                                                   isolated_home):
+    fake_machine(isolated_home, 64 * GIB)
+    data = REPO / "sample_data" / "completions"  # 225 train rows
+    status, out, _ = plan(capsys, "--model", tiny_model, "--data", data, "--num-layers", "-1",
+                          "--epochs", "2", "--batch-size", "5", "--json")
+    assert status == 0 and (out["iters"], out["epochs"]) == (90, 2)
+    status, out, _ = plan(capsys, "--model", tiny_model, "--data", data, "--num-layers", "-1",
+                          "--iters", "84")
+    assert "steps     84 iterations: 1.50 epochs of 56 batches of 4 from 225 rows" in out
+    status, out, err = plan(capsys, "--model", tiny_model, "--num-layers", "-1", "--epochs", "2")
+    assert status == 2 and err == ("zyquo-tui: --epochs needs --data: an epoch is a pass over "
+                                   "train.jsonl, and its rows and the batch size make it into "
+                                   "iterations.\n")

@@ -47,3 +47,31 @@ def test_bad_preset_names_and_files_are_clear_errors(isolated_home):
     (isolated_home / "presets" / "broken.toml").write_text("method = [")
     with pytest.raises(UserError, match="not valid TOML"):
         load_preset("broken")
+
+
+def test_a_preset_keeps_epochs_and_a_run_from_it_counts_its_own_dataset(isolated_home,
+                                                                         tmp_path):
+    """The preset holds the epochs, not just the iterations they made: a draft from it on
+    another dataset makes that dataset's iterations (its rows at the preset's batch size)."""
+    import json
+
+    from zyquo_tui.core.runs.settings import SETTINGS
+    from zyquo_tui.core.setup.draft import RunDraft
+    from zyquo_tui.resources import sample_data_dir
+
+    made = RunDraft.from_choices(data=str(sample_data_dir() / "completions"),
+                                 settings={"epochs": 2, "batch_size": 5})
+    assert made.hyperparameters.iters == 90
+    save_preset(Preset("two passes", Method.LORA, made.hyperparameters))
+    text = (isolated_home / "presets" / "two passes.toml").read_text()
+    assert "[hyperparameters.zyquo_tui]\nepochs = 2" in text
+
+    loaded = load_preset("two passes")
+    assert SETTINGS["epochs"].get(loaded.hyperparameters) == 2
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "train.jsonl").write_text("".join(
+        json.dumps({"prompt": f"q{i}", "completion": f"a{i}"}) + "\n" for i in range(30)))
+    again = RunDraft.from_choices(data=str(small), hyperparameters=loaded.hyperparameters)
+    assert again.hyperparameters.iters == 2 * 6
+    assert SETTINGS["epochs"].get(again.hyperparameters) == 2

@@ -146,3 +146,59 @@ def test_a_config_files_value_is_refused_at_its_line(tmp_path):
         over.to_run()
     assert refused.value.message.startswith("num_layers is 8")
     assert Path(over.model_path) == model.resolve()
+
+
+def by_epochs(train: int = 100, **settings) -> RunDraft:
+    return RunDraft.from_choices(data="/data/d", data_traits=rows("completions", train=train),
+                                 settings=settings)
+
+
+def test_epochs_make_the_iterations_from_the_train_rows_and_the_batch_size_and_again():
+    """100 rows at batch 4: 25 whole batches an epoch; at batch 8, 12 (and 4 rows over)."""
+    made = by_epochs(epochs=3, batch_size=4)
+    assert made.hyperparameters.iters == 75 and made.epochs == 3
+    assert made.epoch_plan().batches_per_epoch == 25 and not made.epoch_problems()
+    hp = made.hyperparameters
+    hp.batch_size = 8
+    bigger = made.replace(hyperparameters=hp)  # what the form does on every change
+    assert bigger.hyperparameters.iters == 36
+    assert [p.severity for p in bigger.epoch_problems()] == ["warning"]
+    assert "leave 4 rows over" in bigger.epoch_problems()[0].sentence
+    fewer = bigger.replace(data=rows("completions", train=40))  # another dataset
+    assert fewer.hyperparameters.iters == 15
+
+
+def test_iters_and_epochs_are_one_or_the_other():
+    with pytest.raises(UserError) as refused:
+        by_epochs(epochs=2, iters=10)
+    assert refused.value.message == (
+        "iters and epochs were both given; give one of them (epochs makes the iterations from "
+        "the dataset's rows and the batch size).")
+    inherited = by_epochs(epochs=2).hyperparameters  # a preset's or a config's epochs
+    chosen = RunDraft.from_choices(data="/data/d", data_traits=rows("completions", train=100),
+                                   hyperparameters=inherited, settings={"iters": 10})
+    assert chosen.hyperparameters.iters == 10 and chosen.epochs is None
+
+
+def test_epochs_with_no_dataset_or_rows_uncounted_are_errors_and_iters_are_left_alone():
+    no_data = RunDraft.from_choices(settings={"epochs": 2})
+    assert no_data.hyperparameters.iters == 1000
+    assert [p.sentence for p in no_data.epoch_problems()] == [
+        "epochs counts passes over a dataset's rows: give a dataset to make them into "
+        "iterations, or give iters instead."]
+    uncounted = RunDraft.from_choices(data="/data/d", settings={"epochs": 2}, data_traits=(
+        DataTraits("/data/d", True, True, "completions", {})))
+    assert uncounted.errors()[0].sentence.startswith(
+        "d: the rows of train.jsonl could not be counted")
+
+
+def test_a_suggestion_that_splits_the_batch_makes_epochs_iterations_at_the_new_batch():
+    made = by_epochs(epochs=2, batch_size=8, save_every=10)
+    assert made.hyperparameters.iters == 24
+    config = TrainingConfig.from_hyperparameters(Method.LORA, made.hyperparameters)
+    suggestion = Suggestion("batch 2 with 4 accumulation steps",
+                            {"batch_size": 2, "grad_accumulation_steps": 4}, config, None,
+                            Verdict.FITS, iters_factor=4)
+    assert "iters" not in made.suggested_settings(suggestion)
+    hp = made.apply(suggestion).hyperparameters
+    assert (hp.iters, hp.save_every, hp.batch_size) == (2 * 50, 40, 2)

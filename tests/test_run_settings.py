@@ -106,3 +106,17 @@ def test_the_dataclasses_name_every_setting_where_mlx_lm_has_it():
     hp.optimizer = "sgd"
     SETTINGS["weight_decay"].set(hp, 0.1)
     assert hp.optimizer_config == {"sgd": {"weight_decay": 0.1}}
+
+
+def test_epochs_is_zyquo_tuis_own_setting_beside_iters_in_the_flags_and_the_form(capsys):
+    keys = list(SETTINGS)
+    assert keys.index("epochs") == keys.index("iters") + 1  # the flags' and the form's order
+    epochs = SETTINGS["epochs"]
+    assert (epochs.own, epochs.name, epochs.group, epochs.in_form) == (
+        True, "zyquo_tui.epochs", "basic", True)
+    with pytest.raises(SystemExit):
+        main(["runs", "new", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--epochs N passes over train.jsonl, made into iterations from its rows and the " \
+           "batch size; unset, iterations decide (zyquo-tui's zyquo_tui.epochs; default " \
+           "unset)" in shown

@@ -711,3 +711,35 @@ async def test_once_the_form_settles_the_verdict_judges_by_a_measured_replica(mo
         assert screen.plan.estimate.replica == estimate.replica
         await until(pilot, lambda: all(w.is_finished for w in screen.setup.workers), "its workers")
         assert all(screen.replicas[key] is value for key, value in measured.items())
+
+
+async def test_epochs_typed_show_their_iterations_and_iterations_typed_their_epochs(models):
+    """On the sample data (225 train rows): 2 epochs at batch 4 fill Iterations with 112 and
+    say how; batch 5 makes them 90; typing iterations clears the epochs, and the Epochs help
+    says how many epochs they make. The run made is the draft's."""
+    app = dashboard(lambda home: FixedSources(home, lengths=[60]))
+    async with app.run_test(size=(150, 45)) as pilot:
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
+        await settle(pilot, screen)
+        form = screen.form
+        iters = form.row("iters")
+        await type_into(pilot, screen, "epochs", "2")
+        await pilot.pause()
+        assert iters.control.value == "112" and screen.hp.iters == 112
+        assert iters.help_text == "2 epochs × 56 batches of 4"
+        assert "leave 1 row over" in screen.field_warnings["epochs"]
+
+        await type_into(pilot, screen, "batch_size", "5")
+        await pilot.pause()
+        assert iters.control.value == "90" and screen.hp.iters == 90
+        assert "epochs" not in screen.field_warnings  # 225 rows divide by 5
+        run = screen.build_run()
+        assert (run.hyperparameters.iters, SETTINGS["epochs"].get(run.hyperparameters)) == \
+            (90, 2)
+
+        await type_into(pilot, screen, "iters", "30")
+        await pilot.pause()
+        assert form.row("epochs").control.value == "" and screen.draft.epochs is None
+        assert screen.hp.iters == 30
+        assert form.row("epochs").help_text == "30 iterations = 0.67 epochs"
+        assert iters.help_text == "training steps (mlx-lm: 1000)"

@@ -117,7 +117,8 @@ class TestNewRunScreen:
         lora", the model's facts (llama · 107k params · 417.2 KiB · f32 · 2 layers · chat
         template), the dataset's summary (chat · train 225 · valid 40 · test 40 rows · ✓ valid),
         the methods with qlora struck through and why, then the basic hyperparameters at
-        mlx-lm's defaults (Layers -1: the model has only 2), with their help at 120 columns.
+        mlx-lm's defaults (Layers -1: the model has only 2), with their help at 120 columns
+        (Epochs empty under Iterations, its help "1000 iterations = 17.86 epochs").
         Right: "Memory · ✓ fits", 6.8 MiB of an 8.0 GiB budget (0%), "Time · unknown: no run
         finished here yet; t measures" (the store has no finished run), a green gauge, the
         breakdown bar (weights blue, activations gold, attention orange, loss green) with its

@@ -98,6 +98,9 @@ def _draft(args) -> RunDraft:
         config_file=args.config)
     if no_data:
         draft = draft.replace(data=None, data_path=None)
+        if draft.epochs is not None:
+            raise UserError("--epochs needs --data: an epoch is a pass over train.jsonl, and "
+                            "its rows and the batch size make it into iterations.")
     if draft.data is not None:
         problem = dataset_folder_problem(draft.data)
         if problem is not None:
@@ -178,6 +181,8 @@ def run(args) -> int:
             if decisive is not None and not decisive.local:
                 data_json["verdict"] = decisive.verdict.value
                 data_json["reason"] = f"{decisive.host}: {decisive.reason}"
+        data_json["iters"] = hp.iters
+        data_json["epochs"] = draft.epochs
         data_json["duration_seconds"] = (None if duration.seconds is None
                                          else round(duration.seconds, 1))
         data_json["duration_basis"] = duration.basis
@@ -193,6 +198,7 @@ def run(args) -> int:
             print(f"host      {name} (rank{'s' if len(host.ranks) > 1 else ''} {ranks}): "
                   f"{verdict}: {host.reason.removeprefix('unknown: ')}")
         print(f"disk      {disk.verdict.value if disk.verdict else 'unknown'}: {disk.reason}")
+        print(f"steps     {_steps_text(draft)}")
         print(f"duration  {_duration_text(duration)}")
     memory = decisive.verdict if decisive is not None else plan.assessment.verdict
     wont_fit = Verdict.WONT_FIT in (memory, disk.verdict)
@@ -304,6 +310,16 @@ def _duration(model_path: str, facts: ModelFacts, method: Method, hp: Hyperparam
                                  measurement.tokens_per_second if measurement else None)
     except (OSError, UserError) as error:  # a store that cannot be read costs the duration
         return DurationEstimate(None, {"source": None, "sentence": f"unknown: {error}"})
+
+
+def _steps_text(draft: RunDraft) -> str:
+    """The iterations, and the epochs that made them (or the epochs they make)."""
+    iters, plan = draft.hyperparameters.iters, draft.epoch_plan()
+    if plan is None:
+        return f"{iters} iterations"
+    if draft.epochs is not None:
+        return f"{iters} iterations: {draft.epochs} epochs of {plan.per_epoch()}"
+    return f"{iters} iterations: {plan.epochs_in(iters):.2f} epochs of {plan.per_epoch()}"
 
 
 def _duration_text(duration) -> str:

@@ -21,6 +21,10 @@ def draft_from_command_line(config: dict[str, Any], *, source: str, base_dir: Pa
     a flag cannot make one (`refused` and the sentence for a schedule's flag without a
     schedule; a draft's problems are `to_run(refused=...)`'s)."""
     settings = settings or {}
+    if "iters" in settings and "epochs" in settings:
+        raise UserError(f"{refused}--iters and --epochs were both given; give one of them "
+                        "(--epochs N trains N passes over train.jsonl, made into iterations "
+                        "from its rows and --batch-size).")
     if config or config_file is not None:
         draft = RunDraft.from_mlx_config(config, source=source, base_dir=base_dir,
                                          config_file=config_file, model=model, data=data,

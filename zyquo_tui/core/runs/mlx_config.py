@@ -168,6 +168,22 @@ def _read_mlx_lm_lora_keys(config: dict[str, Any], hp: Hyperparameters) -> None:
         hp.grad_accumulation_steps = config["gradient_accumulation_steps"]
 
 
+# mlx-lm-lora's key for training by epochs (top level; ours is zyquo_tui.epochs, which an
+# export writes beside the iterations it made, so `mlx_lm lora -c` trains the same steps).
+MLX_LM_LORA_EPOCHS = "epochs"
+
+
+def _read_mlx_lm_lora_epochs(config: dict[str, Any], hp: Hyperparameters) -> bool:
+    """An mlx-lm-lora config's `epochs` as our epochs, read as mlx-lm-lora reads it: ignored
+    when the config gives iters (then it stays an other key, which the import names and
+    passes through). True when it was read."""
+    if config.get(MLX_LM_LORA_EPOCHS) is None or "iters" in config:
+        return False
+    if SETTINGS["epochs"].get(hp) is None:  # zyquo_tui.epochs, when both are there
+        SETTINGS["epochs"].set(hp, config[MLX_LM_LORA_EPOCHS])
+    return True
+
+
 def dump_mlx_yaml(config: dict[str, Any]) -> str:
     return yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
 
@@ -209,8 +225,10 @@ def run_from_mlx_config(
     hp = Hyperparameters.from_dict({k: v for k, v in config.items() if k in settings})
     _read_mlx_lm_lora_keys(config, hp)
     preference = config.get("train_mode") in ("dpo", "orpo")
+    epochs_read = _read_mlx_lm_lora_epochs(config, hp)
     unknown = {k: v for k, v in config.items() if k not in settings and k not in _RUN_KEYS
-               and not (preference and k in MLX_LM_LORA_KEYS)}
+               and not (preference and k in MLX_LM_LORA_KEYS)
+               and not (epochs_read and k == MLX_LM_LORA_EPOCHS)}
     if base_dir is not None:
         _resolve_own_files(hp, base_dir)
     run = Run.new(model=model, data=data, method=method, hyperparameters=hp)

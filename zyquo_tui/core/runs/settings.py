@@ -258,6 +258,12 @@ class Setting:
 SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
     Setting("iters", "iters", INT, 1000, "Iterations", "training steps", BASIC, "--iters",
             WholeNumber()),
+    # zyquo-tui's own (mlx-lm counts iterations only; mlx-lm-lora's config key is `epochs`):
+    # the RunDraft turns it into iters from the dataset's rows (core/runs/epochs.py).
+    Setting("epochs", f"{OWN_KEY}.epochs", INT, None, "Epochs",
+            "passes over train.jsonl, made into iterations from its rows and the batch size; "
+            "unset, iterations decide", BASIC, "--epochs", WholeNumber(), optional=True,
+            called="epochs"),
     Setting("batch_size", "batch_size", INT, 4, "Batch size",
             "rows per step; memory grows with it", BASIC, "--batch-size", WholeNumber()),
     Setting("learning_rate", "learning_rate", FLOAT, 1e-5, "Learning rate",

@@ -15,6 +15,11 @@ The two rules every door used to restate live here and nowhere else:
   core/library/rows.py's `objectives_for`, with the first one as the default when none was
   chosen (`offered_objectives`).
 
+And it makes epochs into iterations: a draft with epochs set trains epochs x the whole batches
+of the dataset's train rows at its batch size (core/runs/epochs.py, in mlx-lm's batch order),
+made again whenever the draft changes (its dataset, its batch size). Iterations and epochs are
+one or the other: iterations chosen over a draft that had epochs unset them.
+
 How a draft is judged (memory, disk, hosts, duration) is core/setup/verdicts.py.
 """
 
@@ -35,9 +40,11 @@ from zyquo_tui.core.library.run_checks import (
     problems_with_data,
     problems_with_model,
 )
-from zyquo_tui.core.runs.problems import Problem, errors_in, warnings_in
+from zyquo_tui.core.runs.epochs import EpochPlan
+from zyquo_tui.core.runs.problems import WARNING, Problem, errors_in, warnings_in
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import OBJECTIVES, SETTINGS, Hyperparameters, Method
+from zyquo_tui.core.runs.value_checks import is_whole
 
 if TYPE_CHECKING:
     from zyquo_tui.core.library.models import ModelInfo
@@ -166,7 +173,9 @@ class RunDraft:
         (SETTINGS' keys, and mlx-lm's nested ones whole) over `hyperparameters`, and a name.
 
         `model_info` and `data_traits` pass what the caller already read (the form has both);
-        `chosen` names settings chosen beyond `settings` (the form's touched fields)."""
+        `chosen` names settings chosen beyond `settings` (the form's touched fields). iters
+        and epochs are one or the other: both in `settings` is a UserError, and iters alone
+        unsets the epochs `hyperparameters` had."""
         from zyquo_tui.core.library.models import resolve_model
 
         settings = dict(settings or {})
@@ -175,6 +184,11 @@ class RunDraft:
         if unknown:
             names = ", ".join([*SETTINGS, *NESTED_SETTINGS])
             raise UserError(f"{unknown[0]!r} is not a run setting; the settings are {names}.")
+        if settings.get("epochs") is not None and "iters" in settings:
+            raise UserError("iters and epochs were both given; give one of them (epochs makes "
+                            "the iterations from the dataset's rows and the batch size).")
+        if "iters" in settings:
+            settings["epochs"] = None  # iterations chosen: they decide, not inherited epochs
         hp = Hyperparameters.from_dict((hyperparameters or Hyperparameters()).to_dict())
         for key in NESTED_SETTINGS:
             if key in settings:
@@ -200,6 +214,7 @@ class RunDraft:
                     hyperparameters=hp, extra_config=dict(extra_config or {}), name=name,
                     chosen=frozenset(chosen) | frozenset(settings))
         draft.fit_defaults()
+        draft.resolve_epochs()
         return draft
 
     @classmethod
@@ -264,12 +279,55 @@ class RunDraft:
                 objective.set(self.hyperparameters, offered[0])
 
     def replace(self, **changes: Any) -> "RunDraft":
-        """A copy with some fields changed (its settings copied, never shared)."""
+        """A copy with some fields changed (its settings copied, never shared), its epochs
+        made into iterations again (a new dataset or batch size makes others)."""
         hp = changes.pop("hyperparameters", self.hyperparameters)
-        return dataclasses.replace(self, hyperparameters=Hyperparameters.from_dict(hp.to_dict()),
-                                   extra_config=dict(changes.pop("extra_config",
-                                                                 self.extra_config)),
-                                   **changes)
+        draft = dataclasses.replace(self, hyperparameters=Hyperparameters.from_dict(hp.to_dict()),
+                                    extra_config=dict(changes.pop("extra_config",
+                                                                  self.extra_config)),
+                                    **changes)
+        draft.resolve_epochs()
+        return draft
+
+    # -- epochs ------------------------------------------------------------------------------
+
+    @property
+    def epochs(self) -> Any:
+        """The epochs set (None: iterations decide)."""
+        return SETTINGS["epochs"].get(self.hyperparameters)
+
+    def epoch_plan(self) -> EpochPlan | None:
+        """The whole batches one epoch of the dataset makes at the batch size; None while the
+        dataset's rows are unknown (or too few for a batch: a problem says so)."""
+        rows = self.data.rows.get("train") if self.data is not None else None
+        return EpochPlan.of(rows, self.hyperparameters.batch_size)
+
+    def resolve_epochs(self) -> None:
+        """With epochs set, iters becomes epochs x the batches of an epoch; left as it is
+        while the dataset's rows are unknown."""
+        epochs, plan = self.epochs, self.epoch_plan()
+        if is_whole(epochs) and epochs >= 1 and plan is not None:
+            self.hyperparameters.iters = plan.iters_for(epochs)
+
+    def epoch_problems(self) -> list[Problem]:
+        """Epochs with no dataset to count, and the rows no epoch trains."""
+        epochs = self.epochs
+        if not (is_whole(epochs) and epochs >= 1):
+            return []  # unset, or wrong (the setting's own check says so)
+        if self.data_path is None:
+            return [Problem("epochs", "epochs counts passes over a dataset's rows: give a "
+                                      "dataset to make them into iterations, or give iters "
+                                      "instead.")]
+        plan = self.epoch_plan()
+        data = self.data
+        if plan is None and data is not None and data.has_train \
+                and data.rows.get("train") is None:
+            return [Problem("epochs", f"{data.name}: the rows of train.jsonl could not be "
+                                      "counted, so epochs cannot be made into iterations; "
+                                      "give iters instead.")]
+        if plan is not None and data is not None and plan.rows_left_out:
+            return [Problem("epochs", plan.left_out_sentence(data.name), WARNING)]
+        return []
 
     # -- what it offers ----------------------------------------------------------------------
 
@@ -324,6 +382,7 @@ class RunDraft:
             found.append(wrong_method)
         if self.data is not None:
             found += problems_with_data(hp, self.data)
+        found += self.epoch_problems()
         return found
 
     def errors(self) -> list[Problem]:
@@ -357,6 +416,7 @@ class RunDraft:
                              chosen=self.chosen | frozenset(settings))
         for key, value in settings.items():
             SETTINGS[key].set(draft.hyperparameters, value)
+        draft.resolve_epochs()
         return draft
 
     def suggested_settings(self, suggestion: "Suggestion") -> dict[str, Any]:
@@ -367,6 +427,8 @@ class RunDraft:
                   if key in suggestion.changes}
         if suggestion.iters_factor > 1:
             for key in STEP_COUNTS:
+                if key == "iters" and self.epochs is not None:
+                    continue  # made from the epochs and the new batch size
                 count = SETTINGS[key].get(self.hyperparameters)
                 if isinstance(count, int) and count > 0:
                     values[key] = count * suggestion.iters_factor

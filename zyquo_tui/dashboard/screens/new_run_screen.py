@@ -31,6 +31,7 @@ from textual.widgets import Footer, Input, Select, Static
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import OBJECTIVES, SETTINGS, Hyperparameters, Method
+from zyquo_tui.core.runs.value_checks import is_whole
 from zyquo_tui.core.setup.draft import RunDraft
 from zyquo_tui.core.setup.verdicts import (
     DraftVerdicts,
@@ -272,12 +273,28 @@ class NewRunScreen(SetupChoices, SetupPanel, ZyquoScreen):
                 self.verdicts.plan = judged_by_replica(plan, self._placed(), replica)
         self.form.show_problems({k: v for k, v in errors.items() if k in FIELD_KEYS},
                                 {k: v for k, v in warnings.items() if k in FIELD_KEYS})
+        self._show_epochs()
         self._show_method_problem(errors.get("method"))
         if self.plan is not None:
             self._estimate_duration()
         # No refresh_bindings here: the suggestion keys are not in the footer, and
         # check_action is asked again at each key press.
         self._show_memory(not any(key != "dataset" for key in errors))
+
+    def _show_epochs(self) -> None:
+        """The iterations the draft made of the epochs in their field, or the epochs the
+        iterations make in the Epochs field's help (once the dataset's rows are known)."""
+        draft, plan = self.draft, self.draft.epoch_plan()
+        iters = draft.hyperparameters.iters
+        if plan is None or not isinstance(iters, int):
+            self.form.show_epochs(None)
+        elif is_whole(draft.epochs) and draft.epochs >= 1:
+            # Short enough for the help column (the rows are in the dataset's line).
+            self.form.show_epochs(iters, f"{draft.epochs} epochs × {plan.batches_per_epoch} "
+                                         f"batches of {plan.batch_size}")
+        else:
+            self.form.show_epochs(None, None, f"{iters} iterations = "
+                                              f"{plan.epochs_in(iters):.2f} epochs")
 
     def _placed(self):
         assert self.advisor is not None

@@ -9,6 +9,10 @@ help; a value the run cannot train with is marked under its field with its probl
 The form only parses and shows. Whoever holds it decides what is wrong (core/library/run_checks.py
 `check_run`, with the model and the dataset) and calls `show_problems` with the problems by
 field key; the form posts `Edited` on every change.
+
+Iterations and epochs are one or the other: typing iterations clears the epochs. The holder's
+draft makes epochs into iterations (it knows the dataset's rows), and `show_epochs` puts them
+in the Iterations field and says in each field's help what one makes of the other.
 """
 
 from __future__ import annotations
@@ -324,6 +328,7 @@ class HyperparameterForm(OneLayoutPass, Vertical):
             spec.key for spec in form_settings() if not spec.used_by("sft")}
         self._hidden = self._hidden_for_method | self._hidden_for_objective
         self.objective: str | None = None  # None: whatever `base` holds (see hyperparameters)
+        self._epoch_help: dict[str, str | None] = {"iters": None, "epochs": None}
 
     # -- building -------------------------------------------------------------------------------
 
@@ -443,6 +448,27 @@ class HyperparameterForm(OneLayoutPass, Vertical):
             self.query_one(f"#{SCHEDULE}", Collapsible).collapsed = False
         self._edited(changed[0] if changed else "")
 
+    def show_epochs(self, iters: int | None, iters_help: str | None = None,
+                    epochs_help: str | None = None) -> None:
+        """Iterations made from the epochs (`iters`, None: the field is the user's) shown in
+        the Iterations field, and the help lines of both fields (None: the definition's).
+        Posts no Edited: the holder's draft already has them."""
+        if iters is not None and self.values.get("iters") != str(iters):
+            self.values["iters"] = str(iters)
+            row = self._rows.get("iters")
+            if row is not None and isinstance(row.control, Input):
+                self._setting = True
+                with self.prevent(Input.Changed):
+                    row.control.value = str(iters)
+                self._setting = False
+        for key, text in (("iters", iters_help), ("epochs", epochs_help)):
+            if self._epoch_help[key] == text:
+                continue
+            self._epoch_help[key] = text
+            row = self._rows.get(key)
+            if row is not None:
+                row.set_help(text or _help_with_default(SETTINGS[key], self.defaults))
+
     def _edited(self, key: str) -> None:
         if self.on_edit is not None:
             self.on_edit(key)
@@ -492,6 +518,8 @@ class HyperparameterForm(OneLayoutPass, Vertical):
             return  # not a change (controls announce their first value too)
         self.values[spec.key] = value
         self.touched.add(spec.key)
+        if spec.key == "iters" and str(self.values.get("epochs") or "").strip():
+            self._clear_quietly("epochs")  # iterations typed: they decide, not the epochs
         if spec.key == "schedule":
             self._update_schedule_rows()
             if value != NO_SCHEDULE and not str(self.values.get("schedule_arguments")).strip():
@@ -500,6 +528,17 @@ class HyperparameterForm(OneLayoutPass, Vertical):
                 self.set_values({"schedule_arguments": schedule_guess(value, lr, iters)})
                 return
         self._edited(spec.key)
+
+    def _clear_quietly(self, key: str) -> None:
+        """Empty a text field without an Edited of its own (the change that caused it posts
+        one)."""
+        self.values[key] = ""
+        row = self._rows.get(key)
+        if row is not None and isinstance(row.control, Input):
+            self._setting = True
+            with self.prevent(Input.Changed):
+                row.control.value = ""
+            self._setting = False
 
     def _typed(self, field: FieldInput, value: str) -> None:
         if not self._setting:
