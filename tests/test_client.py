@@ -4,6 +4,7 @@ the seed client (../shared/seeds/README.md) with a test that fails on it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import subprocess
@@ -333,6 +334,60 @@ def test_futures_run_in_submission_order_and_chain(client):
     failing = client.optim_step().then(lambda r: r.step)
     with pytest.raises(RuntimeError, match="no gradients"):
         failing.result(timeout=120)
+
+
+def test_a_wait_on_a_continuation_runs_the_waiting_forward_backward(client):
+    """No operation follows the forward_backward: waiting on a continuation of it (chained
+    once or twice, or awaited) runs it, as waiting on its own future does, instead of waiting
+    for an optim_step that never comes."""
+    assert client.forward_backward(sft_batch()).then(lambda r: r.loss).result(timeout=120) > 0
+    assert client.optim_step().result().step == 1
+    twice = client.forward_backward(sft_batch()).then(lambda r: r.num_tokens).then(str)
+    assert twice.result(timeout=120).isdigit()
+    assert client.optim_step().result().step == 2
+
+    async def awaited():
+        tokens = await asyncio.wait_for(
+            client.forward_backward(sft_batch()).then(lambda r: r.num_tokens), 120)
+        step = await asyncio.wait_for(client.optim_step(), 120)
+        return tokens, step.step
+
+    tokens, steps = asyncio.run(awaited())
+    assert tokens > 0 and steps == 3
+
+
+OPEN_CLIENTS_AT_EXIT = textwrap.dedent("""
+    import sys
+    from zyquo_tui.client import TrainingBatch, TrainingClient
+
+    batch = TrainingBatch(["What is 2 plus 2?"], ["2 plus 2 is 4."])
+    clients = [TrainingClient.from_model(sys.argv[1], learning_rate=1e-3) for _ in range(3)]
+    for client in clients:  # none closed, and work still queued when the script ends
+        client.forward_backward(batch)
+        client.optim_step()
+        client.forward_backward(batch)
+        client.sample(["What is"], max_tokens=8)
+    print("done")
+""")
+
+
+def test_a_script_that_leaves_clients_open_exits_0_every_time(tiny_model):
+    """mlx 0.32 aborts the process at exit (134, "terminate called without an active
+    exception") when the clients' MLX thread still runs, or ends too late: the exit hook closes
+    the clients and joins the thread. 20 runs, two at a time."""
+    def start():
+        return subprocess.Popen([sys.executable, "-c", OPEN_CLIENTS_AT_EXIT, str(tiny_model)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    outcomes = []
+    for _ in range(10):
+        pair = [start(), start()]
+        for process in pair:
+            out, err = process.communicate(timeout=300)
+            outcomes.append((process.returncode, out.strip(), err.strip()[-300:]))
+    assert [code for code, _, _ in outcomes] == [0] * 20, outcomes
+    assert all(out == "done" and "terminate" not in err for _, out, err in outcomes)
 
 
 # -- state --------------------------------------------------------------------------------------

@@ -7,15 +7,20 @@ checkpoints are shared; its loss is sliced (trainer/chunked_loss.py) where a run
 
 A forward_backward with no gradients pending waits on the worker for the next operation: an
 optim_step makes the two one compiled step, as a run's step is (full fine-tuning peaked 85%
-higher compiled apart); anything else, or a wait on its future, runs it alone first.
+higher compiled apart); anything else, or a wait on its future (or on a continuation of it), runs it alone first.
+
+At interpreter exit, a hook closes every client still open (their submitted operations run to
+the end) and then ends and joins the MLX thread (client/worker.py says why it must).
 """
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import json
 import math
 import os
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -24,7 +29,7 @@ from typing import Any
 
 from zyquo_tui.client import worker
 from zyquo_tui.client.batch import PREFERENCE, BatchError, Text, TrainingBatch
-from zyquo_tui.client.futures import DeferredFuture, Future
+from zyquo_tui.client.futures import Future
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 
@@ -138,6 +143,7 @@ class TrainingClient:
         # A forward_backward waiting for the next operation (on the worker only): its batch
         # and the future its caller holds.
         self._parked: tuple[TrainingBatch, concurrent.futures.Future] | None = None
+        _open_clients.add(self)
 
     @classmethod
     def from_model(cls, model: str | os.PathLike, method: str | None = None,
@@ -184,7 +190,7 @@ class TrainingClient:
                              f"{type(batch).__name__}.")
         outcome: concurrent.futures.Future = concurrent.futures.Future()
         self._submit(self._park_or_run, batch, outcome)
-        return DeferredFuture(outcome, start=self._run_parked_now)
+        return Future(outcome, start=self._run_parked_now)
 
     def optim_step(self) -> Future[OptimStepResult]:
         """Apply the pending gradients, averaged over the forward_backward calls since the last
@@ -237,6 +243,7 @@ class TrainingClient:
             concurrent.futures.wait([self._last])
         self._others.clear()
         self._references.clear()
+        _open_clients.discard(self)
 
     def __enter__(self) -> TrainingClient:
         return self
@@ -527,6 +534,19 @@ class TrainingClient:
         logprobs = mx.stop_gradient(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
         mx.eval(logprobs)
         return logprobs
+
+
+_open_clients: weakref.WeakSet[TrainingClient] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_clients() -> None:
+    """At interpreter exit: close what the script left open, then end the MLX thread.
+    Without it a script that exits with operations still running on that thread aborts
+    (client/worker.py)."""
+    for client in list(_open_clients):
+        client.close()
+    worker.shutdown()
 
 
 def _nothing() -> None:
