@@ -167,6 +167,30 @@ def test_grad_norm_is_the_norm_of_the_applied_gradient(tiny_model):
     assert step.grad_norm == pytest.approx(moved / 0.1, rel=1e-3)
 
 
+def test_optim_step_reports_the_scheduled_rate_that_step_applied(tiny_model):
+    """With a schedule, step k applies schedule(k - 1) (MLX writes it into the optimizer's
+    state inside the update): reported both with optim_step submitted before the wait
+    (compiled with its forward_backward) and after it (compiled apart). With plain SGD the
+    weights move by exactly that rate times the gradient."""
+    schedule = {"name": "linear_schedule", "arguments": [0.04, 0.01, 3], "warmup": 0}
+    expected = [0.04, 0.03, 0.02, 0.01]  # schedule(0) .. schedule(3)
+    for together in (True, False):
+        with TrainingClient.from_model(tiny_model, optimizer="sgd", lr_schedule=schedule,
+                                       num_layers=-1) as client:
+            rates = []
+            for _ in expected:
+                before = weights_of(client)
+                loss = client.forward_backward(sft_batch())
+                if not together:
+                    loss.result()
+                step = client.optim_step().result()
+                moved = math.sqrt(sum(float(((weights_of(client)[k] - before[k]) ** 2).sum())
+                                      for k in before))
+                assert moved / step.grad_norm == pytest.approx(step.learning_rate, rel=1e-3)
+                rates.append(step.learning_rate)
+            assert rates == pytest.approx(expected, rel=1e-6), f"together={together}"
+
+
 def test_an_optim_step_submitted_before_waiting_is_compiled_with_its_forward_backward(
         tiny_model):
     """forward_backward, then optim_step, then wait: the engine compiles the two as one step,

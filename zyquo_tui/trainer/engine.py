@@ -104,8 +104,8 @@ class StepEngine:
             self.pending = 0
             self.step += 1
             return applied
-        learning_rate = mx.array(self.optimizer.learning_rate)
         norm = self._update(self.grad_sum, mx.array(self.pending, dtype=mx.float32))
+        learning_rate = self._applied_rate()
         self.grad_sum = None
         self.pending = 0
         self.step += 1
@@ -115,11 +115,17 @@ class StepEngine:
         compiled = self._steps.get(key)
         if compiled is None:
             compiled = self._steps[key] = self._compile_step(objective)
-        learning_rate = mx.array(self.optimizer.learning_rate)  # before the update, as optim_step
         loss, ntoks, metrics, norm = compiled(*arrays)
+        learning_rate = self._applied_rate()
         self._applied = (learning_rate, norm)
         self.pending = 1
         return loss, ntoks, metrics
+
+    def _applied_rate(self) -> mx.array:
+        """The learning rate of the update just made. Read after it: with a schedule, MLX
+        writes the step's rate into the optimizer's state inside apply_gradients (read before,
+        it is the previous step's), as mlx-lm's loop reads it."""
+        return mx.array(self.optimizer.learning_rate)
 
     def _compile_step(self, objective: Callable) -> Callable:
         """forward_backward then optim_step of one call's gradients, as one compiled function
