@@ -444,6 +444,32 @@ def test_save_then_load_resumes_exactly(tiny_model, tmp_path):
         assert max_difference(weights_of(resumed), expected_weights) < 1e-7
 
 
+@pytest.mark.parametrize(("method", "settings", "message"), [
+    ("lora", {"rank": 4},
+     r"adapters have rank 8 and this model's have rank 4; make the client \(or run\) with rank=8"),
+    ("dora", {}, r"holds LoRA weights and this model is trained by DoRA; .* method=lora"),
+    ("full", {}, r"holds LoRA weights and this model is trained by full fine-tuning"),
+    ("lora", {"num_layers": 1}, r"weights this model does not train .* num_layers"),
+])
+def test_load_state_refuses_a_checkpoint_of_another_rank_method_or_layers(
+        tiny_model, tmp_path, method, settings, message):
+    """load_weights(strict=False) skips every shape check: a checkpoint of another rank or
+    method would load silently. It raises one sentence instead, and leaves the client as it
+    was."""
+    with TrainingClient.from_model(tiny_model, learning_rate=1e-3, num_layers=-1) as saver:
+        saver.forward_backward(sft_batch())
+        saver.optim_step().result()
+        saver.save_state(tmp_path / "state").result()
+    with TrainingClient.from_model(tiny_model, method, learning_rate=1e-3,
+                                   **{"num_layers": -1, **settings}) as other:
+        before = weights_of(other)
+        with pytest.raises(ValueError, match=message) as raised:
+            other.load_state(tmp_path / "state").result()
+        assert str(tmp_path / "state" / "0000001_adapters.safetensors") in str(raised.value)
+        assert str(raised.value).count(". ") == 0  # one sentence
+        assert other.step == 0 and max_difference(weights_of(other), before) == 0
+
+
 def test_a_runs_checkpoint_loads_into_a_client(tiny_model):
     store, run = make_run(tiny_model, SAMPLE_DATA / "completions", iters=10, save_every=5,
                           steps_per_eval=1000)

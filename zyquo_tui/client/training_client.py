@@ -7,7 +7,8 @@ checkpoints are shared; its loss is sliced (trainer/chunked_loss.py) where a run
 
 A forward_backward with no gradients pending waits on the worker for the next operation: an
 optim_step makes the two one compiled step, as a run's step is (full fine-tuning peaked 85%
-higher compiled apart); anything else, or a wait on its future (or on a continuation of it), runs it alone first.
+higher compiled apart); anything else, or a wait on its future (or on a continuation of it),
+runs it alone first.
 
 At interpreter exit, a hook closes every client still open (their submitted operations run to
 the end) and then ends and joins the MLX thread (client/worker.py says why it must).
