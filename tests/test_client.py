@@ -765,6 +765,76 @@ def test_teacher_top_k_logprobs_over_the_whole_vocabulary_equal_the_teacher_mode
             extra={"teacher_logprobs": [[{1: -0.1}], [{1: -0.1}]]})).result()
 
 
+def test_sliced_distillation_takes_the_teacher_a_slice_at_a_time(tiny_model, client):
+    """With the student's loss sliced, the teacher's full-vocabulary log-probabilities are made
+    a slice at a time from its last hidden states too: the same loss and gradients as from the
+    teacher's whole-batch log-probabilities (1e-5)."""
+    from functools import partial
+
+    for _ in range(2):  # move the student off the teacher: a KL and gradients worth comparing
+        client.forward_backward(sft_batch()).result()
+        client.optim_step().result()
+
+    def both_ways():
+        import mlx.core as mx
+        import mlx.nn as nn
+        from mlx.utils import tree_flatten
+        from mlx_lm import load
+
+        from zyquo_tui.trainer import losses
+        from zyquo_tui.trainer.chunked_loss import output_head, sliced_cross_entropy
+        from zyquo_tui.trainer.encoding import encode
+
+        teacher, _ = load(str(tiny_model))
+        teacher.freeze()  # as the client holds a teacher: no trained head
+        tokens, lengths = encode(client.tokenizer, PROMPTS, ANSWERS, False, 2048)
+        temperature = 2.0
+        logits = teacher(tokens[:, :-1]).astype(mx.float32) / temperature
+        whole = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        backbone, head = output_head(teacher)
+        model, sliced = client.engine.model, sliced_cross_entropy(client.engine.model, 8)
+        assert sliced.worth_it(tokens)
+        results = []
+        for objective, teacher_side in (
+                (partial(losses.distill_objective, temperature=temperature), whole),
+                (partial(losses.distill_objective, temperature=temperature, sliced=sliced,
+                         teacher_head=head), backbone(tokens[:, :-1]))):
+            (loss, _, _), grad = nn.value_and_grad(model, objective)(model, tokens, lengths,
+                                                                      teacher_side)
+            results.append((loss.item(), {k: np.array(v) for k, v in tree_flatten(grad)}))
+        return results
+
+    (whole_loss, whole_grad), (sliced_loss, sliced_grad) = on_mlx(both_ways)
+    assert whole_loss > 1e-3
+    assert sliced_loss == pytest.approx(whole_loss, abs=1e-5)
+    assert max(float(np.abs(g).max()) for g in whole_grad.values()) > 1e-4
+    assert max_difference(sliced_grad, whole_grad) < 1e-5
+
+
+def test_a_sliced_distillation_step_holds_no_teacher_array_as_wide_as_the_vocabulary(
+        tiny_model):
+    """What the client hands the step from the teacher: its hidden states, (B, T - 1, H), not
+    its (B, T - 1, V) float32 log-probabilities; unsliced, the log-probabilities as before."""
+    batch = TrainingBatch(PROMPTS, ANSWERS, loss_type="distill",
+                          extra={"teacher": str(tiny_model), "temperature": 2.0})
+    for chunk in (16, "off"):
+        with TrainingClient.from_model(tiny_model, learning_rate=1e-3,
+                                       loss_chunk_tokens=chunk) as made:
+            engine, handed = made.engine, []
+            step = engine.forward_backward
+
+            def spy(objective, *arrays, key=None, step=step):
+                handed.append([tuple(a.shape) for a in arrays])
+                return step(objective, *arrays, key=key)
+
+            engine.forward_backward = spy
+            assert made.forward_backward(batch).result().loss == pytest.approx(0, abs=1e-5)
+        (tokens, _, teacher), = handed
+        config = json.loads((tiny_model / "config.json").read_text())
+        width = config["hidden_size"] if chunk == 16 else config["vocab_size"]
+        assert teacher == (tokens[0], tokens[1] - 1, width), f"loss_chunk_tokens={chunk}"
+
+
 def test_the_client_slices_its_losses_where_a_run_would(tiny_model):
     """loss_chunk_tokens as a run has it: N slices every batch, auto only where that lowers
     the estimated peak (not for these batches, one slice's worth each), off never; the same

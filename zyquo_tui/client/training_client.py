@@ -138,6 +138,9 @@ class TrainingClient:
         self.engine = None
         self.tokenizer = None
         self._others: dict[str, tuple[Any, Any]] = {}  # teachers by folder
+        # Each teacher's (backbone, output head), or None when its logits are not a plain
+        # projection of its last hidden states (trainer/chunked_loss.py), by folder.
+        self._teacher_heads: dict[str, tuple[Any, Any] | None] = {}
         self._references: dict[str, Any] = {}  # DPO references by "base" or folder
         self._chunk_tokens: dict[tuple[int, int], int | str] = {}  # by batch shape
         self._sliced: dict[int, Any] = {}  # the chunked loss by tokens per slice
@@ -243,6 +246,7 @@ class TrainingClient:
         if self._last is not None and not worker.on_worker():
             concurrent.futures.wait([self._last])
         self._others.clear()
+        self._teacher_heads.clear()
         self._references.clear()
         _open_clients.discard(self)
 
@@ -352,9 +356,12 @@ class TrainingClient:
         else:  # distill
             temperature = float(options["temperature"])
             if options["teacher"] is not None:
-                teacher = self._teacher_logprobs(options["teacher"], tokens, temperature)
-                objective = partial(losses.distill_objective, temperature=temperature)
-                key, arrays = ("distill", temperature), (tokens, lengths, teacher)
+                teacher, head = self._teacher_side(options["teacher"], tokens, temperature,
+                                                   self._sliced_loss(tokens) is not None)
+                objective = partial(losses.distill_objective, temperature=temperature,
+                                    teacher_head=head)
+                key = ("distill", temperature, None if head is None else options["teacher"])
+                arrays = (tokens, lengths, teacher)
             else:
                 ids, logps = _given_teacher_logprobs(options["teacher_logprobs"], lengths,
                                                      tokens.shape[1] - 1)
@@ -523,18 +530,35 @@ class TrainingClient:
         return self._references[key].scores(tokens, lengths, variant,
                                             self._batch_chunk_tokens(tokens))
 
-    def _teacher_logprobs(self, path: str, tokens, temperature: float):
+    def _teacher_side(self, path: str, tokens, temperature: float, sliced: bool):
+        """What the distillation loss takes from the teacher, computed before the step with no
+        gradient: (its last hidden states, its output head) when the student's loss is sliced
+        and the teacher's logits are a plain projection of those states, so that the
+        teacher's full-vocabulary log-probabilities are made a slice at a time inside the step
+        (losses.distill_kl_from_hidden); else (its log-probabilities at `temperature` for the
+        whole batch, float32, None)."""
         import mlx.core as mx
+
+        from zyquo_tui.trainer.chunked_loss import output_head
 
         teacher, teacher_tokenizer = self._other_model(path)
         if teacher_tokenizer.get_vocab() != self.tokenizer.get_vocab():
             raise ValueError(f"The teacher {path} has another tokenizer than the student; "
                              "distillation from a model needs the same tokenizer (or give "
                              "teacher_logprobs instead).")
+        folder = self._resolved(path)
+        if sliced and folder not in self._teacher_heads:
+            self._teacher_heads[folder] = output_head(teacher)
+        pieces = self._teacher_heads.get(folder) if sliced else None
+        if pieces is not None:
+            backbone, head = pieces
+            hidden = mx.stop_gradient(backbone(tokens[:, :-1]))
+            mx.eval(hidden)
+            return hidden, head
         logits = teacher(tokens[:, :-1]).astype(mx.float32) / temperature
         logprobs = mx.stop_gradient(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
         mx.eval(logprobs)
-        return logprobs
+        return logprobs, None
 
 
 _open_clients: weakref.WeakSet[TrainingClient] = weakref.WeakSet()
