@@ -671,6 +671,25 @@ def test_zero_advantages_change_no_weight(tiny_model):
         assert max_difference(weights_of(client), before) == 0
 
 
+def test_zero_advantages_still_move_the_weights_under_adam(tiny_model):
+    """What docs/client.md says: with Adam (the default), a step on all-zero advantages moves
+    the weights once the moments hold an earlier step's gradient. The caller skips it by
+    submitting neither the batch nor the step: optim_step with nothing pending raises and
+    changes nothing."""
+    with TrainingClient.from_model(tiny_model, learning_rate=1e-3, num_layers=-1) as client:
+        client.forward_backward(sft_batch()).result()
+        client.optim_step().result()
+        before = weights_of(client)
+        result = client.forward_backward(rl_batch([0.0, 0.0])).result()
+        step = client.optim_step().result()
+        assert result.loss == 0 and step.grad_norm == 0
+        moved = weights_of(client)
+        assert max_difference(moved, before) > 1e-5  # momentum
+        with pytest.raises(RuntimeError, match="no gradients to apply"):
+            client.optim_step().result()
+        assert client.step == 2 and max_difference(weights_of(client), moved) == 0
+
+
 def test_advantages_weigh_the_gradient(tiny_model):
     norms = {}
     for scale in (1.0, 2.0):
