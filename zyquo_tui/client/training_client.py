@@ -569,9 +569,11 @@ def _close_open_clients() -> None:
     """At interpreter exit: close what the script left open, then end the MLX thread.
     Without it a script that exits with operations still running on that thread aborts
     (client/worker.py)."""
-    for client in list(_open_clients):
-        client.close()
-    worker.shutdown()
+    try:
+        for client in list(_open_clients):
+            client.close()
+    finally:  # whatever a close raised, the thread must not outlive this hook
+        worker.shutdown()
 
 
 def _nothing() -> None:
