@@ -8,7 +8,13 @@ steps through the client both ways and through the trainer (`python -m
 zyquo_tui.trainer.measure`, as the calibration measures it), each in a process of its own,
 `--repeat` times interleaved; the table gives MLX's median peak and the ratios to the trainer's.
 
-    python bench/bench_client_memory.py [--repeat 3] [ID ...]
+A second table gives distillation from a teacher model (the `--distill-model` calibration
+model, student and teacher alike) with the loss sliced: the teacher's full-vocabulary
+log-probabilities made for the whole batch in float32 ("teacher whole", the path a teacher whose
+logits are not a plain projection of its hidden states takes, and every teacher took before)
+beside made a slice at a time from its hidden states ("teacher sliced").
+
+    python bench/bench_client_memory.py [--repeat 3] [--distill-only] [ID ...]
 """
 
 from __future__ import annotations
@@ -50,6 +56,75 @@ with TrainingClient.from_model(model, **config) as client:
 """
 
 
+DISTILL_MODEL = "v128k-f32-untied"
+DISTILL_SHAPE = {"rows": 4, "tokens": 128}
+DISTILL_CHUNKS = (32, 128)  # loss_chunk_tokens of the table's rows
+
+# Distillation from the same model as teacher, in a process of its own. "whole" hands the step
+# the teacher's whole-batch log-probabilities: the fallback of a teacher with no plain head.
+DISTILL_LOOP = """
+import json, sys, warnings
+from pathlib import Path
+import mlx.core as mx
+from zyquo_tui.client import TrainingBatch, TrainingClient
+
+warnings.simplefilter("ignore")  # the rows are cut to the shape's length on purpose
+model, shape, whole = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3] == "whole"
+batch = TrainingBatch([" ".join(["alpha beta gamma delta"] * shape["tokens"])] * shape["rows"],
+                      max_seq_len=shape["tokens"], loss_type="distill",
+                      extra={"teacher": model, "temperature": 2.0})
+with TrainingClient.from_model(model, learning_rate=1e-4, num_layers=-1,
+                               loss_chunk_tokens=shape["loss_chunk_tokens"]) as client:
+    if whole:
+        client._teacher_heads[str(Path(model).resolve())] = None
+    for _ in range(3):
+        loss = client.forward_backward(batch)
+        client.optim_step().result()
+    print(json.dumps({"peak": mx.get_peak_memory(), "tokens": loss.result().num_tokens,
+                      "loss": loss.result().loss}))
+"""
+
+
+def distill_peak(model: Path, chunk: int, whole: bool) -> dict:
+    """MLX's peak over 3 distillation steps from `model` as its own teacher, the loss sliced
+    in `chunk` tokens; the teacher's log-probabilities for the whole batch when `whole`."""
+    shape = {**DISTILL_SHAPE, "loss_chunk_tokens": chunk}
+    done = subprocess.run(
+        [sys.executable, "-c", DISTILL_LOOP, str(model), json.dumps(shape),
+         "whole" if whole else "sliced"],
+        capture_output=True, text=True, cwd=REPO, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise SystemExit(f"distillation failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def distill_table(matrix: dict, model_id: str, repeat: int, models_dir: Path) -> None:
+    spec = matrix["models"][model_id]
+    model = calibrate_memory.build_model(model_id, spec, models_dir, models_dir / "tokenizer")
+    medians = {}
+    for chunk in DISTILL_CHUNKS:
+        peaks: dict[str, list[int]] = {"whole": [], "sliced": []}
+        losses: set[float] = set()
+        for _ in range(repeat):
+            for way in peaks:
+                measured = distill_peak(model, chunk, whole=way == "whole")
+                peaks[way].append(measured["peak"])
+                losses.add(measured["loss"])
+        if len(losses) != 1:  # the two ways must train the same steps
+            raise SystemExit(f"loss_chunk_tokens {chunk}: the last losses differ: {losses}")
+        medians[chunk] = {k: statistics.median(v) for k, v in peaks.items()}
+    rows, tokens = DISTILL_SHAPE["rows"], DISTILL_SHAPE["tokens"]
+    logprobs = rows * (tokens - 1) * spec["vocab_size"] * 4
+    print()
+    print(f"Distillation, {model_id} as its own teacher, {rows} x {tokens} tokens: MLX peak, "
+          f"median of {repeat} (3 steps each); the teacher's whole-batch float32 "
+          f"log-probabilities take {logprobs / MIB:.1f} MiB")
+    print(f"{'loss_chunk_tokens':>17} {'teacher whole':>14} {'teacher sliced':>15} {'ratio':>6}")
+    for chunk, m in medians.items():
+        print(f"{chunk:>17} {m['whole'] / MIB:>14.1f} {m['sliced'] / MIB:>15.1f} "
+              f"{m['sliced'] / m['whole']:>6.2f}")
+
+
 def client_settings(config: dict, model_layers: int) -> dict:
     """The client's settings for a calibration config: what its run spec says
     (calibrate_memory.spec_of), with every layer as -1."""
@@ -88,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("configs", nargs="*", metavar="ID", default=DEFAULT_CONFIGS,
                         help="calibration config ids (default: %(default)s)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--distill-model", default=DISTILL_MODEL, metavar="ID",
+                        help="the calibration model of the distillation table "
+                             "(default: %(default)s)")
+    parser.add_argument("--distill-only", action="store_true",
+                        help="only the distillation table")
     parser.add_argument("--models-dir", type=Path,
                         default=Path(tempfile.gettempdir()) / "zyquo-calibration-models")
     args = parser.parse_args(argv)
@@ -98,6 +178,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_client_memory: no calibration config {unknown[0]!r} in "
               f"{calibrate_memory.MATRIX}; pass ids it lists.", file=sys.stderr)
         return 2
+    if args.distill_model not in matrix["models"]:
+        print(f"bench_client_memory: no calibration model {args.distill_model!r} in "
+              f"{calibrate_memory.MATRIX}; pass a name of its models.", file=sys.stderr)
+        return 2
+    if args.distill_only:
+        distill_table(matrix, args.distill_model, args.repeat, args.models_dir)
+        return 0
     tokenizer = args.models_dir / "tokenizer"
     rows = []
     for config_id in args.configs:
@@ -122,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{config_id:<22} {m['trainer'] / MIB:>9.1f} {m['together'] / MIB:>17.1f} "
               f"{m['together'] / m['trainer']:>6.2f} {m['apart'] / MIB:>14.1f} "
               f"{m['apart'] / m['trainer']:>6.2f}")
+    distill_table(matrix, args.distill_model, args.repeat, args.models_dir)
     return 0
 
 

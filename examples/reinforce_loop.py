@@ -6,8 +6,9 @@ A short SFT warm-up on the sample completions comes first, so that the answers a
 about numbers. Each iteration then samples 4 answers to each of 2 arithmetic prompts with the current weights, gives
 an answer reward 1 when it holds the right number (else 0), and takes one step of GRPO-style
 policy gradient: the rewards, normalized within each prompt's group, weigh each answer's
-log-likelihood. An iteration where every answer of a prompt scored the same teaches nothing
-about that prompt (its advantages are 0).
+log-likelihood. A prompt whose answers all scored the same teaches nothing (its advantages are
+0); when that holds for every prompt the iteration takes no step at all, because with Adam (the
+default optimizer) a step on zero gradients still moves the weights by momentum.
 """
 
 from __future__ import annotations
@@ -49,11 +50,16 @@ def main() -> None:
             answers = client.sample(prompts, max_tokens=16, temperature=0.7,
                                     seed=iteration).result().texts
             rewards = [reward(p, a) for p, a in zip(prompts, answers, strict=True)]
+            mean = sum(rewards) / len(rewards)
+            if all(len({r for q, r in zip(prompts, rewards, strict=True) if q == p}) == 1
+                   for p in PROMPTS):
+                print(f"iteration {iteration}: mean reward {mean:.2f}, no step (each prompt's "
+                      f"answers scored alike), e.g. {answers[0]!r}")
+                continue
             batch = TrainingBatch(prompts, answers, advantages=rewards, loss_type="grpo")
             result = client.forward_backward(batch)
             client.optim_step().result()  # submitted before waiting: one compiled step
             result = result.result()
-            mean = sum(rewards) / len(rewards)
             print(f"iteration {iteration}: mean reward {mean:.2f}, loss {result.loss:.4f}, "
                   f"e.g. {answers[0]!r}")
 

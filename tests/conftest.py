@@ -242,20 +242,3 @@ def cancel_mid_run_then_resume(store, run_id: str, step: int) -> None:
     assert cancelled["type"] == "cancelled" and cancelled["checkpoint"] == step
     store.update(run_id, lambda r: setattr(r, "resume_from_step", step))
     assert run_trainer(run_dir).returncode == 0
-
-
-def pytest_sessionfinish(session, exitstatus):
-    session.config._zyquo_exit_status = int(exitstatus)
-
-
-def pytest_unconfigure(config):
-    """Leave without MLX's teardown once the step-level client's MLX thread ran in this
-    process: after every test and the summary, mlx 0.32's own teardown at interpreter exit
-    can crash (a segfault, exit 139, with all tests passed). The exit status is pytest's."""
-    from zyquo_tui.client import worker
-
-    status = getattr(config, "_zyquo_exit_status", None)
-    if worker._thread is not None and status is not None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)

@@ -4,6 +4,7 @@ the seed client (../shared/seeds/README.md) with a test that fails on it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import subprocess
@@ -164,6 +165,30 @@ def test_grad_norm_is_the_norm_of_the_applied_gradient(tiny_model):
     assert step.step == 1 and step.learning_rate == pytest.approx(0.1)
     assert isinstance(step.grad_norm, float) and step.grad_norm > 0
     assert step.grad_norm == pytest.approx(moved / 0.1, rel=1e-3)
+
+
+def test_optim_step_reports_the_scheduled_rate_that_step_applied(tiny_model):
+    """With a schedule, step k applies schedule(k - 1) (MLX writes it into the optimizer's
+    state inside the update): reported both with optim_step submitted before the wait
+    (compiled with its forward_backward) and after it (compiled apart). With plain SGD the
+    weights move by exactly that rate times the gradient."""
+    schedule = {"name": "linear_schedule", "arguments": [0.04, 0.01, 3], "warmup": 0}
+    expected = [0.04, 0.03, 0.02, 0.01]  # schedule(0) .. schedule(3)
+    for together in (True, False):
+        with TrainingClient.from_model(tiny_model, optimizer="sgd", lr_schedule=schedule,
+                                       num_layers=-1) as client:
+            rates = []
+            for _ in expected:
+                before = weights_of(client)
+                loss = client.forward_backward(sft_batch())
+                if not together:
+                    loss.result()
+                step = client.optim_step().result()
+                moved = math.sqrt(sum(float(((weights_of(client)[k] - before[k]) ** 2).sum())
+                                      for k in before))
+                assert moved / step.grad_norm == pytest.approx(step.learning_rate, rel=1e-3)
+                rates.append(step.learning_rate)
+            assert rates == pytest.approx(expected, rel=1e-6), f"together={together}"
 
 
 def test_an_optim_step_submitted_before_waiting_is_compiled_with_its_forward_backward(
@@ -335,6 +360,60 @@ def test_futures_run_in_submission_order_and_chain(client):
         failing.result(timeout=120)
 
 
+def test_a_wait_on_a_continuation_runs_the_waiting_forward_backward(client):
+    """No operation follows the forward_backward: waiting on a continuation of it (chained
+    once or twice, or awaited) runs it, as waiting on its own future does, instead of waiting
+    for an optim_step that never comes."""
+    assert client.forward_backward(sft_batch()).then(lambda r: r.loss).result(timeout=120) > 0
+    assert client.optim_step().result().step == 1
+    twice = client.forward_backward(sft_batch()).then(lambda r: r.num_tokens).then(str)
+    assert twice.result(timeout=120).isdigit()
+    assert client.optim_step().result().step == 2
+
+    async def awaited():
+        tokens = await asyncio.wait_for(
+            client.forward_backward(sft_batch()).then(lambda r: r.num_tokens), 120)
+        step = await asyncio.wait_for(client.optim_step(), 120)
+        return tokens, step.step
+
+    tokens, steps = asyncio.run(awaited())
+    assert tokens > 0 and steps == 3
+
+
+OPEN_CLIENTS_AT_EXIT = textwrap.dedent("""
+    import sys
+    from zyquo_tui.client import TrainingBatch, TrainingClient
+
+    batch = TrainingBatch(["What is 2 plus 2?"], ["2 plus 2 is 4."])
+    clients = [TrainingClient.from_model(sys.argv[1], learning_rate=1e-3) for _ in range(3)]
+    for client in clients:  # none closed, and work still queued when the script ends
+        client.forward_backward(batch)
+        client.optim_step()
+        client.forward_backward(batch)
+        client.sample(["What is"], max_tokens=8)
+    print("done")
+""")
+
+
+def test_a_script_that_leaves_clients_open_exits_0_every_time(tiny_model):
+    """mlx 0.32 aborts the process at exit (134, "terminate called without an active
+    exception") when the clients' MLX thread still runs, or ends too late: the exit hook closes
+    the clients and joins the thread. 20 runs, two at a time."""
+    def start():
+        return subprocess.Popen([sys.executable, "-c", OPEN_CLIENTS_AT_EXIT, str(tiny_model)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    outcomes = []
+    for _ in range(10):
+        pair = [start(), start()]
+        for process in pair:
+            out, err = process.communicate(timeout=300)
+            outcomes.append((process.returncode, out.strip(), err.strip()[-300:]))
+    assert [code for code, _, _ in outcomes] == [0] * 20, outcomes
+    assert all(out == "done" and "terminate" not in err for _, out, err in outcomes)
+
+
 # -- state --------------------------------------------------------------------------------------
 
 def test_save_then_load_resumes_exactly(tiny_model, tmp_path):
@@ -363,6 +442,32 @@ def test_save_then_load_resumes_exactly(tiny_model, tmp_path):
         got.append(resumed.optim_step().result().grad_norm)
         assert got == pytest.approx(expected, rel=1e-6)
         assert max_difference(weights_of(resumed), expected_weights) < 1e-7
+
+
+@pytest.mark.parametrize(("method", "settings", "message"), [
+    ("lora", {"rank": 4},
+     r"adapters have rank 8 and this model's have rank 4; make the client \(or run\) with rank=8"),
+    ("dora", {}, r"holds LoRA weights and this model is trained by DoRA; .* method=lora"),
+    ("full", {}, r"holds LoRA weights and this model is trained by full fine-tuning"),
+    ("lora", {"num_layers": 1}, r"weights this model does not train .* num_layers"),
+])
+def test_load_state_refuses_a_checkpoint_of_another_rank_method_or_layers(
+        tiny_model, tmp_path, method, settings, message):
+    """load_weights(strict=False) skips every shape check: a checkpoint of another rank or
+    method would load silently. It raises one sentence instead, and leaves the client as it
+    was."""
+    with TrainingClient.from_model(tiny_model, learning_rate=1e-3, num_layers=-1) as saver:
+        saver.forward_backward(sft_batch())
+        saver.optim_step().result()
+        saver.save_state(tmp_path / "state").result()
+    with TrainingClient.from_model(tiny_model, method, learning_rate=1e-3,
+                                   **{"num_layers": -1, **settings}) as other:
+        before = weights_of(other)
+        with pytest.raises(ValueError, match=message) as raised:
+            other.load_state(tmp_path / "state").result()
+        assert str(tmp_path / "state" / "0000001_adapters.safetensors") in str(raised.value)
+        assert str(raised.value).count(". ") == 0  # one sentence
+        assert other.step == 0 and max_difference(weights_of(other), before) == 0
 
 
 def test_a_runs_checkpoint_loads_into_a_client(tiny_model):
@@ -566,6 +671,25 @@ def test_zero_advantages_change_no_weight(tiny_model):
         assert max_difference(weights_of(client), before) == 0
 
 
+def test_zero_advantages_still_move_the_weights_under_adam(tiny_model):
+    """What docs/client.md says: with Adam (the default), a step on all-zero advantages moves
+    the weights once the moments hold an earlier step's gradient. The caller skips it by
+    submitting neither the batch nor the step: optim_step with nothing pending raises and
+    changes nothing."""
+    with TrainingClient.from_model(tiny_model, learning_rate=1e-3, num_layers=-1) as client:
+        client.forward_backward(sft_batch()).result()
+        client.optim_step().result()
+        before = weights_of(client)
+        result = client.forward_backward(rl_batch([0.0, 0.0])).result()
+        step = client.optim_step().result()
+        assert result.loss == 0 and step.grad_norm == 0
+        moved = weights_of(client)
+        assert max_difference(moved, before) > 1e-5  # momentum
+        with pytest.raises(RuntimeError, match="no gradients to apply"):
+            client.optim_step().result()
+        assert client.step == 2 and max_difference(weights_of(client), moved) == 0
+
+
 def test_advantages_weigh_the_gradient(tiny_model):
     norms = {}
     for scale in (1.0, 2.0):
@@ -658,6 +782,76 @@ def test_teacher_top_k_logprobs_over_the_whole_vocabulary_equal_the_teacher_mode
         client.forward_backward(TrainingBatch(
             PROMPTS[:2], ANSWERS[:2], loss_type="distill",
             extra={"teacher_logprobs": [[{1: -0.1}], [{1: -0.1}]]})).result()
+
+
+def test_sliced_distillation_takes_the_teacher_a_slice_at_a_time(tiny_model, client):
+    """With the student's loss sliced, the teacher's full-vocabulary log-probabilities are made
+    a slice at a time from its last hidden states too: the same loss and gradients as from the
+    teacher's whole-batch log-probabilities (1e-5)."""
+    from functools import partial
+
+    for _ in range(2):  # move the student off the teacher: a KL and gradients worth comparing
+        client.forward_backward(sft_batch()).result()
+        client.optim_step().result()
+
+    def both_ways():
+        import mlx.core as mx
+        import mlx.nn as nn
+        from mlx.utils import tree_flatten
+        from mlx_lm import load
+
+        from zyquo_tui.trainer import losses
+        from zyquo_tui.trainer.chunked_loss import output_head, sliced_cross_entropy
+        from zyquo_tui.trainer.encoding import encode
+
+        teacher, _ = load(str(tiny_model))
+        teacher.freeze()  # as the client holds a teacher: no trained head
+        tokens, lengths = encode(client.tokenizer, PROMPTS, ANSWERS, False, 2048)
+        temperature = 2.0
+        logits = teacher(tokens[:, :-1]).astype(mx.float32) / temperature
+        whole = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        backbone, head = output_head(teacher)
+        model, sliced = client.engine.model, sliced_cross_entropy(client.engine.model, 8)
+        assert sliced.worth_it(tokens)
+        results = []
+        for objective, teacher_side in (
+                (partial(losses.distill_objective, temperature=temperature), whole),
+                (partial(losses.distill_objective, temperature=temperature, sliced=sliced,
+                         teacher_head=head), backbone(tokens[:, :-1]))):
+            (loss, _, _), grad = nn.value_and_grad(model, objective)(model, tokens, lengths,
+                                                                      teacher_side)
+            results.append((loss.item(), {k: np.array(v) for k, v in tree_flatten(grad)}))
+        return results
+
+    (whole_loss, whole_grad), (sliced_loss, sliced_grad) = on_mlx(both_ways)
+    assert whole_loss > 1e-3
+    assert sliced_loss == pytest.approx(whole_loss, abs=1e-5)
+    assert max(float(np.abs(g).max()) for g in whole_grad.values()) > 1e-4
+    assert max_difference(sliced_grad, whole_grad) < 1e-5
+
+
+def test_a_sliced_distillation_step_holds_no_teacher_array_as_wide_as_the_vocabulary(
+        tiny_model):
+    """What the client hands the step from the teacher: its hidden states, (B, T - 1, H), not
+    its (B, T - 1, V) float32 log-probabilities; unsliced, the log-probabilities as before."""
+    batch = TrainingBatch(PROMPTS, ANSWERS, loss_type="distill",
+                          extra={"teacher": str(tiny_model), "temperature": 2.0})
+    for chunk in (16, "off"):
+        with TrainingClient.from_model(tiny_model, learning_rate=1e-3,
+                                       loss_chunk_tokens=chunk) as made:
+            engine, handed = made.engine, []
+            step = engine.forward_backward
+
+            def spy(objective, *arrays, key=None, step=step):
+                handed.append([tuple(a.shape) for a in arrays])
+                return step(objective, *arrays, key=key)
+
+            engine.forward_backward = spy
+            assert made.forward_backward(batch).result().loss == pytest.approx(0, abs=1e-5)
+        (tokens, _, teacher), = handed
+        config = json.loads((tiny_model / "config.json").read_text())
+        width = config["hidden_size"] if chunk == 16 else config["vocab_size"]
+        assert teacher == (tokens[0], tokens[1] - 1, width), f"loss_chunk_tokens={chunk}"
 
 
 def test_the_client_slices_its_losses_where_a_run_would(tiny_model):

@@ -30,6 +30,9 @@ def test_the_reinforce_loop_samples_scores_and_steps(tiny_model):
                       "--warmup-steps", "5")
     rewards = [float(r) for r in re.findall(r"mean reward ([\d.]+)", out)]
     assert len(rewards) == 3 and all(0 <= r <= 1 for r in rewards)
+    # Each iteration steps on its rewards, or says it took no step (all advantages 0).
+    iterations = [line for line in out.splitlines() if line.startswith("iteration")]
+    assert all((", loss " in line) != (", no step " in line) for line in iterations)
 
 
 def test_distillation_from_a_second_sample_model_lowers_the_kl(tiny_model, tmp_path):

@@ -7,15 +7,21 @@ checkpoints are shared; its loss is sliced (trainer/chunked_loss.py) where a run
 
 A forward_backward with no gradients pending waits on the worker for the next operation: an
 optim_step makes the two one compiled step, as a run's step is (full fine-tuning peaked 85%
-higher compiled apart); anything else, or a wait on its future, runs it alone first.
+higher compiled apart); anything else, or a wait on its future (or on a continuation of it),
+runs it alone first.
+
+At interpreter exit, a hook closes every client still open (their submitted operations run to
+the end) and then ends and joins the MLX thread (client/worker.py says why it must).
 """
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import json
 import math
 import os
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -24,7 +30,7 @@ from typing import Any
 
 from zyquo_tui.client import worker
 from zyquo_tui.client.batch import PREFERENCE, BatchError, Text, TrainingBatch
-from zyquo_tui.client.futures import DeferredFuture, Future
+from zyquo_tui.client.futures import Future
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
 
@@ -99,12 +105,16 @@ class TrainingClient:
         self.engine = None
         self.tokenizer = None
         self._others: dict[str, tuple[Any, Any]] = {}  # teachers by folder
+        # Each teacher's (backbone, output head), or None when its logits are not a plain
+        # projection of its last hidden states (trainer/chunked_loss.py), by folder.
+        self._teacher_heads: dict[str, tuple[Any, Any] | None] = {}
         self._references: dict[str, Any] = {}  # DPO references by "base" or folder
         self._chunk_tokens: dict[tuple[int, int], int | str] = {}  # by batch shape
         self._sliced: dict[int, Any] = {}  # the chunked loss by tokens per slice
         # A forward_backward waiting for the next operation (on the worker only): its batch
         # and the future its caller holds.
         self._parked: tuple[TrainingBatch, concurrent.futures.Future] | None = None
+        _open_clients.add(self)
 
     @classmethod
     def from_model(cls, model: str | os.PathLike, method: str | None = None,
@@ -151,7 +161,7 @@ class TrainingClient:
                              f"{type(batch).__name__}.")
         outcome: concurrent.futures.Future = concurrent.futures.Future()
         self._submit(self._park_or_run, batch, outcome)
-        return DeferredFuture(outcome, start=self._run_parked_now)
+        return Future(outcome, start=self._run_parked_now)
 
     def optim_step(self) -> Future[OptimStepResult]:
         """Apply the pending gradients, averaged over the forward_backward calls since the last
@@ -203,7 +213,9 @@ class TrainingClient:
         if self._last is not None and not worker.on_worker():
             concurrent.futures.wait([self._last])
         self._others.clear()
+        self._teacher_heads.clear()
         self._references.clear()
+        _open_clients.discard(self)
 
     def __enter__(self) -> TrainingClient:
         return self
@@ -311,9 +323,12 @@ class TrainingClient:
         else:  # distill
             temperature = float(options["temperature"])
             if options["teacher"] is not None:
-                teacher = self._teacher_logprobs(options["teacher"], tokens, temperature)
-                objective = partial(losses.distill_objective, temperature=temperature)
-                key, arrays = ("distill", temperature), (tokens, lengths, teacher)
+                teacher, head = self._teacher_side(options["teacher"], tokens, temperature,
+                                                   self._sliced_loss(tokens) is not None)
+                objective = partial(losses.distill_objective, temperature=temperature,
+                                    teacher_head=head)
+                key = ("distill", temperature, None if head is None else options["teacher"])
+                arrays = (tokens, lengths, teacher)
             else:
                 ids, logps = _given_teacher_logprobs(options["teacher_logprobs"], lengths,
                                                      tokens.shape[1] - 1)
@@ -485,18 +500,50 @@ class TrainingClient:
         return self._references[key].scores(tokens, lengths, variant,
                                             self._batch_chunk_tokens(tokens))
 
-    def _teacher_logprobs(self, path: str, tokens, temperature: float):
+    def _teacher_side(self, path: str, tokens, temperature: float, sliced: bool):
+        """What the distillation loss takes from the teacher, computed before the step with no
+        gradient: (its last hidden states, its output head) when the student's loss is sliced
+        and the teacher's logits are a plain projection of those states, so that the
+        teacher's full-vocabulary log-probabilities are made a slice at a time inside the step
+        (losses.distill_kl_from_hidden); else (its log-probabilities at `temperature` for the
+        whole batch, float32, None)."""
         import mlx.core as mx
+
+        from zyquo_tui.trainer.chunked_loss import output_head
 
         teacher, teacher_tokenizer = self._other_model(path)
         if teacher_tokenizer.get_vocab() != self.tokenizer.get_vocab():
             raise ValueError(f"The teacher {path} has another tokenizer than the student; "
                              "distillation from a model needs the same tokenizer (or give "
                              "teacher_logprobs instead).")
+        folder = self._resolved(path)
+        if sliced and folder not in self._teacher_heads:
+            self._teacher_heads[folder] = output_head(teacher)
+        pieces = self._teacher_heads.get(folder) if sliced else None
+        if pieces is not None:
+            backbone, head = pieces
+            hidden = mx.stop_gradient(backbone(tokens[:, :-1]))
+            mx.eval(hidden)
+            return hidden, head
         logits = teacher(tokens[:, :-1]).astype(mx.float32) / temperature
         logprobs = mx.stop_gradient(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
         mx.eval(logprobs)
-        return logprobs
+        return logprobs, None
+
+
+_open_clients: weakref.WeakSet[TrainingClient] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_clients() -> None:
+    """At interpreter exit: close what the script left open, then end the MLX thread.
+    Without it a script that exits with operations still running on that thread aborts
+    (client/worker.py)."""
+    try:
+        for client in list(_open_clients):
+            client.close()
+    finally:  # whatever a close raised, the thread must not outlive this hook
+        worker.shutdown()
 
 
 def _nothing() -> None:

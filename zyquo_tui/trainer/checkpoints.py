@@ -24,6 +24,7 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
+from zyquo_tui.core.library.safetensors_header import read_header
 from zyquo_tui.core.store.atomic import fsync_dir
 from zyquo_tui.core.store.checkpoints import LATEST_ADAPTERS, adapter_file, state_files
 
@@ -118,6 +119,11 @@ def save_checkpoint(
         "state_files": [str(state_tensors), str(state_json)],
         "bytes": sum(p.stat().st_size for p in paths),
     }
+
+
+def saved_shapes(weights_file: Path) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor of a weights file, from its header (nothing loaded)."""
+    return {tensor.name: tuple(tensor.shape) for tensor in read_header(weights_file)}
 
 
 def load_state(adapters: Path, step: int) -> tuple[dict[str, Any], dict[str, mx.array]]:

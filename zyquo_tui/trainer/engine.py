@@ -104,8 +104,8 @@ class StepEngine:
             self.pending = 0
             self.step += 1
             return applied
-        learning_rate = mx.array(self.optimizer.learning_rate)
         norm = self._update(self.grad_sum, mx.array(self.pending, dtype=mx.float32))
+        learning_rate = self._applied_rate()
         self.grad_sum = None
         self.pending = 0
         self.step += 1
@@ -115,11 +115,17 @@ class StepEngine:
         compiled = self._steps.get(key)
         if compiled is None:
             compiled = self._steps[key] = self._compile_step(objective)
-        learning_rate = mx.array(self.optimizer.learning_rate)  # before the update, as optim_step
         loss, ntoks, metrics, norm = compiled(*arrays)
+        learning_rate = self._applied_rate()
         self._applied = (learning_rate, norm)
         self.pending = 1
         return loss, ntoks, metrics
+
+    def _applied_rate(self) -> mx.array:
+        """The learning rate of the update just made. Read after it: with a schedule, MLX
+        writes the step's rate into the optimizer's state inside apply_gradients (read before,
+        it is the previous step's), as mlx-lm's loop reads it."""
+        return mx.array(self.optimizer.learning_rate)
 
     def _compile_step(self, objective: Callable) -> Callable:
         """forward_backward then optim_step of one call's gradients, as one compiled function
@@ -205,7 +211,15 @@ class StepEngine:
         returns its metadata and the loss sum saved with it. FileNotFoundError when `label`
         has no state."""
         meta, tensors = checkpoints.load_state(folder, label)
-        self.model.load_weights(str(checkpoints.adapter_file(folder, label)), strict=False)
+        weights_file = checkpoints.adapter_file(folder, label)
+        # strict=False because the file holds the trained weights only, not the base's; that
+        # also skips every name and shape check, so the check is made here first.
+        mismatch = weights_mismatch(checkpoints.saved_shapes(weights_file),
+                                    {name: tuple(value.shape)
+                                     for name, value in self.trainable_weights().items()})
+        if mismatch is not None:
+            raise ValueError(f"{weights_file}: {mismatch}")
+        self.model.load_weights(str(weights_file), strict=False)
         optimizer_state, grad_accum, loss_sum = checkpoints.split_state(tensors)
         self.optimizer.state = optimizer_state
         self.optimizer.init(self.model.trainable_parameters())  # keeps the loaded moments
@@ -222,6 +236,55 @@ class StepEngine:
         tree, with the empty branches that saving (tree_flatten) dropped."""
         flat = dict(tree_flatten(saved))
         return tree_map_with_path(lambda path, _: flat[path], self.model.trainable_parameters())
+
+
+# -- whether a checkpoint's weights fit a model ------------------------------------------------
+
+_METHOD_OF_KIND = {"LoRA": "lora (or qlora)", "DoRA": "dora", "full fine-tuning": "full"}
+
+
+def _kind(names) -> str:
+    """What trained a set of weight names: LoRA and DoRA adapters have lora_a and lora_b
+    (DoRA a magnitude `m` too); full fine-tuning has the model's own weights."""
+    names = list(names)
+    if any(name.endswith((".lora_a", ".lora_b")) for name in names):
+        return "DoRA" if any(name.endswith(".m") for name in names) else "LoRA"
+    return "full fine-tuning"
+
+
+def _rank(shapes: dict[str, tuple[int, ...]]) -> int | None:
+    ranks = {shape[-1] for name, shape in shapes.items() if name.endswith(".lora_a")}
+    return ranks.pop() if len(ranks) == 1 else None
+
+
+def weights_mismatch(saved: dict[str, tuple[int, ...]], ours: dict[str, tuple[int, ...]]
+                     ) -> str | None:
+    """Why checkpoint weights `saved` (name -> shape) cannot load into a model that trains
+    `ours`, in one sentence with what to do; None when they fit exactly."""
+    theirs_kind, our_kind = _kind(saved), _kind(ours)
+    if theirs_kind != our_kind:
+        return (f"it holds {theirs_kind} weights and this model is trained by {our_kind}; "
+                f"make the client (or run) with method={_METHOD_OF_KIND[theirs_kind]} and the "
+                "checkpoint's other settings (its adapter_config.json lists them).")
+    extra, missing = sorted(set(saved) - set(ours)), sorted(set(ours) - set(saved))
+    if extra or missing:
+        parts = []
+        if extra:
+            parts.append(f"{len(extra)} weights this model does not train (such as {extra[0]})")
+        if missing:
+            parts.append(f"no value for {len(missing)} that it trains (such as {missing[0]})")
+        return (f"it has {' and '.join(parts)}; make the client (or run) with the "
+                "checkpoint's num_layers and lora_keys (its adapter_config.json lists them).")
+    differ = sorted(name for name in saved if tuple(saved[name]) != tuple(ours[name]))
+    if not differ:
+        return None
+    theirs_rank, our_rank = _rank(saved), _rank(ours)
+    if theirs_rank is not None and our_rank is not None and theirs_rank != our_rank:
+        return (f"its adapters have rank {theirs_rank} and this model's have rank "
+                f"{our_rank}; make the client (or run) with rank={theirs_rank}.")
+    name = differ[0]
+    return (f"{name} has shape {tuple(saved[name])} there and {tuple(ours[name])} here "
+            f"({len(differ)} weights differ): it was trained on another model.")
 
 
 # -- the reference of preference losses ----------------------------------------------------------

@@ -219,6 +219,17 @@ def distill_kl(student_logits: mx.array, teacher_logprobs: mx.array, temperature
     return kl * temperature ** 2
 
 
+def distill_kl_from_hidden(student_logits: mx.array, teacher_hidden: mx.array,
+                           teacher_head, temperature: float) -> mx.array:
+    """`distill_kl` with the teacher's log-probabilities made here from its last hidden
+    states by its output head: given a slice of tokens (`SlicedCrossEntropy.per_token`), the
+    teacher's full-vocabulary log-probabilities then exist a slice at a time, as the
+    student's logits do, never for the whole batch."""
+    logits = teacher_head(teacher_hidden).astype(mx.float32) / temperature
+    teacher = mx.stop_gradient(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+    return distill_kl(student_logits, teacher, temperature)
+
+
 def distill_topk_kl(student_logits: mx.array, teacher_ids: mx.array,
                     teacher_logprobs: mx.array, temperature: float) -> mx.array:
     """The same KL on the teacher's top-k tokens only: the teacher's k log-probabilities (at
@@ -251,10 +262,19 @@ def _per_token(model, inputs: mx.array, loss, targets: tuple[mx.array, ...], sli
     return sliced.per_token(inputs, loss, *targets)
 
 
-def distill_objective(model, tokens, lengths, teacher_logprobs, temperature, sliced=None):
+def distill_objective(model, tokens, lengths, teacher, temperature, sliced=None,
+                      teacher_head=None):
+    """`teacher`: the teacher's log-softmax(logits / T), (B, T - 1, V) float32; or, with
+    `teacher_head`, its last hidden states (B, T - 1, H), which that head turns into logits
+    slice by slice (`distill_kl_from_hidden`): the same loss without the teacher's whole-batch
+    log-probabilities."""
     mask = target_mask(lengths, tokens.shape[1] - 1)
-    kl = _per_token(model, tokens[:, :-1], partial(distill_kl, temperature=temperature),
-                    (teacher_logprobs,), sliced)
+    if teacher_head is None:
+        kl_of = partial(distill_kl, temperature=temperature)
+    else:
+        kl_of = partial(distill_kl_from_hidden, teacher_head=teacher_head,
+                        temperature=temperature)
+    kl = _per_token(model, tokens[:, :-1], kl_of, (teacher,), sliced)
     loss, ntoks = _masked_mean(kl, mask)
     return loss, ntoks, {}
 
