@@ -25,6 +25,7 @@ from zyquo_tui.core.library.dataset_conversion import (
     DEFAULT_SEED,
     DEFAULT_VALID_FRACTION,
     convert_dataset,
+    row_sources,
 )
 from zyquo_tui.core.library.dataset_files import MAX_PROBLEMS_LISTED
 from zyquo_tui.core.library.datasets import (
@@ -133,8 +134,11 @@ def cmd_check(args) -> int:
                 stats = measure_tokens(path, model_path, max_seq_length)
             except TokenStatsFailed as failure:
                 # The model cannot tokenize this data: a problem found, like a bad row.
+                source = (row_sources(failure.file, [failure.line]).get(failure.line)
+                          if failure.file and failure.line else None)
                 report.folder_problems.append(
-                    DatasetProblem(failure.file or str(model_path), failure.line, failure.message))
+                    DatasetProblem(failure.file or str(model_path), failure.line,
+                                   failure.message, source=source))
 
     suggestion = _convert_suggestion(path)
     if args.json:
