@@ -282,12 +282,18 @@ def test_a_dataset_in_the_hub_cache_converts_by_its_id(hf_cache):
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text(revision)
     conversations = [json.loads(line) for line in lines(FORMATS / "sharegpt.jsonl")]
-    write_parquet(conversations, repo / "snapshots" / revision / "data" /
-                  "train-00000-of-00001.parquet")
+    # The hub cache keeps a file once, in blobs/, and links it from each snapshot.
+    blob = repo / "blobs" / "5d41402abc4b2a76b9719d911017c592"
+    write_parquet(conversations, blob)
+    served = repo / "snapshots" / revision / "data" / "train-00000-of-00001.parquet"
+    served.parent.mkdir(parents=True)
+    served.symlink_to(os.path.relpath(blob, served.parent))
 
     folder = Path(resolve_data("acme/chat"))
 
     assert folder == Path(os.environ["ZYQUO_HOME"]) / "datasets" / "acme" / "chat"
+    # Rows are named as the repository names its file, not by the blob's hash.
+    assert lines(folder / "sources" / "train.txt")[0] == f"{served}:row 1"
     assert rows(folder / "train.jsonl")[1] == {"messages": [
         {"role": "user", "content": conversations[1]["conversations"][0]["value"]},
         {"role": "assistant", "content": conversations[1]["conversations"][1]["value"]}]}

@@ -86,7 +86,7 @@ def convert_dataset(source: Path | str, folder: Path | str, *, target: str | Non
     for file in files:
         rows = by_split.setdefault(file.split, [])
         try:
-            for row, where in read_rows(file.path.resolve()):
+            for row, where in read_rows(file.path.absolute()):
                 try:
                     if not isinstance(row, dict):
                         raise RowNotConverted("a row must be a JSON object")
@@ -121,7 +121,7 @@ def _shape_of(first_file: Path, prompt_feature: str | None,
         raise UserError("--prompt-feature and --completion-feature go together: name both "
                         "columns.")
     try:
-        first, where = next(read_rows(first_file.resolve()), (None, str(first_file)))
+        first, where = next(read_rows(first_file.absolute()), (None, str(first_file)))
     except SourceRowError as error:
         raise UserError(f"{error}.", EXIT_PROBLEMS) from None
     if not isinstance(first, dict):
