@@ -17,7 +17,9 @@ from conftest import REPO, run_trainer
 from zyquo_tui.cli.main import main
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.library.data_argument import resolve_data
+from zyquo_tui.core.library.datasets import validate_dataset
 from zyquo_tui.core.store.store import RunStore
+from zyquo_tui.dashboard.library_text import dataset_problems
 
 FORMATS = REPO / "tests" / "data" / "formats"
 SHORT = ("--iters", "6", "--batch-size", "4", "--num-layers", "-1", "--steps-per-report", "2",
@@ -174,6 +176,10 @@ def test_check_and_a_run_name_the_source_row_of_a_bad_converted_row(capsys, tmp_
     assert status == 1
     assert f"{folder / 'train.jsonl'}:{line} (from {source}:7): messages[1] (assistant): " \
            "empty content" in out.splitlines()
+    # The form and the Datasets screen say it by the files' names.
+    shown = dataset_problems(validate_dataset(folder)).plain
+    assert f"train.jsonl:{line} (from sharegpt.jsonl:7): messages[1] (assistant): empty " \
+           "content" in shown.splitlines()
 
     status, out, err = cli(capsys, "runs", "new", "--model", tiny_model, "--data", folder,
                            *SHORT)
