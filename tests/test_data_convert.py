@@ -315,3 +315,34 @@ def test_a_dataset_id_not_in_the_cache_is_one_sentence(capsys, hf_cache, tiny_mo
                    "download --repo-type dataset acme/not-downloaded`), then give --data "
                    "acme/not-downloaded again.\n")
     assert RunStore().list() == []
+
+
+async def test_the_datasets_screen_opens_a_cached_hugging_face_dataset_by_its_id(
+        models, tmp_path, hf_cache):
+    from test_setup_helpers import FixedSources, until
+    from test_setup_helpers import setup_dashboard as dashboard
+
+    from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
+    from zyquo_tui.dashboard.screens.datasets_screen import DatasetsScreen
+
+    alpaca = alpaca_rows()
+    alpaca[3]["output"] = ""  # converts, but has no answer to learn
+    cache_with_the_datasets_library("acme/tiny-alpaca", alpaca, tmp_path / "t.parquet")
+    app = dashboard(FixedSources)
+    async with app.run_test(size=(140, 40)) as pilot:
+        app.push_screen(DatasetsScreen())
+        await until(pilot, lambda: app.screen.datasets, "the list")
+        screen = app.screen
+        await pilot.press("o")
+        await until(pilot, lambda: isinstance(app.screen, TextPromptDialog), "the prompt")
+        app.screen.query_one("Input").value = "acme/tiny-alpaca"
+        await pilot.press("enter")
+        folder = Path(os.environ["ZYQUO_HOME"]) / "datasets" / "acme" / "tiny-alpaca"
+        await until(pilot, lambda: any(d.path == folder for d in screen.datasets),
+                    "the converted dataset")
+        table = screen.query_one("DataTable")
+        table.move_cursor(row=[d.path for d in screen.datasets].index(folder))
+        await until(pilot, lambda: screen.report is not None and screen.report.errors,
+                    "the report")
+        problems = str(screen.query_one("#problems").content)
+        assert "(from tiny-alpaca-train.arrow:row 4): 'completion' is empty" in problems
