@@ -346,3 +346,14 @@ async def test_the_datasets_screen_opens_a_cached_hugging_face_dataset_by_its_id
                     "the report")
         problems = str(screen.query_one("#problems").content)
         assert "(from tiny-alpaca-train.arrow:row 4): 'completion' is empty" in problems
+
+
+def test_splits_come_from_file_names_or_the_folder_that_holds_them():
+    from zyquo_tui.core.library.source_rows import split_of
+
+    named = {"data/train-00000-of-00001.parquet": "train",
+             "data/validation-00000-of-00001.parquet": "valid",
+             "acme___tiny/default/0.0.0/0123abcd/test-set-train.arrow": "train",
+             "default/test/0000.parquet": "test", "dev.jsonl": "valid",
+             "data/rows.parquet": None}
+    assert {name: split_of(Path(name)) for name in named} == named

@@ -48,7 +48,8 @@ def split_of(path: Path) -> str | None:
     for word in reversed(re.split(r"[-_.]", path.name.lower().removesuffix(path.suffix))):
         if word in SPLIT_WORDS:
             return SPLIT_WORDS[word]
-    return None
+    # The hub's parquet conversions name the folder instead: CONFIG/SPLIT/0000.parquet.
+    return SPLIT_WORDS.get(path.parent.name.lower())
 
 
 def source_files(source: Path) -> list[SourceFile]:
