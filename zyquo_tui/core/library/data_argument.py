@@ -4,7 +4,8 @@ as the dataset folder the trainer reads.
 A folder with train.jsonl is itself. Two more things are converted into the store on first use
 (core/library/dataset_conversion.py), so the trainer only ever reads mlx-lm's folders:
 
-- parquet files (one file, or a folder of them as the hub serves them), converted into
+- parquet files (one file, or a folder with some at most three levels down, as the hub serves
+  them), converted into
   $ZYQUO_HOME/datasets/converted/NAME-HASH (HASH from the source's path);
 - a Hugging Face dataset id (ORG/NAME) already in the local Hugging Face cache
   (core/library/hf_dataset_cache.py), converted into $ZYQUO_HOME/datasets/ORG/NAME.
@@ -64,10 +65,17 @@ def resolve_data(data: str, home: Path | None = None) -> str:
     return data
 
 
+# How deep parquet files are looked for: the hub's layouts go to CONFIG/SPLIT/0000.parquet,
+# and a folder given by mistake (a home folder) must not be searched whole.
+PARQUET_DEPTH = 3
+
+
 def _parquet_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path] if path.suffix == ".parquet" else []
-    return sorted(p for p in path.rglob("*.parquet")
+    found = [p for depth in range(PARQUET_DEPTH)
+             for p in path.glob("/".join(["*"] * depth + ["*.parquet"]))]
+    return sorted(p for p in found
                   if not any(part.startswith(".") for part in p.relative_to(path).parts))
 
 
