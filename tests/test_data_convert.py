@@ -142,6 +142,16 @@ def test_data_check_on_sharegpt_or_alpaca_suggests_the_convert_command(capsys):
     assert status == 0 and json.loads(out)["suggestion"] is None
 
 
+def test_data_check_on_a_parquet_file_suggests_the_convert_command(capsys, tmp_path):
+    source = tmp_path / "train-00000-of-00001.parquet"
+    write_parquet(rows(REPO / "sample_data" / "completions" / "train.jsonl"), source)
+    status, out, _ = cli(capsys, "data", "check", source)
+    assert status == 1
+    assert out.splitlines()[-1] == (
+        f"mlx-lm reads JSON Lines, not parquet: `zyquo-tui data convert {source} -o FOLDER` "
+        "writes its rows as a dataset folder (--data takes parquet as it is, and converts it).")
+
+
 def test_a_row_that_cannot_be_converted_is_named_at_its_line_and_nothing_is_written(
         capsys, tmp_path):
     source = tmp_path / "sharegpt.jsonl"

@@ -154,6 +154,10 @@ def cmd_check(args) -> int:
 def _convert_suggestion(path: Path) -> str | None:
     """The convert command, for rows written as ShareGPT or Alpaca (mlx-lm reads neither)."""
     file = path / "train.jsonl" if path.is_dir() else path
+    if file.suffix in (".parquet", ".arrow"):
+        return (f"mlx-lm reads JSON Lines, not {file.suffix[1:]}: `zyquo-tui data convert "
+                f"{path} -o FOLDER` writes its rows as a dataset folder (--data takes parquet "
+                "as it is, and converts it).")
     row = first_row(file) if file.is_file() else None
     shape = row_shape(row) if isinstance(row, dict) else None
     if shape is None or shape.kind not in (SHAREGPT, ALPACA):
