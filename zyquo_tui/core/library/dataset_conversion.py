@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import json
 import random
+import tempfile
+from array import array
 from collections.abc import Iterable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,10 +58,8 @@ class ConversionSummary:
                 "format": self.format, "rows": self.rows}
 
 
-@dataclass
-class _Row:
-    text: str  # the converted row, one JSON line
-    where: str  # where it came from
+# A row's split while converting: by its file's name, or none (pooled, then dealt).
+_SPLIT_CODES = {"train": 0, "valid": 1, "test": 2, None: 3}
 
 
 def convert_dataset(source: Path | str, folder: Path | str, *, target: str | None = None,
@@ -70,7 +71,8 @@ def convert_dataset(source: Path | str, folder: Path | str, *, target: str | Non
     already); `test_fraction` defaults to `valid_fraction`. `note` is kept in converted.json.
 
     UserError (exit 1) naming the first source row that cannot be converted, and how many
-    more; nothing is written then."""
+    more; nothing is written then. The rows pass through a staging file beside `folder`, so
+    memory holds one byte a row (its split), not the rows."""
     source, folder = Path(source).expanduser(), Path(folder).expanduser()
     if (folder / "train.jsonl").exists():
         raise UserError(f"{folder} already holds a dataset (train.jsonl): give a new or empty "
@@ -81,37 +83,50 @@ def convert_dataset(source: Path | str, folder: Path | str, *, target: str | Non
             raise UserError(f"{name} {value} must be at least 0 and below 0.5.")
     files = source_files(source)
     shape = _shape_of(files[0].path, prompt_feature, completion_feature)
-    by_split: dict[str | None, list[_Row]] = {}
-    failures: list[str] = []
-    for file in files:
-        rows = by_split.setdefault(file.split, [])
-        try:
-            for row, where in read_rows(file.path.absolute()):
+    parent = next((p for p in (folder.parent, *folder.parent.parents) if p.is_dir()), None)
+    with tempfile.TemporaryDirectory(prefix=".converting-", dir=parent) as staging:
+        rows_file, where_file = Path(staging) / "rows.jsonl", Path(staging) / "where.txt"
+        codes = array("b")
+        first_failure: str | None = None
+        failed = 0
+        with open(rows_file, "w", encoding="utf-8") as rows_out, \
+                open(where_file, "w", encoding="utf-8") as where_out:
+            for file in files:
+                code = _SPLIT_CODES[file.split]
                 try:
-                    if not isinstance(row, dict):
-                        raise RowNotConverted("a row must be a JSON object")
-                    converted = convert_row(row, shape, target, prompt_feature,
-                                            completion_feature)
-                except RowNotConverted as why:
-                    failures.append(f"{where}: {why}")
-                    continue
-                rows.append(_Row(json.dumps(converted, ensure_ascii=False), where))
-        except SourceRowError as error:
-            failures.append(str(error))
-    if failures:
-        more = len(failures) - 1
-        extra = f" ({more} more row{'s' * (more != 1)} cannot be converted)" if more else ""
-        raise UserError(f"{failures[0]}{extra}; fix the source, or name its columns with "
-                        "--prompt-feature and --completion-feature.", EXIT_PROBLEMS)
-    splits = _split(by_split, valid_fraction, test_fraction, seed)
-    if not splits["train"]:
-        raise UserError(f"{source} has no training rows: a dataset needs some in train.jsonl.",
-                        EXIT_PROBLEMS)
-    summary = ConversionSummary(folder, str(source.resolve()), shape.kind,
-                                target or shape.default_format)
-    _write(folder, splits, summary, {"valid_fraction": valid_fraction,
-                                     "test_fraction": test_fraction, "seed": seed,
-                                     **(note or {})})
+                    for row, where in read_rows(file.path.absolute()):
+                        try:
+                            if not isinstance(row, dict):
+                                raise RowNotConverted("a row must be a JSON object")
+                            converted = convert_row(row, shape, target, prompt_feature,
+                                                    completion_feature)
+                        except RowNotConverted as why:
+                            failed += 1  # the first is said, the others counted
+                            first_failure = first_failure or f"{where}: {why}"
+                            continue
+                        rows_out.write(json.dumps(converted, ensure_ascii=False) + "\n")
+                        where_out.write(where + "\n")
+                        codes.append(code)
+                except SourceRowError as error:
+                    failed += 1
+                    first_failure = first_failure or str(error)
+        if first_failure is not None:
+            more = failed - 1
+            extra = f" ({more} more row{'s' * (more != 1)} cannot be converted)" if more else ""
+            raise UserError(f"{first_failure}{extra}; fix the source, or name its columns with "
+                            "--prompt-feature and --completion-feature.", EXIT_PROBLEMS)
+        _deal(codes, valid_fraction, test_fraction, seed)
+        if _SPLIT_CODES["train"] not in codes:
+            raise UserError(f"{source} has no training rows: a dataset needs some in "
+                            "train.jsonl.", EXIT_PROBLEMS)
+        summary = ConversionSummary(folder, str(source.resolve()), shape.kind,
+                                    target or shape.default_format)
+        _write(folder, rows_file, where_file, codes, summary)
+    options = {"valid_fraction": valid_fraction, "test_fraction": test_fraction, "seed": seed,
+               **(note or {})}
+    (folder / CONVERTED_FILE).write_text(
+        json.dumps({key: value for key, value in {**summary.to_json(), **options}.items()
+                    if key != "folder"}, indent=2) + "\n", encoding="utf-8")
     return summary
 
 
@@ -133,45 +148,45 @@ def _shape_of(first_file: Path, prompt_feature: str | None,
     return shape
 
 
-def _split(by_split: dict[str | None, list[_Row]], valid_fraction: float, test_fraction: float,
-           seed: int) -> dict[str, list[_Row]]:
-    named = {split for split, rows in by_split.items() if split is not None and rows}
-    if named & {"valid", "test"}:
-        train = by_split.get("train", []) + by_split.get(None, [])
-        return {"train": train, "valid": by_split.get("valid", []),
-                "test": by_split.get("test", [])}
-    pool = [row for rows in by_split.values() for row in rows]
-    count = len(pool)
-    picked = random.Random(seed).sample(range(count), count)
-    held = {}
-    start = 0
-    for split, fraction in (("valid", valid_fraction), ("test", test_fraction)):
-        # At least one row when asked for some and there are rows enough to spare it.
-        size = max(round(count * fraction), 1 if fraction > 0 and count >= 3 else 0)
-        held[split] = sorted(picked[start:start + size])
-        start += size
-    taken = set(held["valid"]) | set(held["test"])
-    return {"train": [row for index, row in enumerate(pool) if index not in taken],
-            "valid": [pool[index] for index in held["valid"]],
-            "test": [pool[index] for index in held["test"]]}
+def _deal(codes: array, valid_fraction: float, test_fraction: float, seed: int) -> None:
+    """Give every row its split, in place: the source's own valid and test splits when it
+    names one (the other rows train), else held-out rows picked at random with `seed`."""
+    train, valid, test, unnamed = (_SPLIT_CODES[s] for s in ("train", "valid", "test", None))
+    if valid in codes or test in codes:
+        for index, code in enumerate(codes):
+            if code == unnamed:
+                codes[index] = train
+        return
+    count = len(codes)
+    sizes = [max(round(count * fraction), 1 if fraction > 0 and count >= 3 else 0)
+             for fraction in (valid_fraction, test_fraction)]  # one at least, when to spare
+    codes[:] = array("b", [train]) * count
+    held = random.Random(seed).sample(range(count), sum(sizes))
+    for index in held[:sizes[0]]:
+        codes[index] = valid
+    for index in held[sizes[0]:]:
+        codes[index] = test
 
 
-def _write(folder: Path, splits: dict[str, list[_Row]], summary: ConversionSummary,
-           options: dict[str, Any]) -> None:
+def _write(folder: Path, rows_file: Path, where_file: Path, codes: array,
+           summary: ConversionSummary) -> None:
+    """The staged rows into their split files, each in the source's order."""
     (folder / SOURCES_FOLDER).mkdir(parents=True, exist_ok=True)
-    for split in SPLITS:
-        rows = splits[split]
-        if not rows:
-            continue
-        (folder / f"{split}.jsonl").write_text("".join(f"{r.text}\n" for r in rows),
-                                               encoding="utf-8")
-        (folder / SOURCES_FOLDER / f"{split}.txt").write_text(
-            "".join(f"{r.where}\n" for r in rows), encoding="utf-8")
-        summary.rows[split] = len(rows)
-    (folder / CONVERTED_FILE).write_text(
-        json.dumps({key: value for key, value in {**summary.to_json(), **options}.items()
-                    if key != "folder"}, indent=2) + "\n",
-        encoding="utf-8")
+    present = [split for split in SPLITS if _SPLIT_CODES[split] in codes]
+    with ExitStack() as stack:
+        outputs = {}
+        for split in present:
+            outputs[_SPLIT_CODES[split]] = (
+                stack.enter_context(open(folder / f"{split}.jsonl", "w", encoding="utf-8")),
+                stack.enter_context(open(folder / SOURCES_FOLDER / f"{split}.txt", "w",
+                                         encoding="utf-8")))
+        with open(rows_file, encoding="utf-8") as rows_in, \
+                open(where_file, encoding="utf-8") as where_in:
+            for code, row, where in zip(codes, rows_in, where_in):
+                rows_out, where_out = outputs[code]
+                rows_out.write(row)
+                where_out.write(where)
+    summary.rows = {split: codes.count(_SPLIT_CODES[split]) for split in present}
 
 
 def row_sources(data_file: Path | str, lines: Iterable[int]) -> dict[int, str]:
