@@ -399,7 +399,7 @@ def test_check_json_lists_problems_format_and_rows(tmp_path, capsys):
         (False, "chat", {"train": 5, "valid": 8}, 4)
     assert data["problems"] == [{"file": str(folder / "train.jsonl"), "line": 4,
                                  "message": data["problems"][0]["message"],
-                                 "severity": "error"}]
+                                 "severity": "error", "source": None}]
     assert data["problems"][0]["message"].startswith("mixed formats")
     assert (data["errors"], data["warnings"], data["token_stats"]) == (1, 0, None)
 

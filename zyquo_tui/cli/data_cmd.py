@@ -1,11 +1,16 @@
 """`zyquo-tui data ...`: list datasets, and check one before a run starts.
 
     zyquo-tui data check PATH [--model MODEL] [--max-seq-length N] [--batch-size N] [--json]
+    zyquo-tui data convert SOURCE -o FOLDER [--format chat|completions]
+                           [--prompt-feature K --completion-feature K]
+                           [--valid-fraction F] [--test-fraction F] [--seed S] [--json]
     zyquo-tui data list [--json]
 
 `check` exits 0 when the data is valid (warnings allowed), 1 when it found problems or rows
 mlx-lm's LoRA trainer cannot train (preference rows), 2 for bad usage (a path or model that
-does not exist). JSON output is documented in docs/models-and-datasets.md (schema_version 1).
+does not exist). `convert` exits 0 when it wrote the folder, 1 when a source row cannot be
+converted (the first one named at FILE:LINE or FILE:row N; nothing written), 2 for bad usage.
+JSON output is documented in docs/models-and-datasets.md (schema_version 1).
 """
 
 from __future__ import annotations
@@ -16,6 +21,12 @@ from typing import Any
 
 from zyquo_tui.cli.output import fmt_bytes, print_json, print_table
 from zyquo_tui.core.errors import EXIT_OK, EXIT_PROBLEMS, UserError
+from zyquo_tui.core.library.dataset_conversion import (
+    DEFAULT_SEED,
+    DEFAULT_VALID_FRACTION,
+    convert_dataset,
+    row_sources,
+)
 from zyquo_tui.core.library.dataset_files import MAX_PROBLEMS_LISTED
 from zyquo_tui.core.library.datasets import (
     DEFAULT_BATCH_SIZE,
@@ -24,6 +35,8 @@ from zyquo_tui.core.library.datasets import (
     validate_dataset,
 )
 from zyquo_tui.core.library.models import resolve_model
+from zyquo_tui.core.library.row_conversion import ALPACA, SHAREGPT, TARGET_FORMATS, row_shape
+from zyquo_tui.core.library.source_rows import first_row
 from zyquo_tui.core.library.rows import DatasetProblem, objectives_for, training_refusal
 from zyquo_tui.core.library.token_stats import (
     DEFAULT_MAX_SEQ_LENGTH,
@@ -45,6 +58,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < 0.5:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 0 and below 0.5")
+    return value
+
+
 def register(subparsers) -> None:
     data = subparsers.add_parser("data", help="list datasets and check one before a run")
     sub = data.add_subparsers(dest="data_command", metavar="ACTION", parser_class=type(data))
@@ -60,6 +83,27 @@ def register(subparsers) -> None:
                    help=f"the run's batch size (default {DEFAULT_BATCH_SIZE}, mlx-lm's)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=cmd_check)
+
+    p = sub.add_parser("convert", help="turn ShareGPT, Alpaca, renamed columns or parquet "
+                                       "into a folder mlx-lm reads")
+    p.add_argument("source", type=Path, help="a .jsonl, .json or .parquet file, or a folder "
+                                             "of them (as the Hugging Face hub serves them)")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="FOLDER",
+                   help="the dataset folder to write (train, valid, test.jsonl)")
+    p.add_argument("--format", choices=TARGET_FORMATS, default=None,
+                   help="the rows to write (default: chat for ShareGPT, completions for "
+                        "Alpaca and renamed columns, mlx-lm rows as they are)")
+    p.add_argument("--prompt-feature", metavar="K", help="the column holding the prompt")
+    p.add_argument("--completion-feature", metavar="K", help="the column holding the answer")
+    p.add_argument("--valid-fraction", type=_fraction, default=DEFAULT_VALID_FRACTION,
+                   metavar="F", help=f"rows held out for valid.jsonl when the source has no "
+                                     f"split of its own (default {DEFAULT_VALID_FRACTION})")
+    p.add_argument("--test-fraction", type=_fraction, default=None, metavar="F",
+                   help="rows held out for test.jsonl (default: the valid fraction)")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                   help=f"the seed of the held-out rows' choice (default {DEFAULT_SEED})")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=cmd_convert)
 
     p = sub.add_parser("list", help="datasets in $ZYQUO_HOME/datasets and the samples")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -90,14 +134,56 @@ def cmd_check(args) -> int:
                 stats = measure_tokens(path, model_path, max_seq_length)
             except TokenStatsFailed as failure:
                 # The model cannot tokenize this data: a problem found, like a bad row.
+                source = (row_sources(failure.file, [failure.line]).get(failure.line)
+                          if failure.file and failure.line else None)
                 report.folder_problems.append(
-                    DatasetProblem(failure.file or str(model_path), failure.line, failure.message))
+                    DatasetProblem(failure.file or str(model_path), failure.line,
+                                   failure.message, source=source))
 
+    suggestion = _convert_suggestion(path)
     if args.json:
-        print_json(_check_json(report, args.batch_size, stats, skipped))
+        print_json({**_check_json(report, args.batch_size, stats, skipped),
+                    "suggestion": suggestion})
     else:
         _print_check(report, stats, skipped)
+        if suggestion:
+            print(suggestion)
     return EXIT_OK if report.ok and not training_refusal(report.format) else EXIT_PROBLEMS
+
+
+def _convert_suggestion(path: Path) -> str | None:
+    """The convert command, for rows written as ShareGPT or Alpaca (mlx-lm reads neither)."""
+    file = path / "train.jsonl" if path.is_dir() else path
+    if file.suffix in (".parquet", ".arrow"):
+        return (f"mlx-lm reads JSON Lines, not {file.suffix[1:]}: `zyquo-tui data convert "
+                f"{path} -o FOLDER` writes its rows as a dataset folder (--data takes parquet "
+                "as it is, and converts it).")
+    row = first_row(file) if file.is_file() else None
+    shape = row_shape(row) if isinstance(row, dict) else None
+    if shape is None or shape.kind not in (SHAREGPT, ALPACA):
+        return None
+    return (f"These are {shape.kind} rows, which mlx-lm does not read: `zyquo-tui data "
+            f"convert {path} -o FOLDER` writes them as {shape.default_format} rows.")
+
+
+def cmd_convert(args) -> int:
+    if not args.source.exists():
+        raise UserError(f"{args.source} does not exist: give a .jsonl, .json or .parquet file, "
+                        "or a folder of them.")
+    summary = convert_dataset(args.source, args.output, target=args.format,
+                              prompt_feature=args.prompt_feature,
+                              completion_feature=args.completion_feature,
+                              valid_fraction=args.valid_fraction,
+                              test_fraction=args.test_fraction, seed=args.seed)
+    if args.json:
+        print_json({"schema_version": SCHEMA_VERSION, **summary.to_json()})
+        return EXIT_OK
+    rows = ", ".join(f"{split} {count} rows" for split, count in summary.rows.items())
+    written = summary.format or "mlx-lm"
+    print(f"{summary.folder}: {summary.shape} rows written as {written} rows; {rows}")
+    print(f"where each row came from: {summary.folder / 'sources'} (`data check` and runs "
+          "name it beside a problem)")
+    return EXIT_OK
 
 
 def _check_json(report: DatasetReport, batch_size: int, stats: TokenStats | None,

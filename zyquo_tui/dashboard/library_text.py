@@ -50,7 +50,10 @@ def dataset_label(info: DatasetInfo) -> str:
 
 def problem_where(problem) -> str:
     where = basename(problem.file)
-    return f"{where}:{problem.line}" if problem.line is not None else where
+    where = f"{where}:{problem.line}" if problem.line is not None else where
+    if getattr(problem, "source", None):  # a converted row: the row it came from, by its file's name
+        where += f" (from {basename(problem.source)})"
+    return where
 
 
 def dataset_summary(report: DatasetReport) -> Text:

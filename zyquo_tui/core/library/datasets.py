@@ -17,12 +17,14 @@ count of the rest.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zyquo_tui.core.library.dataset_conversion import row_sources
 from zyquo_tui.core.library.dataset_files import FileReport, RowHashes, validate_file
 from zyquo_tui.core.library.folder_search import find_folders
 from zyquo_tui.core.library.parallel_validation import (
@@ -148,7 +150,19 @@ def validate_dataset(path: Path | str, batch_size: int = DEFAULT_BATCH_SIZE,
                                                 progress_of(split))
     if path.is_dir():
         _check_folder(report, path, batch_size, hashes)
+    _name_sources(report)
     return report
+
+
+def _name_sources(report: DatasetReport) -> None:
+    """Add to each problem at a line of a converted file the source row it came from."""
+    for file_report in report.files.values():
+        lines = [p.line for p in file_report.problems if p.line is not None]
+        sources = row_sources(file_report.path, lines)
+        if sources:
+            file_report.problems = [
+                dataclasses.replace(p, source=sources[p.line]) if p.line in sources else p
+                for p in file_report.problems]
 
 
 def _check_folder(report: DatasetReport, path: Path, batch_size: int,

@@ -79,15 +79,19 @@ class DatasetProblem:
     line: int | None
     message: str
     severity: Severity = ERROR
+    # Where a converted row came from (`data convert`'s record: FILE:LINE or FILE:row N).
+    source: str | None = None
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        if self.source:
+            where += f" (from {self.source})"
         prefix = "warning: " if self.severity == WARNING else ""
         return f"{where}: {prefix}{self.message}"
 
     def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "message": self.message,
-                "severity": self.severity}
+                "severity": self.severity, "source": self.source}
 
 
 def row_format(row: dict[str, Any]) -> str | None:

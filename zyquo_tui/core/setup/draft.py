@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zyquo_tui.core.errors import UserError
+from zyquo_tui.core.library.data_argument import resolve_data
 from zyquo_tui.core.library.rows import objectives_for, training_refusal
 from zyquo_tui.core.library.run_checks import (
     DataTraits,
@@ -169,7 +170,8 @@ class RunDraft:
                      hyperparameters: Hyperparameters | None = None,
                      chosen: frozenset[str] | set[str] = frozenset()) -> "RunDraft":
         """A draft from what a person chose: a model (a folder, or a name `zyquo-tui models`
-        lists; UserError when there is none), a dataset folder, a method, settings by key
+        lists; UserError when there is none), a dataset (a folder, parquet files or a cached
+        Hugging Face id: `resolve_data`), a method, settings by key
         (SETTINGS' keys, and mlx-lm's nested ones whole) over `hyperparameters`, and a name.
 
         `model_info` and `data_traits` pass what the caller already read (the form has both);
@@ -206,6 +208,10 @@ class RunDraft:
         elif model:
             base = Base.from_info(resolve_model(str(model)))
             model_path = base.path
+        if data:
+            # Parquet and cached Hugging Face datasets become a folder in the store here, the
+            # one place every door's dataset argument passes (core/library/data_argument.py).
+            data = resolve_data(str(data))
         if data_traits is None and data:
             data_traits = DataTraits.read(data)
         draft = cls(model_path=model_path, base=base,

@@ -28,6 +28,7 @@ from textual.worker import get_current_worker
 
 from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.formatting import DASH, fmt_bytes
+from zyquo_tui.core.library.data_argument import resolve_data
 from zyquo_tui.core.library.datasets import DatasetInfo, DatasetReport
 from zyquo_tui.core.library.models import ModelInfo
 from zyquo_tui.core.library.rows import PREFERENCE
@@ -382,15 +383,30 @@ class DatasetsScreen(ZyquoScreen):
 
     def action_open_folder(self) -> None:
         def chosen(path: str | None) -> None:
-            if not path:
-                return
-            folder = Path(path).expanduser()
-            if not (folder / "train.jsonl").is_file():
-                self.notify(f"{folder} has no train.jsonl, so it is not a dataset folder.",
-                            title="Open folder", severity="error")
-                return
-            self.extra.append(str(folder.resolve()))
-            self.rescan()
+            if path and path.strip():
+                self.run_worker(lambda: self._open(path.strip()), thread=True, group="open",
+                                exclusive=True, exit_on_error=False, name="open a dataset")
         self.app.push_screen(TextPromptDialog(
-            "Check this dataset folder", "A folder with train.jsonl (and valid.jsonl, "
-            "test.jsonl).", str(Path.cwd()) + "/"), chosen)
+            "Check this dataset", "A folder with train.jsonl (and valid.jsonl, test.jsonl), "
+            "parquet files, or a Hugging Face dataset id in the local cache (converted into "
+            "the store).", str(Path.cwd()) + "/"), chosen)
+
+    def _open(self, path: str) -> None:
+        """In a worker: what `path` names as a dataset folder (parquet files and a cached
+        Hugging Face id are converted, as a run's --data is), added to the list."""
+        try:
+            folder = Path(resolve_data(path)).expanduser()
+        except UserError as error:
+            self.app.call_from_thread(self.notify, error.message, title="Open dataset",
+                                      severity="error")
+            return
+        if not (folder / "train.jsonl").is_file():
+            self.app.call_from_thread(
+                self.notify, f"{folder} has no train.jsonl, so it is not a dataset folder.",
+                title="Open dataset", severity="error")
+            return
+        self.app.call_from_thread(self._opened, str(folder.resolve()))
+
+    def _opened(self, folder: str) -> None:
+        self.extra.append(folder)
+        self.rescan()
