@@ -50,9 +50,10 @@ window.zyquoScreen = () => {
   return lines.join("\\n");
 };
 // Resolves with the moment (performance.now(): ms since the page's navigation began) the
-// screen first shows `text`, checked now and after every write the terminal parses; null after
-// `timeout` ms. The interval only waits for the terminal to exist.
-window.zyquoWhenShown = (text, timeout) => new Promise((resolve) => {
+// screen first shows `text` (or, with `gone`, first no longer shows it), checked now and after
+// every write the terminal parses; null after `timeout` ms. The interval only waits for the
+// terminal to exist.
+window.zyquoWhenShown = (text, timeout, gone) => new Promise((resolve) => {
   const started = performance.now();
   let listener = null, done = false;
   const finish = (value) => {
@@ -62,7 +63,9 @@ window.zyquoWhenShown = (text, timeout) => new Promise((resolve) => {
     if (listener) listener.dispose();
     resolve(value);
   };
-  const check = () => { if (window.zyquoScreen().includes(text)) finish(performance.now()); };
+  const check = () => {
+    if (window.zyquoScreen().includes(text) !== Boolean(gone)) finish(performance.now());
+  };
   const poll = setInterval(() => {
     if (!listener && window.zyquoTerminal) {
       listener = window.zyquoTerminal.onWriteParsed(check);
@@ -174,13 +177,14 @@ def when_shown(page, text: str, timeout_ms: float = 60_000) -> float | None:
                          [text, timeout_ms])
 
 
-def key_latency(page, key: str, text: str, timeout_ms: float = 30_000) -> float | None:
-    """Milliseconds from the page receiving `key` to its terminal showing `text`; None if it
-    does not within `timeout_ms`."""
-    if text in screen_text(page):
-        raise ValueError(f"{text!r} is on the screen before {key} is pressed")
-    page.evaluate("([text, timeout]) => { window.zyquoAwaited = "
-                  "window.zyquoWhenShown(text, timeout); }", [text, timeout_ms])
+def key_latency(page, key: str, text: str, timeout_ms: float = 30_000,
+                gone: bool = False) -> float | None:
+    """Milliseconds from the page receiving `key` to its terminal showing `text` (with `gone`:
+    to `text` leaving it); None if that does not happen within `timeout_ms`."""
+    if (text in screen_text(page)) != gone:
+        raise ValueError(f"{text!r} is {'not ' if gone else ''}on the screen before {key}")
+    page.evaluate("([text, timeout, gone]) => { window.zyquoAwaited = "
+                  "window.zyquoWhenShown(text, timeout, gone); }", [text, timeout_ms, gone])
     page.keyboard.press(key)
     shown = page.evaluate("window.zyquoAwaited")
     return None if shown is None else shown - page.evaluate("window.zyquoKeyAt")
