@@ -89,3 +89,15 @@ def test_a_bad_address_is_one_sentence_and_exit_2(argv, says):
     assert done.returncode == 2 and done.stdout == ""
     [sentence] = done.stderr.splitlines()
     assert says in sentence
+
+
+def test_the_page_address_is_one_a_browser_can_open():
+    # The page's websocket goes to this address: a wildcard host cannot be dialled, so the
+    # machine's name stands in; an IPv6 literal needs its brackets in a URL.
+    from zyquo_tui.cli.web_cmd import page_url
+
+    assert page_url("127.0.0.1", 8000) == "http://127.0.0.1:8000"
+    assert page_url("::1", 8080) == "http://[::1]:8080"
+    assert page_url("0.0.0.0", 8000) == f"http://{socket.gethostname()}:8000"
+    assert page_url("::", 8000) == f"http://{socket.gethostname()}:8000"
+    assert page_url("mini.local", 8000) == "http://mini.local:8000"
