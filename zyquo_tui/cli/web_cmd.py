@@ -76,7 +76,7 @@ def cmd_web(args) -> int:
         from textual_serve.server import Server
     except ImportError:
         raise UserError("`zyquo-tui web` needs textual-serve, which is not installed here: "
-                        f"run {shlex.quote(sys.executable)} -m pip install 'zyquo-tui[web]'.")
+                        f"run {shlex.quote(sys.executable)} -m pip install 'zyquo-tui[web]'.") from None
     check_can_listen(args.host, args.port)
     url = page_url(args.host, args.port)
 
