@@ -20,6 +20,7 @@ from helpers import losses_by_iteration, make_run
 from zyquo_tui.core.events.protocol import PREFERENCE_METRICS, read_events
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.runs.settings import SETTINGS
+from zyquo_tui.core.store.store import RunStore
 
 PREFERENCE = SAMPLE_DATA / "preference"
 
@@ -34,11 +35,16 @@ def events_of(store, run) -> list[dict]:
     return read_events(store.run_dir(run.id) / "events.jsonl")
 
 
-def test_runs_new_refuses_an_objective_the_data_cannot_train(models):
-    sft = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data", str(PREFERENCE))
+def test_runs_new_refuses_an_objective_the_data_cannot_train(models, isolated_home):
+    sft = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data", str(PREFERENCE),
+                    "--objective", "sft")
     assert sft.returncode == 2
     assert "train the dpo or orpo objective, not sft; choose --objective dpo or orpo" in \
         sft.stderr
+    # No objective given: the data's (dpo), as the form and `plan` take it.
+    chosen = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data", str(PREFERENCE))
+    assert chosen.returncode == 0, chosen.stderr
+    assert RunStore().get(chosen.stdout.strip()).objective == "dpo"
     dpo = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data",
                     str(SAMPLE_DATA / "completions"), "--objective", "dpo")
     assert dpo.returncode == 2 and "needs preference rows" in dpo.stderr

@@ -44,6 +44,16 @@ def check_model_folder(run: Run) -> dict[str, Any]:
     return config
 
 
+def import_training_libraries() -> None:
+    """Import what training will: mlx-lm with its tuner (which imports wandb and swanlab when
+    they are installed, tens of MiB), so that a footprint taken after this is the
+    interpreter's and the libraries', and none of it is counted as training's."""
+    import mlx_lm  # noqa: F401
+    import mlx_lm.tuner.datasets  # noqa: F401
+    import mlx_lm.tuner.trainer  # noqa: F401
+    import mlx_lm.tuner.utils  # noqa: F401
+
+
 def load_model(run: Run):
     """(model, tokenizer) with mlx_lm.load; unknown architectures fail as config errors."""
     check_model_folder(run)

@@ -143,7 +143,7 @@ def _measure(spec: dict[str, Any]) -> dict[str, Any]:
     if errors:
         raise fail("config", errors[0].sentence)
     started = time.perf_counter()
-    import mlx_lm  # noqa: F401  (the libraries first: the footprint before the model is not training's)
+    loading.import_training_libraries()  # the footprint before the model is not training's
 
     start_rss = resident_bytes()
     model, tokenizer = loading.load_model(run)

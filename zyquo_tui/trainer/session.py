@@ -318,7 +318,9 @@ class TrainingSession:
         loading.check_model_folder(run)  # fail fast, before mlx is imported
         for problem in loading.check_dataset(run):
             self._warn("dataset", str(problem), file=problem.file, line=problem.line)
-        import mlx_lm  # the libraries first: the footprint before the model is not training's
+        import mlx_lm
+
+        loading.import_training_libraries()  # the footprint before the model is not training's
 
         start_rss = resident_bytes()
         if start_rss is not None:
