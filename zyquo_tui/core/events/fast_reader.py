@@ -185,6 +185,10 @@ def _converted(texts: list[bytes], convert) -> Iterable[float | int]:
     A long run repeats some figures for thousands of reports (a constant learning rate, a
     peak memory that stopped growing); a number's conversion costs several times a lookup.
     """
+    # A look at the first few first, so that a column of distinct figures (the loss) costs
+    # no set of all its texts.
+    if len(set(texts[:64])) > 16:
+        return map(convert, texts)
     distinct = set(texts)
     if len(distinct) * 4 > len(texts):
         return map(convert, texts)
