@@ -83,9 +83,10 @@ def test_reading_a_history_holds_few_bytes_per_event(tmp_path, with_resident_pea
     assert len(history.metrics.series["train_loss"]) > 0.9 * EVENTS
     assert len(history.metrics.series["peak_rss_bytes"]) == \
         (history.metrics.step if with_resident_peak else 0)
-    print(f"held {held / EVENTS:.0f} bytes per event, peak {peak / EVENTS:.0f}")
-    assert held / EVENTS < HELD_BYTES_PER_EVENT
-    assert peak / EVENTS < PEAK_BYTES_PER_EVENT
+    assert held / EVENTS < HELD_BYTES_PER_EVENT, \
+        f"the metrics hold {held / EVENTS:.0f} bytes per event"
+    assert peak / EVENTS < PEAK_BYTES_PER_EVENT, \
+        f"reading the history held {peak / EVENTS:.0f} bytes per event at its peak"
 
 
 def test_events_that_arrive_live_add_few_bytes_each(tmp_path):
@@ -100,8 +101,8 @@ def test_events_that_arrive_live_add_few_bytes_each(tmp_path):
     # elapsed_seconds counts to now while a run is on
     assert {**metrics.summary(), "elapsed_seconds": None} == \
         {**_ingested(RunMetrics(), events).summary(), "elapsed_seconds": None}
-    print(f"held {held / EVENTS:.0f} bytes per event")
-    assert held / EVENTS < HELD_BYTES_PER_EVENT
+    assert held / EVENTS < HELD_BYTES_PER_EVENT, \
+        f"the metrics hold {held / EVENTS:.0f} bytes per event"
 
 
 def _ingested(metrics: RunMetrics, events: list[dict]) -> RunMetrics:
