@@ -130,7 +130,8 @@ def fast_events(piece: bytes) -> tuple[list[dict], list[dict]]:
     assert parsed.events is None, "the writer's lines took the careful way"
     columns = parsed.columns
     trains = [{"v": ev.PROTOCOL_VERSION, "type": ev.TRAIN,
-               **{name: columns[name][i] for name in TRAIN_LINE_FIELDS}}
+               **{name: columns[name][i] if name in columns else None
+                  for name in TRAIN_LINE_FIELDS}}
               for i in range(parsed.train_count)]
     return trains, parsed.others
 
@@ -211,6 +212,68 @@ def test_the_fast_reader_falls_back_on_lines_in_another_shape(tmp_path, odd):
     expected = RunMetrics()
     expected.ingest(tolerant)
     assert_same_metrics(load_history(path).metrics, expected)
+
+
+def without(fields: dict, name: str) -> dict:
+    return {k: v for k, v in fields.items() if k != name}
+
+
+def test_train_lines_without_an_optional_field_take_the_fast_way(tmp_path):
+    """Runs written before the trainer recorded its resident peak (or where it cannot be read)
+    have train lines without peak_rss_bytes: they are read as columns all the same."""
+    path = tmp_path / "events.jsonl"
+    writer = ev.EventWriter(path)
+    try:
+        writer.write(ev.STARTED, **every_field(ev.STARTED))
+        for step in range(1, 6):
+            writer.write(ev.TRAIN, **without(train_fields(step), "peak_rss_bytes"))
+        writer.write(ev.VAL, iteration=5, val_loss=1.0, val_time=0.1)
+    finally:
+        writer.close()
+    tolerant = ev.read_events(path)
+
+    trains, others = fast_events(path.read_bytes())
+
+    assert trains == [{**e, "peak_rss_bytes": None} for e in tolerant if e["type"] == ev.TRAIN]
+    assert others == [e for e in tolerant if e["type"] != ev.TRAIN]
+    expected = RunMetrics()
+    expected.ingest(tolerant)
+    assert len(expected.series["peak_rss_bytes"]) == 0
+    assert_same_metrics(load_history(path).metrics, expected)
+
+
+def test_lines_with_and_without_an_optional_field_are_each_read_as_written(tmp_path):
+    path = tmp_path / "events.jsonl"
+    writer = ev.EventWriter(path)
+    try:
+        writer.write(ev.STARTED, **every_field(ev.STARTED))
+        for step in range(1, 7):
+            fields = train_fields(step)
+            writer.write(ev.TRAIN, **(fields if step % 2 else without(fields, "peak_rss_bytes")))
+    finally:
+        writer.close()
+    tolerant = ev.read_events(path)
+
+    assert full_reader().read(path.read_bytes()).events == tolerant
+    expected = RunMetrics()
+    expected.ingest(tolerant)
+    assert expected.series["peak_rss_bytes"].steps == [1, 3, 5]
+    assert_same_metrics(load_history(path).metrics, expected)
+
+
+@pytest.mark.parametrize("piece_bytes", [100, 4096, 50_000])
+def test_a_history_read_in_small_pieces_equals_one_read_whole(tmp_path, piece_bytes):
+    """Pieces are cut at line ends and before each `started` line, whatever their size (a
+    line longer than a piece included)."""
+    path = tmp_path / "events.jsonl"
+    resumed_stream(path)
+    expected = RunMetrics()
+    expected.ingest(ev.read_events(path))
+
+    pieces = load_history(path, recent=40, piece_bytes=piece_bytes)
+
+    assert_same_metrics(pieces.metrics, expected)
+    assert pieces.recent == load_history(path, recent=40).recent
 
 
 @pytest.mark.parametrize("odd", [
