@@ -3,7 +3,7 @@
 A run can have 100,000 events and more. The train lines are read as typed columns by the fast
 reader (core.events.fast_reader) and appended to the series whole, the series are kept as
 typed arrays (16 bytes a point instead of about 60), and the result is exactly what
-`RunMetrics.ingest` makes of the same events (tests/test_metrics.py checks this). A long file
+`RunMetrics.ingest` makes of the same events (tests/unit/test_metrics.py checks this). A long file
 can be parsed on worker processes (core.system.file_workers), leaving the caller's thread,
 and its Python lock, to the rest of the program.
 """
