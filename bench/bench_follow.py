@@ -2,7 +2,7 @@
 
 Targets: catch-up under 1 s; an idle follow under 1% of one core.
 
-    python bench/bench_follow.py [--events 100000] [--repeat 5] [--idle-seconds 10]
+    python bench/bench_follow.py [--events 100000] [--repeat 5] [--idle-seconds 10] [--targets]
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from zyquo_tui.core.processes.supervisor import Supervisor  # noqa: E402
 from zyquo_tui.core.runs.run import Run, RunState  # noqa: E402
 from zyquo_tui.core.store.store import RunStore  # noqa: E402
 from zyquo_tui.core.system.liveness import identity  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from targets import Target, print_targets  # noqa: E402
 
 
 def write_events(path: Path, count: int) -> None:
@@ -89,6 +92,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--targets", action="store_true",
+                        help="add the line of targets bench/check_targets.py reads")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(Path(tmp)).ensure()
@@ -108,6 +113,15 @@ def main() -> None:
           f"{min(totals):>8.3f} {'< 1':>8}")
     print(f"{f'idle follow, CPU share of one core over {args.idle_seconds:.0f} s':<52} "
           f"{share * 100:>8.2f}% {'':>8} {'< 1%':>8}")
+    if args.targets:
+        print_targets([
+            Target(f"follow: catch up on {args.events:,} events and build the metrics",
+                   statistics.median(totals), 1.0, "s",
+                   detail=f"median of {args.repeat}; reading alone "
+                          f"{statistics.median(reads):.2f} s"),
+            Target(f"follow: idle, CPU over {args.idle_seconds:.0f} s", share * 100, 1.0, "%",
+                   detail="of one core"),
+        ])
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Target: under 0.5 s. Prints the median of several runs, in-process (RunStore.list) and for the
 whole command (a fresh Python process, as a user or a script runs it).
 
-    python bench/bench_runs_list.py [--runs 10000] [--repeat 5]
+    python bench/bench_runs_list.py [--runs 10000] [--repeat 5] [--targets]
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ from zyquo_tui.core.store.atomic import write_json_atomic  # noqa: E402
 from zyquo_tui.core.store.index import INDEX_FILE, listing_rows  # noqa: E402
 from zyquo_tui.core.store.store import RunStore  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from targets import Target, print_targets  # noqa: E402
+
 
 def make_store(home: Path, count: int) -> None:
     store = RunStore(home).ensure()
@@ -44,6 +47,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--targets", action="store_true",
+                        help="add the line of targets bench/check_targets.py reads")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
@@ -75,6 +80,10 @@ def main() -> None:
             print(f"{label:<42} {statistics.median(times):>9.3f} {min(times):>7.3f} {'':>7}")
         print(f"{'zyquo-tui runs list --json (whole command)':<42} "
               f"{statistics.median(command):>9.3f} {min(command):>7.3f} {'< 0.5':>7}")
+        if args.targets:
+            print_targets([Target(f"zyquo-tui runs list --json, {args.runs:,} runs",
+                                   statistics.median(command), 0.5, "s",
+                                   detail=f"median of {args.repeat}")])
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ offline) with varied names, in $ZYQUO_HOME/models of a temporary home; the MLX p
 once before timing (as on any machine after the first launch). Headless means no terminal
 output is written; layout, rendering, the compositor and workers run as in a terminal.
 
-    python bench/bench_setup.py [--models 50] [--presses 120]
+    python bench/bench_setup.py [--models 50] [--presses 120] [--targets]
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ from zyquo_tui.dashboard.app import ZyquoApp  # noqa: E402
 from zyquo_tui.dashboard.notify import NotificationSettings  # noqa: E402
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen  # noqa: E402
 from zyquo_tui.resources import sample_data_dir  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from targets import Target, print_targets  # noqa: E402
 
 QUIET = NotificationSettings(desktop="off", bell=False)
 SIZE = (120, 40)
@@ -184,6 +187,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", type=int, default=50)
     parser.add_argument("--presses", type=int, default=120)
+    parser.add_argument("--targets", action="store_true",
+                        help="add the line of targets bench/check_targets.py reads")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="zyquo-bench-setup-") as scratch:
         home = Path(scratch) / "home"
@@ -213,6 +218,10 @@ def main() -> int:
     print(f"verdicts seen while typing: {', '.join(result['verdicts'])}")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"load average (1 min) of this machine: {load:.2f} on {os.cpu_count()} cores")
+    if args.targets:
+        print_targets([Target(f"setup: {label.strip()}", percentile(values, 0.99) * 1000,
+                              target * 1000, "ms", detail="p99")
+                       for label, values, target in rows[:3]])
     return 0
 
 

@@ -5,7 +5,7 @@
 - SIGTERM to a training run of the sample model: it finishes the step, saves a checkpoint and
   exits (target: under 10 s here).
 - A second signal while the first one waits on a long step: it exits at once (target: under
-  2 s). tests/test_trainer.py checks both behaviours without timing them.
+  2 s). tests/functional/test_trainer.py checks both behaviours without timing them.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ widths, depths, vocabularies, head counts and quantization, and training configs
 config is measured with `python -m zyquo_tui.trainer.measure`: real mlx-lm training, a few
 steps, `mx.get_peak_memory()`, one process at a time. The models' config.json and tensor tables
 are stored beside the measurements (models.json), so the estimate can be checked against them
-without building a model (tests/test_memory.py does so).
+without building a model (tests/unit/test_memory.py does so).
 
 Measurements take minutes on a CPU; keep new models small (quantized ones smaller still).
 """
@@ -334,7 +334,7 @@ def fit_rows(matrix: dict, stored: dict, models: dict) -> list[Row]:
 
 class Table:
     """The rows' quantities as arrays, for evaluating estimate.combine on all rows at once
-    (the held-out procedure fits thousands of times; tests/test_memory.py checks that this
+    (the held-out procedure fits thousands of times; tests/unit/test_memory.py checks that this
     agrees with combine)."""
 
     def __init__(self, rows: list[Row]) -> None:

@@ -18,6 +18,13 @@ from zyquo_tui.trainer.step_hold import HELD_FILE, HOLD_STEP_ENV, RELEASE_FILE
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_DATA = REPO / "sample_data"
+# The tiers share helpers by module name (`from test_memory import write_model`): each tier's
+# folder is importable whichever tier is run (README: Development).
+TIERS = ("unit", "functional", "dashboard")
+UNIT_TIER = Path(__file__).parent / "unit"
+for _tier in TIERS:
+    if str(Path(__file__).parent / _tier) not in sys.path:
+        sys.path.insert(0, str(Path(__file__).parent / _tier))
 
 
 @pytest.fixture(scope="session")
@@ -30,16 +37,31 @@ def machine_probe(tmp_path_factory) -> Path:
     return home / PROBE_CACHE_FILE
 
 
+def recorded_probe(home: Path) -> None:
+    """A Linux machine's MLX probe as its cache keeps it (tests/data/linux), keyed to this
+    interpreter: the unit tier runs no probe (no subprocess) and judges a fixed machine."""
+    from zyquo_tui.core.memory.budget import PROBE_CACHE_FILE, _cache_key
+
+    probe = json.loads((Path(__file__).parent / "data" / "linux" / "mlx_probe.json").read_text())
+    (home / PROBE_CACHE_FILE).write_text(json.dumps({"key": _cache_key(), "probed_at": 0,
+                                                     "probe": probe}))
+
+
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path, monkeypatch, machine_probe) -> Path:
+def isolated_home(tmp_path, monkeypatch, request) -> Path:
     """Every test gets its own $ZYQUO_HOME; the user's own store is never touched.
 
-    The machine probe's cache is copied in, as a second run on the same machine would find it.
+    The machine probe's cache is copied in, as a second run on the same machine would find it
+    (a recorded one for the unit tier, which starts no process).
     """
     home = tmp_path / "zyquo-home"
     home.mkdir(mode=0o700)
-    if machine_probe.exists():
-        shutil.copy(machine_probe, home / machine_probe.name)
+    if UNIT_TIER in request.node.path.parents:
+        recorded_probe(home)
+    else:
+        machine_probe = request.getfixturevalue("machine_probe")
+        if machine_probe.exists():
+            shutil.copy(machine_probe, home / machine_probe.name)
     monkeypatch.setenv("ZYQUO_HOME", str(home))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "no-hf-cache"))
     monkeypatch.setenv("NO_COLOR", "1")

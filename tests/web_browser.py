@@ -1,7 +1,7 @@
 """`zyquo-tui web` as a person meets it: the server started from the venv without the venv on
 PATH, and the page in a real headless chromium (Debian's), driven by Playwright.
 
-Used by tests/test_web.py and bench/bench_web.py.
+Used by tests/functional/test_web.py and bench/bench_web.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Training never runs inside this process: trainers live in detached runner processes, so the
 dashboard can quit, crash or lose its SSH session while they go on, and the next dashboard
-finds everything in the store. Nothing here imports mlx (tests/test_dashboard_units.py checks).
+finds everything in the store. Nothing here imports mlx (tests/unit/test_dashboard_units.py checks).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from zyquo_tui.core.events import history as event_history
 from zyquo_tui.core.events import protocol as ev
 from zyquo_tui.core.events.history import History, new_metrics
 from zyquo_tui.core.events.metrics import Series
+from zyquo_tui.core.system.freed_memory import release_freed_memory
 
 DISPLAY_BUCKETS = 1024
 RECENT_EVENTS = 40
@@ -64,7 +65,11 @@ def load_history(path: Path, parallel: bool = False) -> HistoryLoad:
         history = event_history.load_history_parallel(path, RECENT_EVENTS)
     else:
         history = event_history.load_history(path, RECENT_EVENTS)
-    return HistoryLoad(history)
+    loaded = HistoryLoad(history)
+    # Reading the file allocated and freed several times what the metrics keep: give those
+    # pages back, or the dashboard grows with every long run opened.
+    release_freed_memory()
+    return loaded
 
 
 class DisplaySeries:
@@ -125,7 +130,9 @@ class DisplaySeries:
             self.last_steps.append(steps[min(start + span, n) - 1])
             self.lows.append(low)
             self.highs.append(high)
-            self.low_first.append(chunk.index(low) <= chunk.index(high))
+            # A level stretch (a constant learning rate, a peak that stopped growing) needs
+            # no search for which extreme came first.
+            self.low_first.append(low == high or chunk.index(low) <= chunk.index(high))
             self.sums.append(total)
             self.sizes.append(min(span, n - start))
             self.finite.append(len(chunk))

@@ -3,7 +3,7 @@
 mlx-lm 0.32's `train()` cannot start at step k, cannot stop cleanly and cannot say where its
 data iterator is, so this module repeats its loop (same loss, same update, same validation, same
 order of random draws) and adds those. Each step goes through the step engine
-(trainer/engine.py), the one the step-level client trains with. tests/test_trainer.py checks
+(trainer/engine.py), the one the step-level client trains with. tests/functional/test_trainer.py checks
 that the losses equal the ones mlx-lm's own `train()` reports for the same config.
 
 Iteration numbers: a `train` event at iteration k covers steps up to and including k; a `val`

@@ -70,8 +70,8 @@ def sft_objective(model, tokens: mx.array, lengths: mx.array, sliced=None):
     """mlx-lm's masked cross-entropy: the mean over every target token of the batch.
 
     The same operations in the same order as mlx_lm.tuner.trainer.default_loss (0.32), so the
-    trainer's losses equal `mlx_lm lora`'s exactly (tests/test_trainer_fidelity.py); with
-    `sliced`, the same values within float rounding (tests/test_chunked_loss.py).
+    trainer's losses equal `mlx_lm lora`'s exactly (tests/functional/test_trainer_fidelity.py); with
+    `sliced`, the same values within float rounding (tests/functional/test_chunked_loss.py).
     """
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     mask = mlx_lm_target_mask(lengths, targets.shape[1])

@@ -46,6 +46,9 @@ _OTHER_LINE = re.compile(re.escape(_TYPE_PREFIX) + rb'"(?!' + re.escape(ev.TRAIN
 # they are read the careful way.)
 TRAIN_LINE_FIELDS = ("time",) + tuple(field.name for field in ev.EVENT_FIELDS[ev.TRAIN]
                                       if field.name not in ev.SOME_RUNS_TRAIN_FIELDS)
+# Those of them a line may leave out (written where they can be read).
+OPTIONAL_TRAIN_LINE_FIELDS = frozenset(field.name for field in ev.EVENT_FIELDS[ev.TRAIN]
+                                       if field.optional and field.name in TRAIN_LINE_FIELDS)
 # Array type codes a column may be read into.
 INTEGERS, FLOATS = "q", "d"
 _CONVERT = {INTEGERS: int, FLOATS: float}
@@ -54,19 +57,24 @@ _CONVERT = {INTEGERS: int, FLOATS: float}
 def train_line_pattern(captured: Iterable[str]) -> re.Pattern[bytes]:
     """A train line exactly as the writer writes it, with a group for each `captured` field.
 
-    A value is anything up to the next separator (the last one, up to the closing brace on
-    the same line); the conversion to its column decides whether it is a number (a string,
-    null or nested value raises there, and the lines are read the careful way).
+    A field the protocol calls optional (left out by some writers, such as the peak resident
+    footprint before it was recorded) may be absent; its group is then empty. A value is
+    anything up to the next separator or the closing brace on the same line; the conversion
+    to its column decides whether it is a number (a string, null or nested value raises
+    there, and the lines are read the careful way).
     """
     wanted = set(captured)
+    # A negated character class matches fastest. A value cannot run into the next line.
+    value = rb"[^,}\n]+"
     parts = [re.escape(TRAIN_PREFIX)]
     for position, name in enumerate(TRAIN_LINE_FIELDS):
-        last = position == len(TRAIN_LINE_FIELDS) - 1
-        # A negated single character matches fastest. The others cannot run into the next
-        # line: its start is no key of a train line.
-        value = rb"[^}\n]+" if last else rb"[^,]+"
-        parts.append(re.escape(_key(name)) + (b"(" + value + b")" if name in wanted else value))
-        parts.append(rb"\}\n" if last else re.escape(_ITEM))
+        field = re.escape(_key(name)) + (b"(" + value + b")" if name in wanted else value)
+        if position:
+            field = re.escape(_ITEM) + field
+        if name in OPTIONAL_TRAIN_LINE_FIELDS:
+            field = b"(?:" + field + b")?"
+        parts.append(field)
+    parts.append(rb"\}\n")
     return re.compile(b"".join(parts))
 
 
@@ -152,11 +160,40 @@ class TrainColumnReader:
         return ParsedLines(columns, others, last_train, trailing)
 
     def _columns(self, matches: list) -> dict[str, array]:
+        """The captured fields as typed arrays; an optional field no line of the piece holds
+        has no column. Raises ValueError for a value that is no number, and for an optional
+        field some lines hold and others not (the careful way keeps each line's own)."""
         count = len(self.names)
         # findall gives a tuple per line; one flat list sliced per field is cheaper than zip.
         flat = matches if count == 1 else list(chain.from_iterable(matches))
-        return {name: array(code, map(_CONVERT[code], flat[index::count]))
-                for index, (name, code) in enumerate(zip(self.names, self.codes))}
+        columns = {}
+        for index, (name, code) in enumerate(zip(self.names, self.codes)):
+            texts = flat[index::count]
+            if name in OPTIONAL_TRAIN_LINE_FIELDS:
+                absent = texts.count(b"")
+                if absent == len(texts):
+                    continue
+                if absent:
+                    raise ValueError(f"{name} in some lines only")
+            columns[name] = array(code, _converted(texts, _CONVERT[code]))
+        return columns
+
+
+def _converted(texts: list[bytes], convert) -> Iterable[float | int]:
+    """`texts` as numbers, each distinct text converted once when they repeat.
+
+    A long run repeats some figures for thousands of reports (a constant learning rate, a
+    peak memory that stopped growing); a number's conversion costs several times a lookup.
+    """
+    # A look at the first few first, so that a column of distinct figures (the loss) costs
+    # no set of all its texts.
+    if len(set(texts[:64])) > 16:
+        return map(convert, texts)
+    distinct = set(texts)
+    if len(distinct) * 4 > len(texts):
+        return map(convert, texts)
+    numbers = {text: convert(text) for text in distinct}
+    return map(numbers.__getitem__, texts)
 
 
 def _lines_starting(piece: bytes, prefix: bytes) -> int:

@@ -3,7 +3,7 @@
 A run can have 100,000 events and more. The train lines are read as typed columns by the fast
 reader (core.events.fast_reader) and appended to the series whole, the series are kept as
 typed arrays (16 bytes a point instead of about 60), and the result is exactly what
-`RunMetrics.ingest` makes of the same events (tests/test_metrics.py checks this). A long file
+`RunMetrics.ingest` makes of the same events (tests/unit/test_metrics.py checks this). A long file
 can be parsed on worker processes (core.system.file_workers), leaving the caller's thread,
 and its Python lock, to the rest of the program.
 """
@@ -16,7 +16,7 @@ import pickle
 import time
 from array import array
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -81,10 +81,13 @@ def new_metrics() -> RunMetrics:
 def load_history(path: Path, recent: int = 0, piece_bytes: int = PIECE_BYTES) -> History:
     """Every complete event of the file, folded into a RunMetrics; a partial last line is left.
 
-    `recent` is how many of the newest notable events to keep (History.recent).
+    `recent` is how many of the newest notable events to keep (History.recent). The file is
+    read, parsed and folded a piece at a time: what is held meanwhile is the metrics and one
+    piece, never the whole file or all its parsed pieces (memory a long-lived dashboard would
+    otherwise keep from the system after each run it opens).
     """
-    data, end = _read_complete(path)
-    return fold(parse_range(data, piece_bytes), end, recent)
+    end = complete_size(path)
+    return fold(_parsed(_file_pieces(path, end, piece_bytes)), end, recent)
 
 
 def load_history_parallel(path: Path, recent: int = 0, parts: int | None = None,
@@ -95,9 +98,10 @@ def load_history_parallel(path: Path, recent: int = 0, parts: int | None = None,
     it runs on other cores. The file is cut into `parts` byte ranges of whole lines (by
     default one for this thread and one per spare core, at most four in all): this thread
     parses the first, a short one, while a worker process parses each of the others and
-    sends back its pieces pickled (typed arrays, a few MB); all are folded here, in order. Without a spare
-    core, workers would only queue for the busy ones and add their start-up, so the file is
-    read here. A worker that fails sends the reading back into this thread.
+    sends back its pieces pickled (typed arrays, a few MB); each is folded here as it comes,
+    in order. Without a spare core, workers would only queue for the busy ones and add their
+    start-up, so the file is read here. A worker that fails sends the reading back into this
+    thread.
     """
     end = complete_size(path)
     parts = parts or 1 + min(3, spare_cores())
@@ -111,12 +115,13 @@ def load_history_parallel(path: Path, recent: int = 0, parts: int | None = None,
     try:
         with FileWorkers(f"{__name__}:parse_range_worker", path, ranges, {},
                          timeout=120) as running:
-            pieces = parse_range(_read_range(path, *here))
-            for output in running.outputs():
-                pieces.extend(pickle.load(output))
+            def in_order() -> Iterator[ParsedLines]:
+                yield from _parsed(_file_pieces_of_range(path, *here))
+                for output in running.outputs():
+                    yield from pickle.load(output)
+            return fold(in_order(), end, recent)
     except (WorkerFailed, OSError, EOFError, pickle.UnpicklingError):
         return load_history(path, recent)
-    return fold(pieces, end, recent)
 
 
 def spare_cores() -> int:
@@ -141,13 +146,15 @@ def parse_range(data: bytes, piece_bytes: int = PIECE_BYTES, pause: bool = True
 
     `pause` lets other threads run between pieces.
     """
-    parsed = []
-    for segment in _sessions(data):
-        for piece in _pieces(segment, piece_bytes):
-            parsed.append(_parse_piece(piece))
-            if pause:
-                time.sleep(0)
-    return parsed
+    pieces = (piece for segment in _sessions(data) for piece in _pieces(segment, piece_bytes))
+    return list(_parsed(pieces, pause))
+
+
+def _parsed(pieces: Iterable[bytes], pause: bool = True) -> Iterator[ParsedLines]:
+    for piece in pieces:
+        yield _parse_piece(piece)
+        if pause:
+            time.sleep(0)
 
 
 def _parse_piece(piece: bytes) -> ParsedLines:
@@ -194,14 +201,33 @@ def complete_size(path: Path) -> int:
         return 0
 
 
-def _read_complete(path: Path) -> tuple[bytes, int]:
+def _file_pieces(path: Path, end: int, size: int = PIECE_BYTES) -> Iterator[bytes]:
+    """The file's first `end` bytes (whole lines) in pieces of about `size` bytes."""
+    return _file_pieces_of_range(path, 0, end, size)
+
+
+def _file_pieces_of_range(path: Path, start: int, end: int, size: int = PIECE_BYTES
+                          ) -> Iterator[bytes]:
+    """The whole lines from `start` to `end` in pieces of about `size` bytes, each cut before
+    a `started` line (a resumed session rewrites later steps, so the fold applies a piece's
+    `started` first)."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        handle = open(path, "rb")
     except FileNotFoundError:
-        return b"", 0
-    end = data.rfind(b"\n") + 1
-    return data[:end], end
+        return
+    with handle:
+        handle.seek(start)
+        carried = b""
+        left = end - start
+        while left > 0:
+            block = handle.read(min(size, left))
+            if not block:  # the file was cut short meanwhile
+                return
+            left -= len(block)
+            data = carried + block
+            cut = data.rfind(b"\n") + 1 if left > 0 else len(data)
+            carried = data[cut:]
+            yield from _sessions(data[:cut])
 
 
 def _read_range(path: Path, start: int, stop: int) -> bytes:
@@ -254,9 +280,10 @@ def _fold_piece(metrics: RunMetrics, piece: ParsedLines, notable: deque) -> dict
     started = [e for e in others if e.get("type") == ev.STARTED]
     rest = [e for e in others if e.get("type") != ev.STARTED]
     metrics.ingest(started)  # truncates the series for a resumed session
-    if not _extend_in_order(metrics, steps, columns):
+    read = [(key, name) for key, name in _TRAIN_SERIES if key in columns]
+    if not _extend_in_order(metrics, steps, columns, read):
         for i, step in enumerate(steps):
-            for key, name in _TRAIN_SERIES:
+            for key, name in read:
                 metrics.series[name].add(step, columns[key][i])
     metrics.ingest(rest)
     # Where the last train event stands among the others decides the step and the time, as
@@ -273,16 +300,18 @@ def _fold_piece(metrics: RunMetrics, piece: ParsedLines, notable: deque) -> dict
     return piece.last_train
 
 
-def _extend_in_order(metrics: RunMetrics, steps: array, columns: dict[str, array]) -> bool:
-    """Append whole columns when the steps rise strictly past what the series hold."""
+def _extend_in_order(metrics: RunMetrics, steps: array, columns: dict[str, array],
+                     read: list[tuple[str, str]]) -> bool:
+    """Append whole columns (the `read` (field, series name) pairs) when the steps rise
+    strictly past what the series hold."""
     if not all(map(operator.lt, steps, steps[1:])):
         return False
-    for _, name in _TRAIN_SERIES:
+    for _, name in read:
         series = metrics.series[name]
         compact(series)
         if series.steps and steps[0] <= series.steps[-1]:
             return False
-    for key, name in _TRAIN_SERIES:
+    for key, name in read:
         series = metrics.series[name]
         series.steps.extend(steps)
         series.values.extend(columns[key])

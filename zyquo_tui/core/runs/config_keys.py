@@ -133,7 +133,7 @@ def _two_numbers(value: Any) -> bool:
 # What each optimizer's MLX class takes beside learning_rate (which mlx-lm passes itself, from
 # learning_rate or the schedule), and what each value must be. mlx-lm passes
 # optimizer_config[optimizer] to the class as keyword arguments, so a key the class does not
-# take, or a value it cannot use, would fail only when the run starts. tests/test_config_fuzz.py
+# take, or a value it cannot use, would fail only when the run starts. tests/functional/test_config_fuzz.py
 # checks these names against the installed MLX's signatures.
 _NUMBER = ("a number", _number)
 _BOOL = ("true or false", lambda v: isinstance(v, bool))

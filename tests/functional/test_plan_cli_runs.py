@@ -1,0 +1,147 @@
+"""`zyquo-tui plan`: the JSON contract, exit statuses, bad input, --config, --data and --measure."""
+
+from __future__ import annotations
+
+from test_memory import GIB
+from test_plan_cli import REPO, estimate_of, fake_machine, plan
+
+from zyquo_tui.core.memory.history import HISTORY_FILE, MemoryHistory
+
+
+def test_data_sets_the_width_from_the_longest_tokenized_row(capsys, tiny_model, isolated_home):
+    fake_machine(isolated_home, 64 * GIB)
+    data = REPO / "sample_data" / "text"
+    status, out, _ = plan(capsys, "--model", tiny_model, "--data", data, "--num-layers", "-1",
+                          "--json")
+    assert status == 0
+    longest = out["longest_row_tokens"]
+    rows = sum(1 for line in (data / "train.jsonl").read_text().splitlines() if line.strip())
+    assert out["rows"] == rows and 0 < longest < 2048
+    assert out["batch_width"] == 1 + 32 * -(-longest // 32)  # padded, well under the 2048 cap
+    assert not any("row lengths unknown" in note for note in out["notes"])
+
+
+def test_the_config_line_says_why_the_width_is_not_the_longest_row(capsys, tiny_model,
+                                                                  isolated_home):
+    fake_machine(isolated_home, 64 * GIB)
+    data = REPO / "sample_data" / "completions"
+    _, out, _ = plan(capsys, "--model", tiny_model, "--data", data, "--json")
+    longest, rows = out["longest_row_tokens"], out["rows"]
+    status, text, _ = plan(capsys, "--model", tiny_model, "--data", data)
+    assert status == 0
+    assert (f"{1 + 32 * -(-longest // 32)} tokens per row (the longest of {rows} rows has "
+            f"{longest} tokens, padded as mlx-lm pads a batch)") in text
+    status, text, _ = plan(capsys, "--model", tiny_model, "--data", data,
+                           "--max-seq-length", longest - 8)
+    assert f"{longest - 8} tokens per row (the longest of {rows} rows has {longest} tokens, " \
+           "cut to max_seq_length)" in text
+    status, text, _ = plan(capsys, "--model", tiny_model, "--data", data,
+                           "--max-seq-length", longest)
+    assert f"{longest} tokens per row (the longest of {rows} rows has {longest} tokens)" in text
+
+
+def test_preference_data_is_planned_as_the_preference_run_it_trains(capsys, tiny_model,
+                                                                    isolated_home):
+    """The objective follows the data unless given: dpo counts two sequences a row; an
+    objective the data cannot train is refused with runs new's sentence."""
+    fake_machine(isolated_home, 64 * GIB)
+    preference = REPO / "sample_data" / "preference"
+    # The whole-batch loss, whose term is proportional to the sequences a batch holds.
+    common = ("--model", tiny_model, "--num-layers", "-1", "--loss-chunk-tokens", "off",
+              "--json")
+    status, sft, _ = plan(capsys, *common, "--data", REPO / "sample_data" / "completions")
+    assert status == 0 and sft["objective"] == "sft"
+    status, dpo, _ = plan(capsys, *common, "--data", preference)
+    assert status == 0 and dpo["objective"] == "dpo"
+    assert dpo["breakdown"]["loss"] == 2 * dpo["batch_width"] * sft["breakdown"]["loss"] \
+        / sft["batch_width"]  # two sequences a row, each as wide as the widest
+    status, orpo, _ = plan(capsys, *common, "--data", preference, "--objective", "orpo")
+    assert status == 0 and orpo["objective"] == "orpo"
+    status, _, err = plan(capsys, *common, "--data", preference, "--objective", "sft")
+    assert status == 2 and "choose --objective dpo or orpo" in err
+    status, full, _ = plan(capsys, "--model", tiny_model, "--method", "full", "--objective",
+                           "dpo", "--json")
+    assert status == 0 and full["breakdown"]["reference"] > 0
+
+
+def test_measure_reports_the_real_peak_beside_the_estimate_and_remembers_it(
+        capsys, tiny_model, isolated_home):
+    fake_machine(isolated_home, 64 * GIB)
+    status, out, _ = plan(capsys, "--model", tiny_model, "--num-layers", "-1", "--batch-size",
+                          "2", "--max-seq-length", "128", "--measure", "--json")
+    assert status == 0
+    assert out["measured_peak_bytes"] > out["breakdown"]["base_weights"]
+    assert abs(out["measured_error"]) < 0.5
+    history = MemoryHistory.load(isolated_home)
+    assert len(history.records) == 1
+    record = history.records[0]
+    # MLX's peak, and the process's resident peak above its start: the history keeps the larger
+    assert record["mlx_peak_bytes"] == out["measured_peak_bytes"]
+    assert record["peak_rss_bytes"] == out["measured_peak_rss_bytes"]
+    assert record["measured_peak_bytes"] == max(
+        out["measured_peak_bytes"],
+        out["measured_peak_rss_bytes"] - out["measured_start_rss_bytes"])
+    assert record["estimate_bytes"] == out["model_estimate_bytes"]
+    assert (isolated_home / HISTORY_FILE).is_file()
+
+
+def test_a_measure_of_the_small_sample_model_does_not_scale_later_plans(
+        capsys, tiny_model, isolated_home):
+    fake_machine(isolated_home, 64 * GIB)
+    args = ("--model", tiny_model, "--batch-size", "2", "--max-seq-length", "128", "--json")
+    status, measured, _ = plan(capsys, *args, "--measure")
+    assert status == 0
+    record = MemoryHistory.load(isolated_home).records[0]
+    # The runtime's own resident memory puts the measure well above this small estimate...
+    assert record["measured_peak_bytes"] > 1.1 * record["estimate_bytes"]
+    # ...by a fixed amount, which later plans do not take for an error of scale.
+    status, later, _ = plan(capsys, *args)
+    assert status == 0 and "history_correction" not in later["breakdown"]
+    assert later["estimate_bytes"] == later["model_estimate_bytes"]
+
+
+def test_the_verdict_is_judged_by_a_replicas_measured_peak(capsys, tiny_model, isolated_home):
+    """Real training of the replica (a copy of the sample model with its widths divided) in a
+    subprocess; the verdict judges the peak it predicts, and the breakdown says so."""
+    fake_machine(isolated_home, 64 * GIB)
+    args = ("--model", tiny_model, "--num-layers", "-1", "--data",
+            REPO / "sample_data" / "completions")
+    status, data, _ = plan(capsys, *args, "--json", replica=True)
+    assert status == 0, data
+    replica = data["replica"]
+    assert replica["scale"] >= 2 and replica["replica_peak_bytes"] > 0
+    assert data["estimate_bytes"] == replica["peak_bytes"] != data["model_estimate_bytes"]
+    assert sum(data["breakdown"].values()) == data["estimate_bytes"]
+    assert data["replica_skipped"] is None
+    status, text, _ = plan(capsys, *args, replica=True)
+    assert "replica correction" in text and "measured on a replica" in text
+    status, terms, _ = plan(capsys, *args, "--json")  # --no-replica: the terms alone
+    assert terms["replica"] is None and terms["estimate_bytes"] == data["model_estimate_bytes"]
+    assert terms["replica_skipped"] == "not measured (--no-replica)"
+
+
+def test_without_a_replica_the_terms_judge_and_the_plan_says_why(capsys, model, isolated_home):
+    """A model folder of headers alone (no tokenizer, no weights): the replica cannot train,
+    which costs the replica, not the plan."""
+    fake_machine(isolated_home, 64 * GIB)
+    status, data, _ = plan(capsys, "--model", model, "--num-layers", "-1", "--max-seq-length",
+                           "512", "--json", replica=True)
+    assert status == 0
+    assert data["replica"] is None and data["replica_skipped"].startswith("no replica: ")
+    assert data["estimate_bytes"] == estimate_of(model, max_seq_length=512)
+
+
+def test_plan_by_epochs_counts_the_datasets_rows_and_says_the_steps(capsys, tiny_model,
+                                                                   isolated_home):
+    fake_machine(isolated_home, 64 * GIB)
+    data = REPO / "sample_data" / "completions"  # 225 train rows
+    status, out, _ = plan(capsys, "--model", tiny_model, "--data", data, "--num-layers", "-1",
+                          "--epochs", "2", "--batch-size", "5", "--json")
+    assert status == 0 and (out["iters"], out["epochs"]) == (90, 2)
+    status, out, _ = plan(capsys, "--model", tiny_model, "--data", data, "--num-layers", "-1",
+                          "--iters", "84")
+    assert "steps     84 iterations: 1.50 epochs of 56 batches of 4 from 225 rows" in out
+    status, out, err = plan(capsys, "--model", tiny_model, "--num-layers", "-1", "--epochs", "2")
+    assert status == 2 and err == ("zyquo-tui: --epochs needs --data: an epoch is a pass over "
+                                   "train.jsonl, and its rows and the batch size make it into "
+                                   "iterations.\n")
