@@ -22,6 +22,7 @@ from test_setup_helpers import (
     until,
 )
 from test_setup_helpers import setup_dashboard as dashboard
+from textual.widgets import Collapsible
 
 from zyquo_tui.core.memory.advisor import Verdict
 from zyquo_tui.core.memory.measure import measure_peak
@@ -743,3 +744,23 @@ async def test_epochs_typed_show_their_iterations_and_iterations_typed_their_epo
         assert screen.hp.iters == 30
         assert form.row("epochs").help_text == "30 iterations = 0.67 epochs"
         assert iters.help_text == "training steps (mlx-lm: 1000)"
+
+
+async def test_starting_with_a_marked_field_says_why_and_focuses_it_even_when_folded(models):
+    """s with a value the draft refuses (seed, in the folded Advanced group): the run is not
+    made, the notification says why, and the field is revealed and focused."""
+    app = dashboard(lambda home: FixedSources(home, lengths=[60]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
+        await settle(pilot, screen)
+        await type_into(pilot, screen, "seed", "-3")
+        await pilot.press("escape")  # out of the field: keys act on the form
+        await pilot.pause()
+        screen.query_one("#model").focus()
+        screen.query_one("#advanced", Collapsible).collapsed = True  # folded again
+        await pilot.pause()
+        await pilot.press("s")
+        await until(pilot, lambda: app.focused is screen.form.row("seed").control,
+                    "the seed field to be focused")
+        assert "seed must be a whole number of 0 or more" in screen.field_errors["seed"]
+        assert not list((RunStore().home / "runs").glob("*/run.json"))

@@ -115,9 +115,9 @@ async def open_new_run(pilot, **kwargs) -> NewRunScreen:
 
 
 async def settle(pilot, screen: NewRunScreen, timeout: float = 60.0) -> None:
-    """Wait for the dataset check and the row count in flight."""
-    await until(pilot, lambda: not screen.workers or all(
-        w.is_finished for w in screen.workers), "the screen's workers", timeout)
+    """Wait for the dataset check and the row count in flight (the setup service's work)."""
+    await until(pilot, lambda: all(w.is_finished for w in screen.setup.workers),
+                "the setup service's workers", timeout)
     await pilot.pause()
 
 

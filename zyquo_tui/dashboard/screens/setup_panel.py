@@ -208,4 +208,4 @@ class SetupPanel:
         elif key in FIELD_KEYS:
             async def reveal_and_focus() -> None:
                 (await self.form.reveal(key)).control.focus()
-            self.run_worker(reveal_and_focus(), group="focus", exclusive=True)
+            self.call_later(reveal_and_focus)  # after this key's handling: no worker needed
