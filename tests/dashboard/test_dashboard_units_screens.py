@@ -403,7 +403,7 @@ asyncio.run(main())
 
 
 def test_a_full_dashboard_session_never_imports_mlx(tmp_path):
-    script = SESSION.format(tests=str(REPO / "tests"), home=str(tmp_path / "home"))
+    script = SESSION.format(tests=str(REPO / "tests" / "functional"), home=str(tmp_path / "home"))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120, stdin=subprocess.DEVNULL, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]

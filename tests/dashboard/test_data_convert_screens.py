@@ -21,6 +21,7 @@ from test_data_convert import (
     rows,
     write_parquet,
 )
+from test_data_convert import hf_cache  # noqa: F401  (a fixture the tests here take)
 
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.library.datasets import validate_dataset

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import SAMPLE_DATA
+from test_run_settings import changed_defaults  # noqa: F401  (a fixture the tests here take)
 from textual.app import App, ComposeResult
 from textual.widgets import Input
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from test_models import hub_cache_copy, write_config
+from test_models import machine  # noqa: F401  (a fixture the tests here take)
 
 from zyquo_tui.cli.main import main
 from zyquo_tui.core.library.models import (
