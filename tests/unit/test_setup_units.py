@@ -130,3 +130,16 @@ def test_the_legend_wraps_between_terms_never_inside_one():
     assert all(line.startswith("█ ") for line in lines)
     assert "weights 3.0M" in text and "other 3.0M" in text
     assert short_bytes(417 * 1024) == "417K" and short_bytes(3.8 * (1 << 20)) == "3.8M"
+
+
+def test_a_setup_answer_to_an_older_question_of_its_kind_is_stale():
+    """The SetupService's rule: an answer counts only if no newer question of its kind was
+    asked since; questions of other kinds do not make it stale."""
+    from zyquo_tui.dashboard.setup_service import DatasetValidated, LengthsCounted, SetupService
+
+    service = SetupService(owner=None, sources=None)
+    service.asked.update(validate=3, lengths=5)
+    assert not service.is_current(DatasetValidated(2, "/data/a", None, "older"))
+    assert service.is_current(DatasetValidated(3, "/data/b", None, None))
+    assert service.is_current(LengthsCounted(5, ("m", "d"), [7], None))
+    assert not service.is_current(LengthsCounted(3, ("m", "d"), [7], None))

@@ -45,6 +45,7 @@ from zyquo_tui.core.runs.mlx_config import load_mlx_yaml
 from zyquo_tui.core.runs.problems import errors_in
 from zyquo_tui.core.runs.settings import Hyperparameters, Method
 from zyquo_tui.core.setup.draft import RunDraft
+from zyquo_tui.core.setup.verdicts import duration as draft_duration
 from zyquo_tui.core.setup.verdicts import judged_by_replica
 
 # Settings that change how long a run takes and not its memory (core/memory/duration.py).
@@ -170,7 +171,10 @@ def run(args) -> int:
             advisor.record_measurement(facts, plan.estimate, measurement)
 
     disk = _disk(facts, plan, hp)
-    duration = _duration(model_path, facts, method, hp, data, lengths, measurement)
+    from zyquo_tui.core.store.store import RunStore
+
+    duration = draft_duration(draft, facts, RunStore(), lengths,
+                              measurement.tokens_per_second if measurement else None)
     if args.json:
         data_json = {**_json(plan, measurement, skipped, lengths), **disk.to_json()}
         data_json["replica_skipped"] = replica_skipped
@@ -297,19 +301,6 @@ def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipp
     elif plan.assessment.verdict is not Verdict.FITS:
         print()
         print("No change the search tries makes it fit; use a smaller model or a bigger machine.")
-
-
-def _duration(model_path: str, facts: ModelFacts, method: Method, hp: Hyperparameters,
-              data: str | None, lengths: list[int] | None, measurement: Measurement | None):
-    """How long the run would take on this machine (core/memory/duration.py)."""
-    from zyquo_tui.core.memory.duration import DurationEstimate, estimate_duration
-    from zyquo_tui.core.store.store import RunStore
-
-    try:
-        return estimate_duration(RunStore(), model_path, facts, method, hp, data, lengths,
-                                 measurement.tokens_per_second if measurement else None)
-    except (OSError, UserError) as error:  # a store that cannot be read costs the duration
-        return DurationEstimate(None, {"source": None, "sentence": f"unknown: {error}"})
 
 
 def _steps_text(draft: RunDraft) -> str:

@@ -24,6 +24,7 @@ from zyquo_tui.core.memory.host_verdicts import (
     placed_advisor,
     placement_of,
 )
+from zyquo_tui.core.runs.problems import Problem
 
 if TYPE_CHECKING:
     from zyquo_tui.core.memory.duration import DurationEstimate
@@ -77,10 +78,13 @@ def assess(draft: "RunDraft", facts: "ModelFacts | None", advisor: MemoryAdvisor
            lengths: Sequence[int] | None = None, replica: Estimate | None = None,
            home: Path | None = None, disk_settings: "Settings | None" = None,
            disk_free: int | None = None,
-           known_hosts: dict[str, dict[str, Any]] | None = None) -> DraftVerdicts:
+           known_hosts: dict[str, dict[str, Any]] | None = None,
+           problems: Sequence[Problem] | None = None) -> DraftVerdicts:
     """The draft's verdicts (see DraftVerdicts). Without `home` there is no disk verdict;
-    without `known_hosts`, other hosts are unknown."""
-    settings_ok = not any(p.key != "dataset" for p in draft.errors())
+    without `known_hosts`, other hosts are unknown. `problems` are the draft's, when the
+    caller has them already (the form, on every keystroke)."""
+    found = draft.problems() if problems is None else problems
+    settings_ok = not any(p.is_error and p.key != "dataset" for p in found)
     if facts is None or advisor is None or not settings_ok:
         return DraftVerdicts(None)
     placed = advisor_for(draft, advisor)

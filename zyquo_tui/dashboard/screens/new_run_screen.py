@@ -256,14 +256,15 @@ class NewRunScreen(SetupChoices, SetupPanel, ZyquoScreen):
                      name=self.query_one("#run-name", Input).value.strip() or None)
         errors: dict[str, str] = {}
         warnings: dict[str, str] = {}
-        for problem in self.draft.problems():
+        problems = self.draft.problems()
+        for problem in problems:
             (errors if problem.is_error else warnings).setdefault(problem.key, problem.sentence)
         self.field_errors, self.field_warnings = errors, warnings
         self.verdicts = assess(
             self.draft, self.facts, self.advisor, lengths=self.lengths,
             home=self.service.store.home if self.disk_settings is not None else None,
             disk_settings=self.disk_settings, disk_free=self.disk_free,
-            known_hosts=self.known_hosts)
+            known_hosts=self.known_hosts, problems=problems)
         plan = self.plan
         if plan is not None:  # judged by its replica once measured, by the terms until then
             replica = self.replica_for(plan.estimate.config)
