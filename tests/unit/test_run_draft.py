@@ -89,7 +89,18 @@ def test_an_objective_chosen_is_kept_and_refused_when_the_data_cannot_train_it()
     assert [p.key for p in made.errors()] == ["dataset"]
     sft_rows = draft(data=rows("completions"), objective="dpo")
     assert "needs preference rows" in sft_rows.errors()[0].sentence
-    assert offered(draft(data=rows("chat")).offered_objectives()) == {"sft"}
+    assert offered(draft(data=rows("chat")).offered_objectives()) == {"sft", "distill"}
+    prompts = draft(data=rows("prompts"), objective="sft")
+    assert "train the grpo objective, not sft" in prompts.errors()[0].sentence
+    assert offered(prompts.offered_objectives()) == {"grpo"}
+    assert "needs prompt rows with the answer" in draft(data=rows("chat"),
+                                                        objective="grpo").errors()[0].sentence
+
+
+def test_a_distill_run_needs_a_teacher_and_a_grpo_run_a_weight_for_each_reward():
+    assert [p.key for p in draft(data=rows("chat"), objective="distill").errors()] == ["teacher"]
+    weighted = draft(data=rows("prompts"), objective="grpo", reward_weights=[1.0, 2.0])
+    assert "2 weights for 1 rewards" in weighted.errors()[0].sentence
 
 
 def test_num_layers_nobody_chose_trains_a_small_models_layers_and_a_chosen_one_is_refused():

@@ -17,6 +17,7 @@ from zyquo_tui.core.runs.settings import (
     COUNT_OR_OFF,
     FILE,
     FLOAT,
+    FOLDER,
     INT,
     LR_SCHEDULES,
     NAMES,
@@ -49,7 +50,8 @@ def _help(key: str) -> str:
 
 
 _METAVARS = {INT: "N", FLOAT: "X", NUMBERS: "X,X,...", NAMES: "NAME,...",
-             COUNT_OR_FILE: "FILE|N", COUNT_OR_OFF: "auto|N|off", FILE: "FILE"}
+             COUNT_OR_FILE: "FILE|N", COUNT_OR_OFF: "auto|N|off", FILE: "FILE",
+             FOLDER: "FOLDER"}
 
 
 def _metavar(key: str) -> str:

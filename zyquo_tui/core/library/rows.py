@@ -20,15 +20,23 @@ CHAT = "chat"
 TOOLS = "tools"
 TEXT = "text"
 PREFERENCE = "preference"
-FORMATS = (COMPLETIONS, CHAT, TOOLS, TEXT, PREFERENCE)
+# Prompts with the answer a reward checks (mlx-lm-lora's GRPO rows): a `prompt`, or chat
+# `messages` ending in a user turn, and an `answer`.
+PROMPTS = "prompts"
+FORMATS = (COMPLETIONS, CHAT, TOOLS, TEXT, PREFERENCE, PROMPTS)
 
 
 def objectives_for(data_format: str | None) -> tuple[str, ...]:
-    """The objectives rows of this format train: preference pairs dpo and orpo, the other
-    formats sft."""
+    """The objectives rows of this format train: preference pairs dpo and orpo, prompts with
+    answers grpo, the other formats sft and distill (a teacher's distribution over the same
+    responses)."""
     if data_format is None:
         return ()
-    return ("dpo", "orpo") if data_format == PREFERENCE else ("sft",)
+    if data_format == PREFERENCE:
+        return ("dpo", "orpo")
+    if data_format == PROMPTS:
+        return ("grpo",)
+    return ("sft", "distill")
 
 
 def training_refusal(data_format: str | None, objective: str | None = None) -> str | None:
@@ -45,6 +53,14 @@ def training_refusal(data_format: str | None, objective: str | None = None) -> s
     if data_format == PREFERENCE:
         return (f"preference rows (prompt, chosen, rejected) train the dpo or orpo objective, "
                 f"not {objective}; choose --objective dpo or orpo")
+    if data_format == PROMPTS:
+        return (f"prompt rows with an answer (prompt, answer) train the grpo objective, not "
+                f"{objective}; choose --objective grpo, or pick a dataset of responses")
+    if objective == "grpo":
+        return (f"the grpo objective needs prompt rows with the answer a reward checks (prompt "
+                f"and answer, or messages ending in a user turn and answer), and these are "
+                f"{data_format} rows; add an answer to each row, or train them with "
+                f"{' or '.join(objectives_for(data_format))}")
     return (f"the {objective} objective needs preference rows (prompt, chosen, rejected), and "
             f"these are {data_format} rows; train them with the sft objective, or pick a "
             "preference dataset")
@@ -65,6 +81,7 @@ REQUIRED_KEYS = {
     TOOLS: ("messages",),
     TEXT: ("text",),
     PREFERENCE: ("chosen", "rejected"),  # and a prompt, unless both are chat messages
+    PROMPTS: ("answer",),  # and a prompt, or messages ending in a user turn
 }
 
 BOM = b"\xef\xbb\xbf"
@@ -95,7 +112,11 @@ class DatasetProblem:
 
 
 def row_format(row: dict[str, Any]) -> str | None:
-    """The format of one row, by mlx-lm's precedence (completions, then chat, then text)."""
+    """The format of one row, by mlx-lm's precedence (completions, then chat, then text); a
+    row with an answer and no response is a prompt for a reward to judge."""
+    if "answer" in row and ("prompt" in row or "messages" in row) \
+            and not ("completion" in row or "chosen" in row):
+        return PROMPTS
     if "prompt" in row and "completion" in row:
         return COMPLETIONS
     if "messages" in row:
@@ -297,8 +318,34 @@ def _check_chat(row: dict[str, Any]) -> _Findings:
     return findings or None
 
 
+def _check_prompts(row: dict[str, Any]) -> _Findings:
+    findings: list[tuple[Severity, str]] = []
+    if "messages" in row and "prompt" not in row:
+        messages = row["messages"]
+        if type(messages) is not list or not messages:
+            findings.append((ERROR, f"'messages' must be a non-empty array of messages, found "
+                                    f"{_json_type(messages)}"))
+        else:
+            # The conversation so far: the answer is the model's to give, so no assistant
+            # turn is needed after the last user turn.
+            findings += [finding for finding in _message_problems(messages, "messages")
+                         if "no assistant message" not in finding[1]
+                         and "ends with a" not in finding[1]]
+            last = messages[-1]
+            if type(last) is dict and last.get("role") != "user":
+                findings.append((ERROR, "'messages' must end in a user turn: the model "
+                                        "answers it, and the reward judges that answer"))
+    else:
+        _check_string(findings, row, "prompt", ERROR)
+    answer = row["answer"]
+    if type(answer) not in (str, int, float) or type(answer) is bool:
+        findings.append((ERROR, f"'answer' must be a string or a number, found "
+                                f"{_json_type(answer)}"))
+    return findings or None
+
+
 _CHECKS = {COMPLETIONS: _check_completions, CHAT: _check_chat, TOOLS: _check_chat,
-           TEXT: _check_text, PREFERENCE: _check_preference}
+           TEXT: _check_text, PREFERENCE: _check_preference, PROMPTS: _check_prompts}
 
 # (previous role, role) pairs of a well-ordered conversation; None is its start.
 _GOOD_TURNS = frozenset({

@@ -41,8 +41,11 @@ from zyquo_tui.core.runs.value_checks import (
     Fraction,
     LayerNames,
     LearningRate,
+    ModelFolder,
     NumberFromZero,
+    NumberList,
     OneOf,
+    RewardFunctions,
     ScheduleArguments,
     SomeText,
     TrackerNames,
@@ -79,6 +82,8 @@ BASIC = "basic"
 ADVANCED = "advanced"
 SCHEDULE = "schedule"
 PREFERENCE = "preference"  # shown for preference objectives only (dpo, orpo)
+REINFORCEMENT = "reinforcement"  # shown for grpo only
+DISTILLATION = "distillation"  # shown for distill only
 
 # Kinds of value.
 INT = "int"
@@ -98,10 +103,17 @@ DEFAULT_LOSS_CHUNK_TOKENS = 256
 BASE_OR_PATH = "base_or_path"  # the word base, or the path of a model folder
 
 # What a run learns: from responses (sft), or to prefer chosen over rejected ones.
-OBJECTIVES = ("sft", "dpo", "orpo")
+# grpo learns from rewards of its own sampled answers; distill from a teacher's distribution.
+OBJECTIVES = ("sft", "dpo", "orpo", "grpo", "distill")
 PREFERENCE_OBJECTIVES = ("dpo", "orpo")
+# The objectives that sample answers from the model while training (distill with on_policy).
+SAMPLING_OBJECTIVES = ("grpo", "distill")
+# The reward functions built in (trainer/rewards.py defines them); a file's function is
+# written FILE.py:FUNCTION, with mlx-lm-lora's signature.
+BUILTIN_REWARDS = ("exact_answer", "format", "length")
 DPO_LOSSES = ("sigmoid", "ipo", "hinge")
 FILE = "file"  # the path of a file
+FOLDER = "folder"  # the path of a folder (a teacher model's)
 TEXT = "text"  # words as they are written (a tracker's project name, a list of trackers)
 
 # zyquo-tui's own settings (mlx-lm has no such keys) live under this key of the config, so an
@@ -210,6 +222,8 @@ class Setting:
         'abc'.`).
         """
         stripped = text.strip()
+        if self.kind == NUMBERS and not (stripped or self.default is not None):
+            return None  # an optional list left empty (reward weights): unset
         if self.kind == NUMBERS:
             parts = [part.strip() for part in stripped.split(",") if part.strip()]
             numbers = [number_from_text(part) for part in parts]
@@ -242,7 +256,7 @@ class Setting:
                 return int(plain)
             word = stripped.lower()
             return word if word in (OFF_TEXT, AUTO_TEXT) else stripped
-        if self.kind == FILE:
+        if self.kind in (FILE, FOLDER):
             return os.path.abspath(os.path.expanduser(stripped))
         if self.kind == CHOICE and self.optional and stripped == NONE_TEXT:
             return None
@@ -345,7 +359,8 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
             CountOrFile(), optional=True, called="sample_prompts"),
     Setting("objective", f"{OWN_KEY}.objective", CHOICE, "sft", "Objective",
             "sft learns the responses; dpo and orpo learn to prefer chosen over rejected "
-            "(preference data)", BASIC, "--objective", OneOf(OBJECTIVES), choices=OBJECTIVES,
+            "(preference data); grpo learns from rewards of its own answers (prompts with "
+            "answers); distill learns a teacher's distribution", BASIC, "--objective", OneOf(OBJECTIVES), choices=OBJECTIVES,
             in_form=False),
     Setting("beta", f"{OWN_KEY}.beta", FLOAT, 0.1, "Beta",
             "dpo: how far the policy may move from the reference; orpo: the weight of the "
@@ -358,6 +373,49 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
             "dpo's reference: base (the model before training; for full fine-tuning a frozen "
             "copy in memory) or a model folder", PREFERENCE, "--reference",
             BaseOrModelFolder(), objectives=("dpo",)),
+    # Reinforcement learning (GRPO, as mlx-lm-lora defines it; docs/CLI.md).
+    Setting("reward_functions", f"{OWN_KEY}.reward_functions", NAMES, ["exact_answer"],
+            "Rewards", "what scores each sampled answer: exact_answer, format, length, or "
+            "FILE.py:FUNCTION (mlx-lm-lora's signature)", REINFORCEMENT, "--reward",
+            RewardFunctions(BUILTIN_REWARDS), objectives=("grpo",),
+            called="reward_functions"),
+    Setting("reward_weights", f"{OWN_KEY}.reward_weights", NUMBERS, None, "Reward weights",
+            "each reward's weight in the total, in the order of the rewards; unset, 1 each",
+            REINFORCEMENT, "--reward-weights", NumberList(), optional=True,
+            objectives=("grpo",), called="reward_weights"),
+    Setting("group_size", f"{OWN_KEY}.group_size", INT, 4, "Group size",
+            "answers sampled for each prompt; each is judged against its group's mean",
+            REINFORCEMENT, "--group-size", WholeNumber(minimum=2), objectives=("grpo",),
+            called="group_size"),
+    Setting("max_completion_tokens", f"{OWN_KEY}.max_completion_tokens", INT, 64,
+            "Answer length", "at most this many tokens in each sampled answer",
+            REINFORCEMENT, "--max-completion-tokens", WholeNumber(),
+            objectives=SAMPLING_OBJECTIVES, called="max_completion_tokens"),
+    Setting("sampling_temperature", f"{OWN_KEY}.sampling_temperature", FLOAT, 0.8,
+            "Temperature", "how varied the sampled answers are (0: always the likeliest)",
+            REINFORCEMENT, "--sampling-temperature", NumberFromZero(), objectives=("grpo",),
+            called="sampling_temperature"),
+    Setting("kl_beta", f"{OWN_KEY}.kl_beta", FLOAT, 0.1, "KL weight",
+            "how strongly the policy is held near the reference (0: no KL term)",
+            REINFORCEMENT, "--kl-beta", NumberFromZero(), objectives=("grpo",),
+            called="kl_beta"),
+    Setting("clip_epsilon", f"{OWN_KEY}.clip_epsilon", FLOAT, 0.2, "Clip epsilon",
+            "how far one step may move an answer's probability ratio (PPO's clip)",
+            REINFORCEMENT, "--clip-epsilon", NumberFromZero(), objectives=("grpo",),
+            called="clip_epsilon"),
+    # Distillation from a teacher that shares the student's tokenizer.
+    Setting("teacher", f"{OWN_KEY}.teacher", FOLDER, None, "Teacher",
+            "the model folder whose distribution the run learns (same tokenizer)",
+            DISTILLATION, "--teacher", ModelFolder(), optional=True, objectives=("distill",),
+            called="teacher"),
+    Setting("distill_temperature", f"{OWN_KEY}.distill_temperature", FLOAT, 1.0,
+            "Temperature", "softens both distributions before they are compared",
+            DISTILLATION, "--temperature", LearningRate(high=math.inf),
+            objectives=("distill",), called="distill_temperature"),
+    Setting("on_policy", f"{OWN_KEY}.on_policy", BOOL, False, "On policy",
+            "the teacher scores the student's own sampled answers, not the dataset's",
+            DISTILLATION, "--on-policy", TrueOrFalse(), objectives=("distill",),
+            called="on_policy"),
     Setting("sample_max_tokens", f"{OWN_KEY}.sample_max_tokens", INT, 64, "Sample length",
             "at most this many tokens in each sample answer", ADVANCED, "--sample-max-tokens",
             WholeNumber(), in_form=False, called="sample_max_tokens"),
@@ -564,9 +622,29 @@ def _batch_splits_across_ranks(hp: Hyperparameters) -> list[Problem]:
     return distribution_problems(hp.batch_size, hp.zyquo_tui)
 
 
+def _distillation_needs_a_teacher(hp: Hyperparameters) -> list[Problem]:
+    if SETTINGS["objective"].get(hp) == "distill" and SETTINGS["teacher"].get(hp) is None:
+        return [Problem("teacher", "the distill objective needs a teacher: give --teacher "
+                                   "MODEL_FOLDER, a model with the same tokenizer.")]
+    return []
+
+
+def _one_weight_per_reward(hp: Hyperparameters) -> list[Problem]:
+    weights = SETTINGS["reward_weights"].get(hp)
+    rewards = SETTINGS["reward_functions"].get(hp)
+    if SETTINGS["objective"].get(hp) != "grpo" or not isinstance(weights, list) \
+            or not isinstance(rewards, list) or len(weights) == len(rewards):
+        return []
+    return [Problem("reward_weights", f"reward_weights has {len(weights)} weights for "
+                                      f"{len(rewards)} rewards; give one weight a reward, in "
+                                      "the order of the rewards.")]
+
+
 CROSS_CHECKS: tuple[CrossCheck, ...] = (
     CrossCheck(("batch_size", "ranks", "hosts", "hostfile"), _batch_splits_across_ranks),
     CrossCheck(("schedule",), _schedule_shape),
+    CrossCheck(("objective", "teacher"), _distillation_needs_a_teacher),
+    CrossCheck(("objective", "reward_functions", "reward_weights"), _one_weight_per_reward),
     CrossCheck(("optimizer",), _optimizer_config_shape),
     CrossCheck(("rank",), _lora_parameters_shape),
     CrossCheck(("optimizer", "weight_decay"), _weight_decay_needs_its_optimizer),

@@ -272,3 +272,76 @@ class SomeText:
         if not isinstance(value, str) or not value.strip():
             return [(ERROR, f"{called} must be a name, not {value!r}.")]
         return []
+
+
+@dataclass(frozen=True)
+class NumberList:
+    """A list of numbers (reward weights)."""
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if not isinstance(value, list) or not value:
+            return [(ERROR, f"{called} must be numbers separated by commas, not {value!r}.")]
+        bad = next((item for item in value if not is_number(item)), None)
+        if bad is not None:
+            return [(ERROR, f"{called} must all be numbers, not {bad!r}.")]
+        return []
+
+
+class ModelFolder:
+    """The path of a model folder (one holding config.json)."""
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if not isinstance(value, str) or not value.strip():
+            return [(ERROR, f"{called} must be a model folder, not {value!r}.")]
+        if not os.path.isfile(os.path.join(os.path.expanduser(value), "config.json")):
+            return [(ERROR, f"{called}: {value} is no model folder (no config.json); give the "
+                            "folder of a model in MLX or Hugging Face format.")]
+        return []
+
+
+@dataclass(frozen=True)
+class RewardFunctions:
+    """Reward functions: built-in names, or FILE.py:FUNCTION where the file defines FUNCTION.
+
+    The file is parsed, never run, here: it runs in the trainer, which reports a reward that
+    fails there as the run's failure."""
+
+    builtins: tuple[str, ...]
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if not isinstance(value, list) or not value \
+                or not all(isinstance(name, str) and name.strip() for name in value):
+            return [(ERROR, f"{called} must name reward functions ({', '.join(self.builtins)} "
+                            f"or FILE.py:FUNCTION), not {value!r}.")]
+        for name in value:
+            problem = self._problem(called, name.strip())
+            if problem:
+                return [(ERROR, problem)]
+        return []
+
+    def _problem(self, called: str, name: str) -> str | None:
+        import ast
+
+        if name in self.builtins:
+            return None
+        path, colon, function = name.rpartition(":")
+        if not colon or not path.endswith(".py"):
+            return (f"{called}: {name!r} is no built-in reward ({', '.join(self.builtins)}); "
+                    "give one of them or FILE.py:FUNCTION.")
+        path = os.path.expanduser(path)
+        try:
+            with open(path, encoding="utf-8") as file:
+                tree = ast.parse(file.read(), filename=path)
+        except OSError as error:
+            return f"{called}: {path} cannot be read ({error.strerror}); give a Python file."
+        except SyntaxError as error:
+            return (f"{called}: {path}:{error.lineno}: {error.msg}; fix the file's Python "
+                    "syntax.")
+        defined = {node.name for node in tree.body
+                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        defined |= {target.id for node in tree.body if isinstance(node, ast.Assign)
+                    for target in node.targets if isinstance(target, ast.Name)}
+        if function not in defined:
+            return (f"{called}: {path} defines no function {function!r}; name a function "
+                    "of the file, f(prompts, completions, answer, types=None).")
+        return None
