@@ -65,6 +65,17 @@ class TestGrpoRuns:
                                 pilot, GRPO_RUNNING, "v", "left_square_bracket",
                                 "left_square_bracket"))
 
+    @BOTH
+    def test_the_runs_list_shows_a_grpo_runs_mean_reward(self, snap_compare, fixed_world, size):
+        """Three runs: "grpo sums" (running, 180/300) and "grpo sums short" (completed) with
+        "grpo" in magenta before their names; in the Train column their mean reward marked as
+        one, "r 0.95" (the running run's latest report, from its events) and "r 1.01" (the
+        completed run's run.json summary), where the SFT run "support-chat lora r16" shows
+        its loss 1.0741. The Val column shows each run's validation loss (0.0042, 0.0094,
+        1.5083)."""
+        store = write_grpo_store(fixed_world)
+        assert snap_compare(dashboard(store), terminal_size=size, run_before=runs_listed)
+
 
 async def test_a_followed_grpo_run_draws_its_rewards_and_completions_as_events_arrive(
         tmp_path):
