@@ -1,5 +1,6 @@
 """Setting up GRPO and distillation runs in the new-run form: the objectives each dataset
-offers, each objective's own fields, and the draft's refusals shown where they belong.
+offers, each objective's own fields, and the draft's refusals shown where they belong; Pilot
+tests, and snapshots of the grpo fields and of a refused objective.
 
 The sample models are real and copied into the test's $ZYQUO_HOME; the datasets are real
 folders (a small one of prompts with answers, written here; the shipped chat sample). The
@@ -16,6 +17,9 @@ import pytest
 from conftest import SAMPLE_DATA
 from test_setup_helpers import FixedSources, open_new_run, settle, type_into, until
 from test_setup_helpers import setup_dashboard as dashboard
+from test_setup_snapshots import BOTH, DATASETS, MODELS, new_run, steady, world
+from test_setup_snapshots import dashboard as snapshot_dashboard
+from test_setup_snapshots import type_into as snapshot_type_into
 
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.settings import (
@@ -31,6 +35,8 @@ from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.dashboard.widgets.choice_picker import ChoicePicker
 from zyquo_tui.dashboard.widgets.hyperparameter_form import FIELD_KEYS
 
+__all__ = ["world"]  # the fixture, used by name
+
 CHAT = str(SAMPLE_DATA / "chat")
 GROUP_KEYS = {group: {key for key, setting in SETTINGS.items()
                       if setting.group == group and key in FIELD_KEYS}
@@ -41,9 +47,9 @@ OBJECTIVE_KEYS = set().union(*GROUP_KEYS.values())
 def write_prompts(folder: Path) -> str:
     """A small dataset of prompts with the answer a reward checks (rows.py PROMPTS)."""
     folder.mkdir(parents=True)
-    for split, count in (("train", 12), ("valid", 4)):
+    for split, numbers in (("train", range(12)), ("valid", range(20, 24))):
         rows = [{"prompt": f"What is {n} plus {n + 1}?", "answer": str(2 * n + 1)}
-                for n in range(count)]
+                for n in numbers]
         (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(folder)
 
@@ -201,7 +207,7 @@ async def test_grpo_asked_for_on_chat_rows_is_refused_under_the_picker(models):
     """A new run like a grpo run, on the chat sample: grpo stays chosen (struck through, not
     offered), the draft's refusal shows under the picker in red, and s is refused with it and
     focuses the picker; → moves to an objective the rows train and the refusal goes."""
-    hp = Hyperparameters(iters=20)
+    hp = Hyperparameters(iters=20, num_layers=-1)
     SETTINGS["objective"].set(hp, "grpo")
     like = Run.new(model=str(models["zyquo-tiny"]), data=CHAT, method=Method.LORA,
                    name="sums grpo", hyperparameters=hp)
@@ -230,3 +236,44 @@ async def test_grpo_asked_for_on_chat_rows_is_refused_under_the_picker(models):
         assert not note(screen).startswith("✗")
         assert not screen.query_one("#objective-note").has_class("-error")
         assert rows_shown(screen) == GROUP_KEYS[DISTILLATION] | {"max_completion_tokens"}
+
+
+class TestReinforcementSnapshots:
+    """The form for grpo and a refused objective, from the fixed world of
+    test_setup_snapshots.py (the sample models and a prompts dataset at fixed paths)."""
+
+    @BOTH
+    def test_prompt_rows_show_grpos_fields_and_a_weight_too_many(self, snap_compare, world,
+                                                                 size):
+        """The sample model and "sums", a dataset of prompts with answers: its summary reads
+        "prompts · train 12 · valid 4 rows · ✓ valid"; the Objective line has grpo chosen (at
+        120 columns the other four struck through) and the note "sft is not offered: prompt
+        rows with answers train grpo (rewards of the model's own answers).". The
+        hyperparameters start with Rewards (exact_answer), Reward weights "1, 2" in bold red
+        with "✗ reward_weights has 2 weights for 1 rewards; give one weight a reward, in the
+        order of the rewards." under it, Group size 4, Answer length 64, Temperature 0.8, KL
+        weight 0.1 and Clip epsilon 0.2, each with its help at 120 columns; the memory panel
+        says "fix the marked field"."""
+        async def run_before(pilot):
+            data = write_prompts(DATASETS / "sums")
+            screen = await new_run(pilot, model=str(MODELS / "zyquo-tiny"), data=data)
+            await snapshot_type_into(pilot, screen, "reward_weights", "1, 2")
+            steady(pilot.app)
+            await pilot.pause()
+        assert snap_compare(snapshot_dashboard(), terminal_size=size, run_before=run_before)
+
+    def test_grpo_asked_for_on_chat_rows_is_refused_in_red(self, snap_compare, world):
+        """A new run like a grpo run, on the support-chat dataset: the Objective line has grpo
+        chosen though struck through (sft and distill offered), and under it in red "✗ the
+        grpo objective needs prompt rows with the answer a reward checks (...), and these are
+        chat rows; add an answer to each row, or train them with sft or distill"; grpo's
+        fields follow."""
+        async def run_before(pilot):
+            hp = Hyperparameters(iters=20, num_layers=-1)
+            SETTINGS["objective"].set(hp, "grpo")
+            like = Run.new(model=str(MODELS / "zyquo-tiny"), data=str(DATASETS / "support-chat"),
+                           method=Method.LORA, name="sums grpo", hyperparameters=hp)
+            await new_run(pilot, like=like)
+            steady(pilot.app)
+            await pilot.pause()
+        assert snap_compare(snapshot_dashboard(), terminal_size=(120, 40), run_before=run_before)

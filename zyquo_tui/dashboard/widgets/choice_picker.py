@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
@@ -89,6 +90,8 @@ class ChoicePicker(Widget, can_focus=True):
             mark = "●" if choice == self.value else "○"
             style = chosen if choice == self.value else (
                 refused if choice not in self.allowed else "")
+            if choice == self.value and choice not in self.allowed:
+                style = chosen + Style(strike=True)  # kept as asked for, and refused
             text.append(f"{mark} {choice_text(choice)}", style=style)
         return text
 
