@@ -75,6 +75,8 @@ PREFERENCE_SPARKLINES = (
     ("reward_margin", "margin", fmt_loss),
     ("reward_accuracy", "reward acc", fmt_fraction),
 )
+
+
 def fmt_tokens(value: float | None) -> str:
     return fmt_number(value) if value is None else f"{value:.1f} tok"
 

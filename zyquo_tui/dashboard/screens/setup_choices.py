@@ -18,9 +18,9 @@ from textual.events import DescendantFocus
 from textual.widgets import Input, Static
 
 from zyquo_tui.core.errors import UserError
+from zyquo_tui.core.library.rows import PREFERENCE, PROMPTS
 from zyquo_tui.core.library.run_checks import DataTraits
 from zyquo_tui.core.memory.facts import ModelFacts
-from zyquo_tui.core.library.rows import PREFERENCE, PROMPTS
 from zyquo_tui.core.runs.settings import OBJECTIVES, SETTINGS, Method
 from zyquo_tui.core.runs.value_checks import value_text
 from zyquo_tui.core.setup.draft import Base, default_method
