@@ -14,10 +14,12 @@ from test_dashboard_snapshots import (
     until,
 )
 from test_grpo_run_fixtures import (
+    GRPO_FAILED,
     GRPO_RUNNING,
     GRPO_SETTINGS,
     PROMPTS,
     grpo_events,
+    write_failed_grpo_store,
     write_grpo_store,
 )
 
@@ -64,6 +66,18 @@ class TestGrpoRuns:
                             run_before=lambda pilot: open_run(
                                 pilot, GRPO_RUNNING, "v", "left_square_bracket",
                                 "left_square_bracket"))
+
+    def test_a_failed_grpo_run_says_why_before_its_completions(self, snap_compare,
+                                                               fixed_world):
+        """At 80x24, the grpo run whose reward function failed: "✗ failed", step 140/300; the
+        sparklines and rewards line as for a running run, the reward chart, and at the bottom
+        the red-edged panel "failed (internal): The reward function rewards.py:brief raised
+        ValueError at step 143; ..." with "Try: fix the reward function, then resume ...";
+        no completions and no events box (a taller terminal shows them). The footer offers r
+        Resume."""
+        store = write_failed_grpo_store(fixed_world)
+        assert snap_compare(dashboard(store), terminal_size=(80, 24),
+                            run_before=lambda pilot: open_run(pilot, GRPO_FAILED))
 
     @BOTH
     def test_the_runs_list_shows_a_grpo_runs_mean_reward(self, snap_compare, fixed_world, size):

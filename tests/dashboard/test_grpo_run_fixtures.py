@@ -133,6 +133,28 @@ def write_grpo_store(home) -> RunStore:
     return store
 
 
+GRPO_FAILED = "20251129-093000-000-7e5f"
+REWARD_FAILURE = {"cause": "internal",
+                  "message": "The reward function rewards.py:brief raised ValueError at step "
+                             "143; its traceback is in the run's log.",
+                  "suggestion": "fix the reward function, then resume the run from its last "
+                                "checkpoint (step 100)"}
+
+
+def write_failed_grpo_store(home) -> RunStore:
+    """A grpo run whose reward function failed at step 143 (its last checkpoint at 100)."""
+    store = RunStore(home).ensure()
+    events = grpo_events(300, 140, start=T0)
+    events.append(event("failed", T0 + 8 + 143 * 2.0, iteration=143, traceback=["ValueError"],
+                        **REWARD_FAILURE))
+    make(store, GRPO_FAILED, "sums", RunState.FAILED, iters=300, data="/data/sums",
+         summary=grpo_summary(events), zyquo_tui=GRPO_SETTINGS, steps_per_eval=50,
+         failure=REWARD_FAILURE, process={"requested_at": T0, "ended_at": T0 + 300})
+    write_events(store, GRPO_FAILED, events)
+    write_checkpoints(store, GRPO_FAILED, [100], mtime_of=lambda step: T0 + 8 + step * 2)
+    return store
+
+
 # -- the fixtures read back as intended ---------------------------------------------------------
 
 
