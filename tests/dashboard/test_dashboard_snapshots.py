@@ -210,7 +210,7 @@ class TestPreferenceRuns:
         Qwen2.5-0.5B-Instruct-4bit · helpful-pairs", step 260/400. Seven sparklines: the five
         of every run, then "margin" (rising, about 2.4) and "reward acc" (rising, about 91%).
         The chart is the loss (border title "Loss"), falling from about 0.72. The footer
-        offers v Margin beside s Smoothing."""
+        offers v Chart beside s Smoothing."""
         store = write_preference_store(fixed_world)
         assert snap_compare(dashboard(store), terminal_size=size,
                             run_before=lambda pilot: open_run(pilot, PREFERENCE_RUNNING))

@@ -452,8 +452,9 @@ async def test_measure_runs_the_real_probe_and_shows_it_beside_the_estimate(mode
 async def test_preference_rows_offer_dpo_and_orpo_and_the_form_makes_the_run_it_shows(models):
     """The preference sample: the objective is dpo, orpo is offered and sft is not (and the
     note says why); beta, the DPO loss and the reference show for dpo, beta alone for orpo,
-    none for SFT data. A draft holds exactly the settings the form shows, through the same
-    checks as `runs new`; the memory estimate is given the objective."""
+    none for SFT data (which offers sft and distill). A draft holds exactly the settings the
+    form shows, through the same checks as `runs new`; the memory estimate is given the
+    objective."""
     app = dashboard(lambda home: FixedSources(home, lengths=[60]))
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]),
@@ -489,10 +490,12 @@ async def test_preference_rows_offer_dpo_and_orpo_and_the_form_makes_the_run_it_
                                                  "dpo_loss": "ipo"}
         assert run.hyperparameters.iters == 40
 
-        # Back to SFT data: no objective line, and the run is sft with no preference settings.
+        # Back to SFT data: sft (and distill) offered, and the run is sft with no preference
+        # settings.
         screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
         await settle(pilot, screen)
-        assert screen.objective == "sft" and not screen.query_one("#objective-line").display
+        assert screen.objective == "sft"
+        assert screen.query_one("#objective", ChoicePicker).allowed == {"sft", "distill"}
         assert rows_shown() == set()
         assert screen.build_run().hyperparameters.zyquo_tui == {}
 

@@ -116,7 +116,9 @@ class TestNewRunScreen:
         """The sample model and the support-chat dataset chosen. Left: the name "zyquo-tiny
         lora", the model's facts (llama · 107k params · 417.2 KiB · f32 · 2 layers · chat
         template), the dataset's summary (chat · train 225 · valid 40 · test 40 rows · ✓ valid),
-        the methods with qlora struck through and why, then the basic hyperparameters at
+        the methods with qlora struck through and why, the Objective line with sft chosen and
+        distill offered (at 120 columns dpo, orpo and grpo struck through; at 80 they give way
+        to the room), then the basic hyperparameters at
         mlx-lm's defaults (Layers -1: the model has only 2), with their help at 120 columns
         (Epochs empty under Iterations, its help "1000 iterations = 17.86 epochs").
         Right: "Memory · ✓ fits", 6.8 MiB of an 8.0 GiB budget (0%), "Time · unknown: no run
@@ -135,10 +137,12 @@ class TestNewRunScreen:
             self, snap_compare, world, size):
         """The sample model and the shipped preference dataset: the summary reads "preference
         · train 225 · valid 40 · test 40 rows · ✓ valid"; under the method an Objective line
-        with dpo chosen (green), orpo offered and sft struck through, and the note "sft is not
-        offered: preference rows train dpo or orpo.". The name
-        is "zyquo-tiny lora" (the runs list tags the objective). The hyperparameters start with Beta (default 0.1), DPO loss
-        sigmoid and Reference base, then the basic ones. The memory panel fits."""
+        with dpo chosen (green), orpo offered, and sft, grpo and distill struck through at 120
+        columns (at 80 only dpo and orpo: the refused give way to the room), and the note "sft
+        is not offered: preference rows train dpo or orpo.". The name is "zyquo-tiny lora"
+        (the runs list tags the objective). The hyperparameters start with Beta (default
+        0.1), DPO loss sigmoid and Reference base, then the basic ones. The memory panel
+        fits."""
         async def run_before(pilot):
             await new_run(pilot, model=str(MODELS / "zyquo-tiny"),
                           data=str(SAMPLE_DATA / "preference"))

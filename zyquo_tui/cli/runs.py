@@ -15,6 +15,7 @@ from zyquo_tui.cli.common import show_data, supervisor_for
 from zyquo_tui.cli.output import fmt_bytes, fmt_loss, print_json, print_table
 from zyquo_tui.cli.setting_flags import add_setting_flags, settings_given
 from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
+from zyquo_tui.core.formatting import fmt_reward
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.runs.settings import Method
 from zyquo_tui.core.store.index import listing_row, listing_rows
@@ -172,7 +173,8 @@ def cmd_list(args) -> int:
         ["ID", "STATE", "NAME", "STEP", "TRAIN", "VAL", "Q"],
         [[r["id"], r["state"], r["name"] or r.get("damaged"),
           "" if r["state"] == "damaged" else f"{r['step']}/{r['iters']}",
-          fmt_loss(r.get("last_train_loss")), fmt_loss(r.get("last_val_loss")),
+          fmt_reward(r["reward_mean"]) if r.get("reward_mean") is not None
+          else fmt_loss(r.get("last_train_loss")), fmt_loss(r.get("last_val_loss")),
           r.get("queue_position") or ""] for r in rows])
     return 0
 

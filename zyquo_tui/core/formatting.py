@@ -19,6 +19,20 @@ def fmt_loss(value: float | None) -> str:
     return f"{value:.4f}"
 
 
+def fmt_reward(value: float | None) -> str:
+    """A grpo run's mean reward where a loss would be (runs lists), marked as a reward:
+    `r 0.62`, `r -0.2`, `r 12.5`; six characters, as a loss's `0.8788`."""
+    if value is None:
+        return DASH
+    if not math.isfinite(value):
+        return f"r {value}"
+    for digits in (2, 1, 0):
+        text = f"{value:.{digits}f}"
+        if len(text) <= 4:
+            break
+    return f"r {text}"
+
+
 def fmt_number(value: float | None) -> str:
     """Four significant figures, without an exponent for everyday magnitudes."""
     if value is None:

@@ -23,7 +23,7 @@ from typing import Any
 from zyquo_tui.core.events import history as event_history
 from zyquo_tui.core.events import protocol as ev
 from zyquo_tui.core.events.history import History, new_metrics
-from zyquo_tui.core.events.metrics import Series
+from zyquo_tui.core.events.metrics import GRPO_METRICS, Series
 from zyquo_tui.core.system.freed_memory import release_freed_memory
 
 DISPLAY_BUCKETS = 1024
@@ -34,8 +34,12 @@ RECENT_EVENTS = 40
 DISPLAYED = ("train_loss", "val_loss", "tokens_per_second", "learning_rate", "peak_memory_bytes",
              "peak_rss_bytes",
              # a preference run's (empty for others): the margin is charted, train and val
-             "reward_margin", "val_reward_margin", "reward_accuracy")
-SMOOTHABLE = frozenset({"train_loss", "tokens_per_second"})
+             "reward_margin", "val_reward_margin", "reward_accuracy",
+             # a grpo run's (empty for others): the reward is charted, train and val
+             *GRPO_METRICS, "val_reward_mean")
+# A grpo run's figures are means over a few sampled answers a step: as noisy as the loss.
+SMOOTHABLE = frozenset({"train_loss", "tokens_per_second", "reward_mean", "reward_std", "kl",
+                        "completion_length"})
 # Events with a panel of their own rather than a line among the latest events.
 NOT_RECENT = frozenset({ev.SAMPLE})
 DEFAULT_SMOOTHING = 0.6

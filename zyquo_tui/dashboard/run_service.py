@@ -76,6 +76,8 @@ class RunRow:
     step: int | None = None
     iters: int | None = None
     train_loss: float | None = None
+    # A grpo run's mean reward: the runs table shows it where a loss would be (`r 0.62`).
+    reward_mean: float | None = None
     val_loss: float | None = None
     tokens_per_second: float | None = None
     elapsed: float | None = None
@@ -267,7 +269,7 @@ class RunService:
             id=run.id, state=run.state.value, name=run.name, method=run.method.value,
             objective=run.objective, model=run.model, data=run.data, step=summary.get("step"),
             iters=run.hyperparameters.iters, train_loss=summary.get("last_train_loss"),
-            val_loss=summary.get("last_val_loss"),
+            reward_mean=summary.get("reward_mean"), val_loss=summary.get("last_val_loss"),
             tokens_per_second=summary.get("tokens_per_second"),
             elapsed=self.elapsed(run), queue_position=self.queue_position(run.id),
             group=run.group,
@@ -277,6 +279,7 @@ class RunService:
             metrics = feed.metrics
             row.step = metrics.step
             row.train_loss = metrics.series["train_loss"].last
+            row.reward_mean = metrics.series["reward_mean"].last
             row.val_loss = metrics.series["val_loss"].last
             row.tokens_per_second = metrics.series["tokens_per_second"].last
             if run.state.is_active:

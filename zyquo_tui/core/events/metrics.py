@@ -40,6 +40,14 @@ class Series:
         return len(self.steps)
 
 
+# What a grpo run adds to its train events (docs/EVENTS.md): the mean weighted reward of the
+# step's sampled answers and its spread within groups, the KL to the reference, the answers'
+# mean length in tokens and the share of their tokens whose ratio was clipped. Its val events
+# carry reward_mean too (the series val_reward_mean).
+GRPO_METRICS = ("reward_mean", "reward_std", "kl", "completion_length", "clip_fraction")
+# A grpo train event's mean of each reward function, by the name the user wrote.
+REWARD_MEANS = "reward_means"
+
 SERIES_FIELDS = {
     "train_loss": (ev.TRAIN, "train_loss"),
     "learning_rate": (ev.TRAIN, "learning_rate"),
@@ -52,6 +60,9 @@ SERIES_FIELDS = {
     # A preference run's: train means by report, and validation's as val_<name>.
     **{name: (ev.TRAIN, name) for name in ev.PREFERENCE_METRICS},
     **{f"val_{name}": (ev.VAL, name) for name in ev.PREFERENCE_METRICS},
+    # A grpo run's (empty for others).
+    **{name: (ev.TRAIN, name) for name in GRPO_METRICS},
+    "val_reward_mean": (ev.VAL, "reward_mean"),
 }
 
 
@@ -85,6 +96,8 @@ class RunMetrics:
         # largest any rank reported in any session.
         self.rank_peaks: list[int] | None = None
         self.largest_rank_peak: int | None = None
+        # A grpo run's latest mean of each reward function, by name (train events).
+        self.reward_means: dict[str, float] | None = None
 
     def ingest(self, events: Iterable[dict[str, Any]]) -> None:
         for event in events:
@@ -114,6 +127,10 @@ class RunMetrics:
                 if isinstance(peaks, list) and all(isinstance(p, int) for p in peaks):
                     self.rank_peaks = peaks
                     self.largest_rank_peak = max([*peaks, self.largest_rank_peak or 0])
+                means = event.get(REWARD_MEANS)
+                if isinstance(means, dict):
+                    self.reward_means = {str(name): float(value) for name, value
+                                         in means.items() if isinstance(value, (int, float))}
         elif kind == ev.CHECKPOINT:
             step = event.get("iteration")
             if isinstance(step, int):

@@ -7,6 +7,12 @@ its memory.
 A preference run (dpo, orpo) shows its reward margin and reward accuracy as two more
 sparklines, and `v` switches the chart between the loss and the reward margin (train and
 validation, as the loss).
+
+A grpo run shows its mean reward, KL to the reference and answer length as sparklines (and,
+where the screen has the rows, the reward's spread and the share of clipped tokens), each
+reward function's mean on a line under them, the reward on the chart (`v`: the loss), and its
+sampled completions with their rewards in place of the samples panel. On a short screen
+(80x24) the learning rate, peak RSS and latest events give way to them.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from zyquo_tui.dashboard.messages import MetricsReceived, RunsRefreshed
 from zyquo_tui.dashboard.run_feed import SMOOTHABLE
 from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS
 from zyquo_tui.dashboard.screens.run_view_screen import RunViewScreen
+from zyquo_tui.dashboard.widgets.completions_panel import CompletionsPanel
 from zyquo_tui.dashboard.widgets.failure_panel import FailurePanel
 from zyquo_tui.dashboard.widgets.loss_chart import LossChart
 from zyquo_tui.dashboard.widgets.metric_sparkline import MetricSparkline
@@ -35,6 +42,7 @@ from zyquo_tui.dashboard.widgets.rank_hosts import (
     world_size,
 )
 from zyquo_tui.dashboard.widgets.recent_events import RecentEvents
+from zyquo_tui.dashboard.widgets.reward_means import RewardMeans
 from zyquo_tui.dashboard.widgets.run_status import RunStatus
 from zyquo_tui.dashboard.widgets.samples_panel import SamplesPanel
 from zyquo_tui.dashboard.widgets.title_bar import TitleBar
@@ -67,10 +75,28 @@ PREFERENCE_SPARKLINES = (
     ("reward_margin", "margin", fmt_loss),
     ("reward_accuracy", "reward acc", fmt_fraction),
 )
+
+
+def fmt_tokens(value: float | None) -> str:
+    return fmt_number(value) if value is None else f"{value:.1f} tok"
+
+
+# A grpo run's own (docs/EVENTS.md): the mean reward of its sampled answers, how far the
+# policy is from its reference, how long its answers are; then, where the screen has the
+# rows (-grpo-extra: not on a short one), the reward's spread within groups and the share of
+# answer tokens whose probability ratio was clipped.
+GRPO_SPARKLINES = (
+    ("reward_mean", "reward", fmt_loss, ""),
+    ("kl", "KL", fmt_number, ""),
+    ("completion_length", "length", fmt_tokens, ""),
+    ("reward_std", "reward sd", fmt_loss, "-grpo-extra"),
+    ("clip_fraction", "clipped", fmt_fraction, "-grpo-extra"),
+)
 # What the chart can show: (title, train series, validation series).
 CHART_VIEWS = {
     "loss": ("Loss", "train_loss", "val_loss"),
     "margin": ("Reward margin", "reward_margin", "val_reward_margin"),
+    "reward": ("Reward", "reward_mean", "val_reward_mean"),
 }
 
 
@@ -88,10 +114,10 @@ class LiveMetricsScreen(RunViewScreen):
         Binding("s", "toggle_smoothing", "Smoothing", id="run.smoothing",
                 tooltip="Smooth train loss and tokens/s (raw stays faintly behind; the "
                         "learning rate is never smoothed)"),
-        # Only a preference run has it (check_action).
-        Binding("v", "toggle_chart", "Margin", id="run.chart",
-                tooltip="Chart the reward margin instead of the loss, or the loss again "
-                        "(preference runs)"),
+        # Only a preference or a grpo run has it (check_action).
+        Binding("v", "toggle_chart", "Chart", id="run.chart",
+                tooltip="Chart the reward margin (preference runs) or the reward (grpo runs) "
+                        "instead of the loss, or the loss again"),
         VERB_BINDINGS["cancel"], VERB_BINDINGS["resume"], VERB_BINDINGS["checkpoints"],
         VERB_BINDINGS["logs"],
         Binding("escape", "back", "Back", id="app.back", tooltip="Back to the runs"),
@@ -114,8 +140,9 @@ class LiveMetricsScreen(RunViewScreen):
         self._drawn_loaded = False
         self._redraw_timer: Timer | None = None
         self.sample_step: int | None = None  # None: follow the latest samples
-        self.chart_view = "loss"  # or "margin" (a preference run's, with v)
+        self.chart_view = "loss"  # or "margin" (a preference run's), "reward" (a grpo run's)
         self.preference: bool | None = None  # the run's objective, once read
+        self.grpo: bool | None = None
         # A distributed run's machines and each rank's liveness, found in a worker.
         self.world_size: int | None = None
         self.machines: list[Machine] | None = None
@@ -140,8 +167,13 @@ class LiveMetricsScreen(RunViewScreen):
                 yield MetricSparkline(label, id=f"spark-{key}")
             for key, label, _ in PREFERENCE_SPARKLINES:
                 yield MetricSparkline(label, id=f"spark-{key}", classes="-preference")
+            # Shown for a grpo run (styles/dashboard.tcss: the screen's -grpo class).
+            for key, label, _, extra in GRPO_SPARKLINES:
+                yield MetricSparkline(label, id=f"spark-{key}", classes=f"-grpo {extra}")
+            yield RewardMeans(id="reward-means", classes="-grpo")
         yield LossChart(id="loss-chart")
         yield SamplesPanel(id="samples")
+        yield CompletionsPanel(id="completions")
         yield RecentEvents(id="events")
         yield FailurePanel(id="failure")
         yield Footer(compact=True)
@@ -185,12 +217,14 @@ class LiveMetricsScreen(RunViewScreen):
         run = self.show_title("Run")
         if run is None:
             return
-        if run.is_preference != self.preference:
-            self.preference = run.is_preference
+        grpo = run.objective == "grpo"
+        if (run.is_preference, grpo) != (self.preference, self.grpo):
+            self.preference, self.grpo = run.is_preference, grpo
             for sparkline in self.query(".-preference"):
                 sparkline.display = self.preference
-            if not self.preference:
-                self.chart_view = "loss"
+            self.set_class(grpo, "-grpo")
+            # A grpo run is watched for its reward: the chart opens on it.
+            self.chart_view = "reward" if grpo else "loss"
             self.refresh_bindings()
         service = self.service
         feed = service.feed(self.run_id) or self.feed
@@ -207,7 +241,8 @@ class LiveMetricsScreen(RunViewScreen):
             # compete with the worker reading the history for the one core Python gives us.
             chart.show_message("reading the run's events…")
             return
-        sparklines = SPARKLINES + (PREFERENCE_SPARKLINES if self.preference else ())
+        sparklines = SPARKLINES + (PREFERENCE_SPARKLINES if self.preference else ()) + (
+            tuple(spark[:3] for spark in GRPO_SPARKLINES) if self.grpo else ())
         for key, _, formatting in sparklines:
             display = feed.display[key]
             if smoothing and key in SMOOTHABLE:
@@ -221,7 +256,9 @@ class LiveMetricsScreen(RunViewScreen):
         chart.set_data(feed.display[train], feed.display[val],
                        metrics.iters or run.hyperparameters.iters, smoothing, feed.version,
                        title=title)
-        self.query_one(SamplesPanel).show(metrics.samples, self.sample_step)
+        if self.grpo:
+            self.query_one(RewardMeans).show(metrics.reward_means)
+        self.samples_panel.show(metrics.samples, self.sample_step)
         self.query_one(RecentEvents).show(feed.recent)
         failure = run.failure if run.state.is_terminal else None
         if (failure, run.state) != self._failure_shown:
@@ -271,8 +308,14 @@ class LiveMetricsScreen(RunViewScreen):
         self.machines, self.ranks_alive = machines, alive
         self.redraw()
 
+    @property
+    def samples_panel(self) -> SamplesPanel:
+        """The panel of the run's samples: a grpo run's completions with their rewards, or
+        the answers to `--sample-prompts`."""
+        return self.query_one("#completions" if self.grpo else "#samples", SamplesPanel)
+
     def _step_samples(self, by: int) -> None:
-        panel = self.query_one(SamplesPanel)
+        panel = self.samples_panel
         if not panel.steps:
             return
         at = panel.steps.index(panel.step) if panel.step in panel.steps else len(panel.steps) - 1
@@ -289,14 +332,15 @@ class LiveMetricsScreen(RunViewScreen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "toggle_chart":
-            return bool(self.preference)
+            return bool(self.preference or self.grpo)
         if action in ("earlier_samples", "later_samples"):
-            panels = self.query(SamplesPanel)
-            return bool(panels and panels.first().steps)
+            panels = self.query("#completions" if self.grpo else "#samples")
+            return bool(panels) and bool(panels.first(SamplesPanel).steps)
         return super().check_action(action, parameters)
 
     def action_toggle_chart(self) -> None:
-        self.chart_view = "margin" if self.chart_view == "loss" else "loss"
+        other = "reward" if self.grpo else "margin"
+        self.chart_view = other if self.chart_view == "loss" else "loss"
         self.redraw()
 
     def action_toggle_smoothing(self) -> None:

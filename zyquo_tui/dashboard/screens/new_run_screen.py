@@ -128,6 +128,9 @@ class NewRunScreen(SetupChoices, SetupPanel, ZyquoScreen):
         self.name_touched = False
         self.submitting = False
         self.method_note = ""
+        # An objective a person asked for (None: the data's first); it stays where the data
+        # refuses it, with the refusal under the picker.
+        self.objective_wanted: str | None = None
         self.ready = False  # models and datasets discovered
         self.shown_before = False
         self.init_panel()
@@ -166,7 +169,7 @@ class NewRunScreen(SetupChoices, SetupPanel, ZyquoScreen):
                 with LabeledLine("Method", classes="setup-line"):
                     yield MethodPicker(id="method")
                 yield PanelText("", id="method-note", classes="setup-detail", markup=False)
-                # Shown for a preference dataset only: other data trains sft alone.
+                # Shown once the dataset is read: it decides which objectives are offered.
                 with LabeledLine("Objective", classes="setup-line", id="objective-line"):
                     yield ChoicePicker(OBJECTIVES, id="objective")
                 yield PanelText("", id="objective-note", classes="setup-detail", markup=False)
@@ -345,7 +348,7 @@ class NewRunScreen(SetupChoices, SetupPanel, ZyquoScreen):
 
     @on(ChoicePicker.Changed, "#objective")
     def objective_chosen(self, event: ChoicePicker.Changed) -> None:
-        self.set_objective(event.value)
+        self.set_objective(event.value, wanted=True)
         self.recompute()
 
     @on(Input.Changed, "#run-name")
@@ -419,8 +422,9 @@ class NewRunScreen(SetupChoices, SetupPanel, ZyquoScreen):
         self.base_hp = Hyperparameters.from_dict(hp.to_dict())
         self._change(extra_config=dict(extra or {}))
         self.form.load(hp, touched=FIELD_KEYS)
-        # The dataset's report, when it arrives, keeps this objective if it trains it.
-        self.set_objective(SETTINGS["objective"].get(hp))
+        # Kept when the dataset's report arrives; refused there (said under the picker) if the
+        # data does not train it.
+        self.set_objective(SETTINGS["objective"].get(hp), wanted=True)
         if model:
             self.choose_model(model)
         if data:

@@ -18,9 +18,10 @@ from textual.events import DescendantFocus
 from textual.widgets import Input, Static
 
 from zyquo_tui.core.errors import UserError
+from zyquo_tui.core.library.rows import PREFERENCE, PROMPTS
 from zyquo_tui.core.library.run_checks import DataTraits
 from zyquo_tui.core.memory.facts import ModelFacts
-from zyquo_tui.core.runs.settings import SETTINGS, Method
+from zyquo_tui.core.runs.settings import OBJECTIVES, SETTINGS, Method
 from zyquo_tui.core.runs.value_checks import value_text
 from zyquo_tui.core.setup.draft import Base, default_method
 from zyquo_tui.dashboard.library_text import (
@@ -45,11 +46,22 @@ CONTROL_HELP = {
     "dataset": "Folders with train.jsonl: $ZYQUO_HOME/datasets and the samples (D lists them)",
     "method": "← → choose: lora and dora adapt a full-precision base, qlora a quantized one; "
               "full trains every weight",
-    "objective": "← → choose: dpo learns to prefer chosen over rejected against a reference; "
-                 "orpo does so with no reference, beside the chosen answers' loss",
+    "objective": "← → choose: sft learns the responses; dpo and orpo prefer chosen over "
+                 "rejected; grpo learns from rewards of its own answers; distill learns a "
+                 "teacher's distribution",
 }
-# The form's short note for a preference dataset (the draft's reason speaks the CLI's flags).
-SFT_NOT_OFFERED = "sft is not offered: preference rows train dpo or orpo."
+# The form's short note for data that does not train sft (the draft's reasons speak the CLI's
+# flags, and are shown only for an objective asked for that the data refuses).
+SFT_NOT_OFFERED = {
+    PREFERENCE: "sft is not offered: preference rows train dpo or orpo.",
+    PROMPTS: "sft is not offered: prompt rows with answers train grpo (rewards of the "
+             "model's own answers).",
+}
+
+
+def in_form_words(sentence: str) -> str:
+    """A draft's sentence for the form, where the picker, not a flag, chooses the objective."""
+    return sentence.replace("--objective ", "the objective ")
 
 
 class SetupChoices:
@@ -239,21 +251,52 @@ class SetupChoices:
         self._show_method_problem(self.field_errors.get("method"))
 
     def _update_objectives(self) -> None:
-        """Offer the objectives the dataset trains: dpo (the default) and orpo for preference
-        rows, with why sft is not; sft alone, and no objective line, for other rows."""
+        """Offer the objectives the dataset trains (the others struck through): dpo and orpo
+        for preference rows, grpo for prompts with answers, sft and distill for the others.
+        An objective asked for (picked, or from the run, preset or config the form was filled
+        from) stays even where the data refuses it, and the draft's refusal shows under the
+        picker; otherwise the data's first is taken. No line before the data is read."""
+        known = self.draft.data is not None
         offered = [o for o, why in self.draft.offered_objectives().items() if why is None] \
-            if self.draft.data is not None else ["sft"]
-        preference = "sft" not in offered
+            if known else list(OBJECTIVES)
         picker = self.query_one("#objective", ChoicePicker)
         picker.allowed = frozenset(offered)
-        self.query_one("#objective-line").display = preference
-        self._detail("objective-note", SFT_NOT_OFFERED if preference else "")
-        if self.objective not in offered:
-            self.set_objective(offered[0])
+        self.query_one("#objective-line").display = known
+        wanted = self.objective_wanted
+        if wanted is not None:
+            objective = wanted
+        elif known:
+            objective = self.objective if self.objective in offered else offered[0]
+        else:
+            objective = "sft"
+        self.set_objective(objective)
 
-    def set_objective(self, objective: str) -> None:
+    def objective_refusal(self) -> str | None:
+        """Why the dataset does not train the objective chosen (None: it does, or it is not
+        read yet), in the draft's words."""
+        if self.draft.data is None:
+            return None
+        why = self.draft.offered_objectives().get(self.objective)
+        return in_form_words(why) if why else None
+
+    def _show_objective_note(self) -> None:
+        """Under the picker: the refusal of an objective the data does not train, else why
+        sft is not offered for data that trains something else."""
+        refusal = self.objective_refusal()
+        note = self.query_one("#objective-note", Static)
+        note.set_class(bool(refusal), "-error")
+        data_format = self.draft.data.format if self.draft.data is not None else None
+        self._detail("objective-note", f"✗ {refusal}" if refusal
+                     else SFT_NOT_OFFERED.get(data_format or "", ""))
+
+    def set_objective(self, objective: str, *, wanted: bool = False) -> None:
+        """Choose the objective; `wanted`: a person asked for it (sft, every run's default,
+        is never held against the data)."""
+        if wanted:
+            self.objective_wanted = None if objective == "sft" else objective
         self.query_one("#objective", ChoicePicker).choose(objective)
         self.form.set_objective(objective)
+        self._show_objective_note()
 
     def set_method(self, method: Method) -> None:
         self._change(chosen_method=method)

@@ -192,6 +192,9 @@ class SetupPanel:
                 count = self.report.errors
                 return (f"The dataset has {count} error{'s' if count != 1 else ''}, which "
                         f"would stop the run; fix them first.{where}"), "dataset"
+            refusal = self.objective_refusal()
+            if refusal:  # an objective asked for that these rows do not train
+                return refusal, "objective"
             if "dataset" in self.field_errors:  # rows mlx-lm does not train (preference)
                 return self.field_errors["dataset"], "dataset"
         marked = [(key, sentence) for key, sentence in self.field_errors.items()

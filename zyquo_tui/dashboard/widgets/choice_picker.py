@@ -2,13 +2,16 @@
 
 The screen tells the picker which choices are `allowed` (the method the model allows, the
 objective the dataset trains); the others stay visible, dimmed and struck through, so the
-user sees what exists, and the cursor skips them. ← and → move (and choose) at once.
+user sees what exists, and the cursor skips them. ← and → move (and choose) at once. Where
+the line is too narrow for every choice, the refused ones give way (the chosen one stays,
+refused or not).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
@@ -59,9 +62,19 @@ class ChoicePicker(Widget, can_focus=True):
         self.set_reactive(ChoicePicker.value, self.choices[0])
         self.set_reactive(ChoicePicker.allowed, frozenset(self.choices))
 
+    def shown_choices(self) -> tuple:
+        """Every choice where the line has room for them all; else the allowed ones and the
+        chosen one."""
+        width = self.size.width
+        full = sum(len(choice_text(choice)) + 3 for choice in self.choices) - 1
+        if not width or full <= width:
+            return self.choices
+        return tuple(choice for choice in self.choices
+                     if choice in self.allowed or choice == self.value)
+
     def _spans(self) -> list[tuple[Any, int, int]]:
         spans, x = [], 0
-        for choice in self.choices:
+        for choice in self.shown_choices():
             width = len(choice_text(choice)) + 2
             spans.append((choice, x, x + width))
             x += width + 1
@@ -71,12 +84,14 @@ class ChoicePicker(Widget, can_focus=True):
         chosen = self.get_component_rich_style("choice-picker--chosen")
         refused = self.get_component_rich_style("choice-picker--refused")
         text = Text()
-        for index, choice in enumerate(self.choices):
+        for index, choice in enumerate(self.shown_choices()):
             if index:
                 text.append(" ")
             mark = "●" if choice == self.value else "○"
             style = chosen if choice == self.value else (
                 refused if choice not in self.allowed else "")
+            if choice == self.value and choice not in self.allowed:
+                style = chosen + Style(strike=True)  # kept as asked for, and refused
             text.append(f"{mark} {choice_text(choice)}", style=style)
         return text
 

@@ -2,7 +2,9 @@
 
 Each field is one setting of core/runs/settings.py SETTINGS (those with `in_form`): its label,
 help, kind, group and default come from there. Fields come in three groups: basic (always
-shown), advanced and the learning-rate schedule (each folded away until opened). Every field
+shown), advanced and the learning-rate schedule (each folded away until opened); above the
+basic ones, an objective's own (preference, reinforcement, distillation) for the objectives
+that use them (`Setting.used_by`). Every field
 shows mlx-lm's default as its placeholder (an empty field means the default) and one line of
 help; a value the run cannot train with is marked under its field with its problem's sentence.
 
@@ -32,8 +34,10 @@ from zyquo_tui.core.runs.settings import (
     BASIC,
     BOOL,
     CHOICE,
+    DISTILLATION,
     NUMBERS,
     PREFERENCE,
+    REINFORCEMENT,
     SCHEDULE,
     SETTINGS,
     Hyperparameters,
@@ -275,6 +279,9 @@ def _help_with_default(spec: Setting, defaults: dict[str, Any]) -> str:
     return f"{spec.help} (mlx-lm: {shown})"
 
 
+# The groups of settings only some objectives use, in the form's order.
+OBJECTIVE_GROUPS = (PREFERENCE, REINFORCEMENT, DISTILLATION)
+
 GROUP_TITLES = {ADVANCED: "Advanced: optimizer, accumulation, LoRA, reports, seed",
                 SCHEDULE: "Learning-rate schedule"}
 
@@ -358,9 +365,10 @@ class HyperparameterForm(OneLayoutPass, Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("Hyperparameters", classes="form-heading")
-        # A preference objective's own settings first: shown only for dpo and orpo, where
-        # they matter most.
-        for group in (PREFERENCE, BASIC):
+        # An objective's own settings first, where they matter most: shown only for the
+        # objectives that use them (beta for dpo and orpo; rewards, group size and the KL
+        # weight for grpo; the teacher for distill).
+        for group in OBJECTIVE_GROUPS + (BASIC,):
             for spec in form_settings():
                 if spec.group == group:
                     yield self._row(spec)
@@ -482,8 +490,9 @@ class HyperparameterForm(OneLayoutPass, Vertical):
         self._show_rows()
 
     def set_objective(self, objective: str) -> None:
-        """The objective's own fields (beta, the DPO loss, the reference) are shown for the
-        objectives that use them; the run is built with this objective."""
+        """The objective's own fields (beta, the DPO loss, the reference; grpo's rewards and
+        sampling; distill's teacher) are shown for the objectives that use them; the run is
+        built with this objective."""
         self.objective = objective
         self._hidden_for_objective = {spec.key for spec in form_settings()
                                       if not spec.used_by(objective)}

@@ -7,7 +7,13 @@ from typing import Any, Iterable
 from rich.text import Text
 
 from zyquo_tui.core.events import protocol as ev
-from zyquo_tui.core.formatting import fmt_bytes, fmt_clock, fmt_loss, fmt_rate
+from zyquo_tui.core.formatting import (
+    fmt_bytes,
+    fmt_clock,
+    fmt_loss,
+    fmt_number,
+    fmt_rate,
+)
 from zyquo_tui.dashboard.widgets.live_text import LiveText
 
 EVENT_STYLES = {ev.STARTED: "cyan", ev.TRAIN: "", ev.VAL: "yellow", ev.CHECKPOINT: "blue",
@@ -16,8 +22,13 @@ EVENT_STYLES = {ev.STARTED: "cyan", ev.TRAIN: "", ev.VAL: "yellow", ev.CHECKPOIN
 
 
 def _rewards(event: dict) -> str:
-    """A preference run's margin and accuracy (empty for other runs)."""
+    """A preference run's margin and accuracy, a grpo run's mean reward and KL (empty for
+    other runs)."""
     margin, accuracy = event.get("reward_margin"), event.get("reward_accuracy")
+    reward, kl = event.get("reward_mean"), event.get("kl")
+    if isinstance(reward, (int, float)):
+        return f"  reward {fmt_loss(reward)}" + (
+            f" kl {fmt_number(kl)}" if isinstance(kl, (int, float)) else "")
     if not isinstance(margin, (int, float)):
         return ""
     text = f"  margin {fmt_loss(margin)}"

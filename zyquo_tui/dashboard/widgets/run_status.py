@@ -39,7 +39,7 @@ class RunStatus(LiveText):
             first.append(f" #{queue_position}", style=style)
         first.append("  ")
         first.append(run.name, style="bold")
-        objective = f" {run.objective}" if run.is_preference else ""
+        objective = f" {run.objective}" if run.objective != "sft" else ""
         first.append(f"  {run.method.value}{objective} · {basename(run.model)} · "
                      f"{basename(run.data)}"
                      f" · {run.id}", style="dim")

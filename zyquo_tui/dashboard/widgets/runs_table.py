@@ -17,6 +17,7 @@ from zyquo_tui.core.formatting import (
     fmt_duration,
     fmt_loss,
     fmt_rate,
+    fmt_reward,
     progress_bar,
 )
 from zyquo_tui.dashboard.run_service import RunRow
@@ -61,7 +62,10 @@ COLUMNS = (
     Column("state", "State", 13, lambda r: STATE_ORDER.get(r.state, 99)),
     Column("name", "Name", NAME_MIN_WIDTH, lambda r: r.name.lower()),
     Column("progress", "Progress", PROGRESS_WIDTH, lambda r: _missing_last(r.fraction)),
-    Column("train", "Train", 6, lambda r: _missing_last(r.train_loss)),
+    # A grpo run's mean reward stands in its loss's place (`r 0.62`): losses sort first,
+    # then rewards.
+    Column("train", "Train", 6, lambda r: (r.reward_mean is not None, _missing_last(
+        r.reward_mean if r.reward_mean is not None else r.train_loss))),
     Column("val", "Val", 6, lambda r: _missing_last(r.val_loss)),
     Column("eta", "ETA", 6, lambda r: _missing_last(r.eta)),
     Column("elapsed", "Elapsed", 7, lambda r: _missing_last(r.elapsed)),
@@ -131,9 +135,9 @@ def _short_setting(word: str) -> str:
 
 
 def name_cell(row: RunRow, marked: bool, width: int = NAME_MIN_WIDTH) -> str | Text:
-    """The name (fitted to the column's `width`: `fitted_name`); a preference run's objective
-    before it (`dpo helpful`), so it reads apart from SFT runs at a glance (SFT runs show their
-    name alone)."""
+    """The name (fitted to the column's `width`: `fitted_name`); the objective of a run that
+    is not SFT before it (`dpo helpful`, `grpo sums`), so it reads apart from SFT runs at a
+    glance (SFT runs show their name alone)."""
     prefix = (MARK if marked else "") + ("" if row.objective == "sft" else row.objective + " ")
     name = fitted_name(row.name, width - len(prefix))
     if row.objective == "sft":
@@ -157,7 +161,7 @@ def row_cells(row: RunRow | GroupRow, marked: bool = False,
         Text(f"{symbol} {row.state}", style=style),
         name_cell(row, marked, name_width),
         progress_cell(row),
-        fmt_loss(row.train_loss),
+        fmt_reward(row.reward_mean) if row.reward_mean is not None else fmt_loss(row.train_loss),
         fmt_loss(row.val_loss),
         fmt_duration(row.eta) if row.eta is not None else DASH,
         fmt_duration(row.elapsed) if row.elapsed is not None else DASH,

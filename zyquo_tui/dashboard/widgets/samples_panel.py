@@ -36,6 +36,8 @@ class SamplesPanel(LiveText):
     SamplesPanel.-shown { display: block; }
     """
 
+    TITLE = "Samples"  # the border title's first word
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.steps: list[int] = []
@@ -54,13 +56,17 @@ class SamplesPanel(LiveText):
         if self.styles.height is None or self.styles.height.value != height:
             self.styles.height = height
         position = self.steps.index(shown) + 1
-        self.border_title = f"Samples at step {shown} ({position} of {len(self.steps)})"
+        self.border_title = f"{self.TITLE} at step {shown} ({position} of {len(self.steps)})"
         self.border_subtitle = "\\[ earlier  ] later " if len(self.steps) > 1 else ""
         lines = []
         for sample in answers:
             lines.append(Text("› " + one_line(str(sample.get("prompt", ""))), style="bold",
                               no_wrap=True, overflow="ellipsis"))
-            lines.append(Text("  " + one_line(str(sample.get("text", ""))), no_wrap=True,
-                              overflow="ellipsis"))
+            lines.append(self.answer_line(sample))
         self.text = Text("\n").join(lines)
         self.set_class(True, "-shown")
+
+    def answer_line(self, sample: dict[str, Any]) -> Text:
+        """The line under a sample's prompt: the model's answer."""
+        return Text("  " + one_line(str(sample.get("text", ""))), no_wrap=True,
+                    overflow="ellipsis")
