@@ -46,6 +46,7 @@ from zyquo_tui.core.runs.problems import WARNING, Problem, errors_in, warnings_i
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import OBJECTIVES, SETTINGS, Hyperparameters, Method
 from zyquo_tui.core.runs.value_checks import is_whole
+from zyquo_tui.core.setup.distillation import distillation_problems, teacher_folder
 
 if TYPE_CHECKING:
     from zyquo_tui.core.library.models import ModelInfo
@@ -197,6 +198,8 @@ class RunDraft:
                 value = settings[key]
                 setattr(hp, key, {**getattr(hp, key), **value} if key == "lora_parameters"
                         and isinstance(value, dict) else value)
+        if "teacher" in settings:  # a name as --model takes one, or a folder
+            settings["teacher"] = teacher_folder(settings["teacher"])
         for key, setting in SETTINGS.items():  # the definition's order: optimizer first
             if key in settings:
                 setting.set(hp, settings[key])
@@ -389,6 +392,9 @@ class RunDraft:
         if self.data is not None:
             found += problems_with_data(hp, self.data)
         found += self.epoch_problems()
+        found += distillation_problems(hp, self.base.path if self.base else None,
+                                       self.base.name if self.base else None,
+                                       self.data.format if self.data else None)
         return found
 
     def errors(self) -> list[Problem]:
