@@ -276,6 +276,9 @@ def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipp
             for name in TERMS]
     if "reference" in estimate.breakdown:
         rows.append(["reference (a frozen copy)", fmt_bytes(estimate.breakdown["reference"])])
+    if "teacher" in estimate.breakdown:
+        rows.append(["teacher (its weights and log-probabilities)",
+                     fmt_bytes(estimate.breakdown["teacher"])])
     for name in ("history_correction", "replica_correction"):
         if name in estimate.breakdown:
             rows.append([name.replace("_", " "), fmt_bytes(estimate.breakdown[name])])
