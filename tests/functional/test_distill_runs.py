@@ -100,17 +100,24 @@ def test_runs_new_refuses_a_teacher_with_another_tokenizer(models, teacher_model
                         "--objective", "distill", "--teacher", str(other), "--no-replica")
     assert planned.returncode == 2 and "has another tokenizer" in planned.stderr
     # The sample's teacher shares the tokenizer; a name as `zyquo-tui models` lists it will do.
+    import shutil
+
+    installed = shutil.copytree(teacher_model, models["zyquo-tiny"].parent / teacher_model.name)
     made = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data", str(COMPLETIONS),
-                     "--objective", "distill", "--teacher", str(teacher_model),
+                     "--objective", "distill", "--teacher", "zyquo-tiny-teacher",
                      "--temperature", "2")
     assert made.returncode == 0, made.stderr
     run = RunStore().get(made.stdout.strip())
     assert run.objective == "distill"
-    assert SETTINGS["teacher"].get(run.hyperparameters) == str(teacher_model.resolve())
+    assert SETTINGS["teacher"].get(run.hyperparameters) == str(Path(installed).resolve())
     assert SETTINGS["distill_temperature"].get(run.hyperparameters) == 2.0
     no_teacher = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data", str(COMPLETIONS),
                            "--objective", "distill")
     assert no_teacher.returncode == 2 and "needs a teacher" in no_teacher.stderr
+    unknown = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data", str(COMPLETIONS),
+                        "--objective", "distill", "--teacher", "no-such-teacher")
+    assert unknown.returncode == 2 and "teacher: no-such-teacher is no model folder" in \
+        unknown.stderr
 
 
 def test_an_on_policy_run_trains_the_students_own_answers_and_resumes_exactly(
