@@ -80,6 +80,11 @@ def test_a_teacher_named_as_a_model_is_its_folder(tmp_path, isolated_home):
                                    tokenizer_json({"a": 0}))
     draft = distill_draft(student, "my-teacher")
     assert SETTINGS["teacher"].get(draft.hyperparameters) == str(teacher.resolve())
+    # The form's way: new settings over a draft.
+    hp = Hyperparameters.from_dict(draft.hyperparameters.to_dict())
+    SETTINGS["teacher"].set(hp, "my-teacher")
+    assert SETTINGS["teacher"].get(draft.replace(hyperparameters=hp).hyperparameters) == \
+        str(teacher.resolve())
     unknown = distill_draft(student, "no-such-teacher")
     assert any(p.key == "teacher" and "no-such-teacher" in p.sentence
                for p in unknown.errors())

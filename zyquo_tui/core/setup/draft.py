@@ -198,8 +198,6 @@ class RunDraft:
                 value = settings[key]
                 setattr(hp, key, {**getattr(hp, key), **value} if key == "lora_parameters"
                         and isinstance(value, dict) else value)
-        if "teacher" in settings:  # a name as --model takes one, or a folder
-            settings["teacher"] = teacher_folder(settings["teacher"])
         for key, setting in SETTINGS.items():  # the definition's order: optimizer first
             if key in settings:
                 setting.set(hp, settings[key])
@@ -224,6 +222,7 @@ class RunDraft:
                     chosen=frozenset(chosen) | frozenset(settings))
         draft.fit_defaults()
         draft.resolve_epochs()
+        draft.resolve_teacher()
         return draft
 
     @classmethod
@@ -296,7 +295,16 @@ class RunDraft:
                                                                   self.extra_config)),
                                     **changes)
         draft.resolve_epochs()
+        draft.resolve_teacher()
         return draft
+
+    def resolve_teacher(self) -> None:
+        """A teacher named as a model (as --model takes one) becomes its folder."""
+        teacher = SETTINGS["teacher"]
+        named = teacher.get(self.hyperparameters)
+        folder = teacher_folder(named)
+        if folder != named:
+            teacher.set(self.hyperparameters, folder)
 
     # -- epochs ------------------------------------------------------------------------------
 
