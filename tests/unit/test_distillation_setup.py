@@ -51,7 +51,12 @@ def test_same_vocabulary_compares_tokens_and_ids_not_the_files_bytes(tmp_path):
     (tmp_path / "uni" / "tokenizer.json").write_text(json.dumps(unigram))
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "vocab.json").write_text(json.dumps({"a": 0, "b": 1}))
+    assert same_vocabulary(tmp_path / "uni", tmp_path / "old") is None  # no file in common
+    (tmp_path / "old" / "tokenizer.json").write_text(json.dumps(unigram))
     assert same_vocabulary(tmp_path / "uni", tmp_path / "old") is True
+    (tmp_path / "old2").mkdir()
+    (tmp_path / "old2" / "vocab.json").write_text(json.dumps({"b": 1, "a": 0}))
+    assert same_vocabulary(tmp_path / "old2", tmp_path / "old") is True
 
 
 def distill_draft(student: Path, teacher: str, data: Path | None = None, **settings):

@@ -4,12 +4,13 @@ the student's next-token distributions token id by token id.
 
 The rule: two tokenizers are the same when they map the same token strings to the same ids,
 the tokenizer's model vocabulary and its added (special) tokens together, as
-`tokenizer.get_vocab()` compares them in the trainer. The vocabulary of `tokenizer.json` (a BPE or WordPiece
-`vocab` table, a Unigram list of pieces in id order) and its `added_tokens`, or of `vocab.json`
-and `added_tokens.json` (the older layout), is compared as a digest. A SentencePiece
-`tokenizer.model` alone is compared by its bytes. A folder with none of these says nothing
-(None: the trainer's own check decides). Digests are kept per file (path, size, mtime), so the
-setup form can ask on every keystroke.
+`tokenizer.get_vocab()` compares them in the trainer, read from the first kind of file both
+folders have. The vocabulary of `tokenizer.json` (a BPE or WordPiece `vocab` table, a Unigram
+list of pieces in id order) and its `added_tokens`, or of `vocab.json` and
+`added_tokens.json` (the older layout), is compared as a digest; a SentencePiece
+`tokenizer.model` by its bytes. Two folders with no such file in common say nothing (None:
+the trainer's own check decides). Digests are kept per file (path, size, mtime), so the setup
+form can ask on every keystroke.
 """
 
 from __future__ import annotations
@@ -67,29 +68,38 @@ def _vocabulary_items(folder: Path, name: str) -> list[tuple[str, int]] | None:
     return sorted(items.items())
 
 
+def _file_digest(folder: Path, name: str) -> str | None:
+    key = _file_key(folder / name)
+    if key is None:
+        return None
+    if key not in _digests:
+        if name == "tokenizer.model":
+            _digests[key] = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+        else:
+            items = _vocabulary_items(folder, name)
+            _digests[key] = (None if items is None else hashlib.sha256(
+                json.dumps(items, ensure_ascii=False).encode()).hexdigest())
+    return _digests[key]
+
+
 def vocabulary_digest(folder: str | Path) -> str | None:
-    """A digest of the folder's tokenizer vocabulary; None when it has no tokenizer file
-    this module reads."""
+    """A digest of the folder's tokenizer vocabulary, from the first tokenizer file it has
+    (TOKENIZER_FILES' order); None when it has none this module reads."""
     folder = Path(folder).expanduser()
     for name in TOKENIZER_FILES:
-        key = _file_key(folder / name)
-        if key is None:
-            continue
-        if key not in _digests:
-            if name == "tokenizer.model":
-                _digests[key] = hashlib.sha256((folder / name).read_bytes()).hexdigest()
-            else:
-                items = _vocabulary_items(folder, name)
-                _digests[key] = (None if items is None else hashlib.sha256(
-                    json.dumps(items, ensure_ascii=False).encode()).hexdigest())
-        return _digests[key]
+        digest = _file_digest(folder, name)
+        if digest is not None:
+            return digest
     return None
 
 
 def same_vocabulary(first: str | Path, second: str | Path) -> bool | None:
-    """Whether two model folders' tokenizers map the same tokens to the same ids; None when
-    either folder's tokenizer cannot be read here."""
-    one, other = vocabulary_digest(first), vocabulary_digest(second)
-    if one is None or other is None:
-        return None
-    return one == other
+    """Whether two model folders' tokenizers map the same tokens to the same ids, compared
+    through the first kind of tokenizer file both have; None when they have none in common
+    that this module reads (a tokenizer.json beside a tokenizer.model alone says nothing)."""
+    one, other = Path(first).expanduser(), Path(second).expanduser()
+    for name in TOKENIZER_FILES:
+        a, b = _file_digest(one, name), _file_digest(other, name)
+        if a is not None and b is not None:
+            return a == b
+    return None
