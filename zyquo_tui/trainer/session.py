@@ -371,7 +371,8 @@ class TrainingSession:
         chunk_tokens = loss_chunk_tokens_for(hp, run.method, run.model,
                                              max(train_lengths, default=None), world.size)
         loop = self.loop = TrainingLoop(model, optimizer, train_set, val_set, hp, adapters,
-                                        hooks, objective_for(hp, model, run.model, chunk_tokens,
+                                        hooks,
+                                        objective_for(hp, model, run.model, chunk_tokens,
                                                       tokenizer),
                                         world=world)
         resumed_from = run.resume_from_step
