@@ -137,3 +137,13 @@ def test_the_estimate_counts_the_teachers_weights_and_what_it_hands_the_step(tmp
     SETTINGS["max_completion_tokens"].set(hp, 64)
     on_policy = TrainingConfig.from_hyperparameters(Method.LORA, hp, longest_row_tokens=100)
     assert (config.batch_width, on_policy.batch_width) == (129, 193)
+
+
+def test_a_teacher_relative_to_an_imported_config_is_found_beside_it(tmp_path):
+    student = model_with_tokenizer(tmp_path / "student", tokenizer_json({"a": 0}))
+    teacher = model_with_tokenizer(tmp_path / "configs" / "teacher", tokenizer_json({"a": 0}))
+    draft = RunDraft.from_mlx_config(
+        {"model": str(student), "data": str(tmp_path),
+         "zyquo_tui": {"objective": "distill", "teacher": "teacher"}},
+        source="run.yaml", base_dir=tmp_path / "configs")
+    assert SETTINGS["teacher"].get(draft.hyperparameters) == str(teacher.resolve())
