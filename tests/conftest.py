@@ -84,10 +84,12 @@ def fake_service_manager(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture(scope="session")
 def sample_models(tmp_path_factory) -> dict[str, Path]:
-    """The tiny sample model and its 4-bit copy, built once for the whole session."""
+    """The tiny sample model and its 4-bit copy, built once for the whole session (the
+    distillation teacher, whose training takes longer, only where asked: `teacher_model`)."""
     target = tmp_path_factory.mktemp("models")
     done = subprocess.run(
-        [sys.executable, "-m", "zyquo_tui.trainer.sample_model", str(target), "--json"],
+        [sys.executable, "-m", "zyquo_tui.trainer.sample_model", str(target), "--json",
+         "--no-teacher"],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, check=True,
     )
     made = json.loads(done.stdout)
@@ -102,6 +104,18 @@ def tiny_model(sample_models) -> Path:
 @pytest.fixture
 def tiny_model_4bit(sample_models) -> Path:
     return sample_models["zyquo-tiny-4bit"]
+
+
+@pytest.fixture(scope="session")
+def teacher_model(sample_models) -> Path:
+    """zyquo-tiny-teacher (the sample's distillation teacher, trained on the sample
+    completions), built beside the session's sample models with their tokenizer, once."""
+    tiny = sample_models["zyquo-tiny"]
+    code = ("import sys; from zyquo_tui.trainer.sample_model import build_teacher; "
+            "print(build_teacher(sys.argv[1], sys.argv[2]))")
+    done = subprocess.run([sys.executable, "-c", code, str(tiny.parent), str(tiny)],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, check=True)
+    return Path(done.stdout.strip().splitlines()[-1])
 
 
 def run_trainer(run_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -60,18 +60,21 @@ def test_doctor_says_why_a_store_it_cannot_write_is_unusable_and_exits_1(monkeyp
     assert "set ZYQUO_HOME to a folder you can write" in plain.stdout
 
 
-def test_sample_builds_two_models_that_mlx_lm_loads(isolated_home):
+def test_sample_builds_three_models_that_mlx_lm_loads(isolated_home):
     done = zyquo_cli("sample", "--json")
     assert done.returncode == 0, done.stderr
     made = json.loads(done.stdout)
-    paths = [made["models"]["zyquo-tiny"], made["models"]["zyquo-tiny-4bit"]]
+    paths = [made["models"]["zyquo-tiny"], made["models"]["zyquo-tiny-4bit"],
+             made["models"]["zyquo-tiny-teacher"]]
     assert all(p.startswith(str(isolated_home / "models")) for p in paths)
     code = ("import sys; from mlx_lm import load\n"
             "for p in sys.argv[1:]:\n"
             "    model, tok = load(p); print(type(model).__module__, len(model.layers))\n")
     loaded = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True,
                             text=True, check=True, stdin=subprocess.DEVNULL)
-    assert loaded.stdout.split("\n")[:2] == ["mlx_lm.models.llama 2"] * 2
+    # The distillation teacher is deeper (and wider) than the model it teaches.
+    assert loaded.stdout.split("\n")[:3] == ["mlx_lm.models.llama 2"] * 2 + [
+        "mlx_lm.models.llama 4"]
 
 
 def test_runs_list_shows_damaged_runs_beside_good_ones(isolated_home, tiny_model):

@@ -117,16 +117,17 @@ def test_build_prints_json_with_paths(built):
     out, models_dir = built["out"], built["dir"]
     assert set(out) == {"models", "sample_data"}
     assert Path(out["sample_data"]).resolve() == SAMPLE_DATA.resolve()
-    assert set(out["models"]) == {"zyquo-tiny", "zyquo-tiny-4bit"}
+    assert set(out["models"]) == {"zyquo-tiny", "zyquo-tiny-4bit", "zyquo-tiny-teacher"}
     for name, path in out["models"].items():
         assert Path(path) == models_dir / name
         assert {p.name for p in Path(path).iterdir()} == MODEL_FILES
     # Nothing else (no temporary folders) is left beside them.
-    assert sorted(p.name for p in models_dir.iterdir()) == ["zyquo-tiny", "zyquo-tiny-4bit"]
+    assert sorted(p.name for p in models_dir.iterdir()) == ["zyquo-tiny", "zyquo-tiny-4bit",
+                                                            "zyquo-tiny-teacher"]
 
 
 def test_plain_output_is_one_path_per_line(tmp_path):
-    proc = _run("-m", "zyquo_tui.trainer.sample_model", str(tmp_path / "m"))
+    proc = _run("-m", "zyquo_tui.trainer.sample_model", str(tmp_path / "m"), "--no-teacher")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [str(tmp_path / "m" / "zyquo-tiny"),
                                         str(tmp_path / "m" / "zyquo-tiny-4bit")]
@@ -186,11 +187,41 @@ def test_mlx_lm_loads_both_models(built):
         assert one["pad"] == "<|pad|>"
 
 
+TEACHER_LOSSES = """
+import json, sys
+import mlx.core as mx
+from mlx_lm import load
+from zyquo_tui.trainer import losses
+from zyquo_tui.trainer.encoding import encode
+rows = [json.loads(line) for line in open(sys.argv[3])]
+out = {}
+for path in sys.argv[1:3]:
+    model, tok = load(path)
+    tokens, lengths = encode(tok, [r["prompt"] for r in rows], [r["completion"] for r in rows],
+                             False, 2048)
+    out[path] = {"loss": losses.sft_objective(model, tokens, lengths)[0].item(),
+                 "vocab": tok.get_vocab()}
+print(json.dumps(out))
+"""
+
+
+def test_the_teacher_shares_the_tokenizer_and_has_learned_the_sample(built):
+    models = built["out"]["models"]
+    tiny, teacher = models["zyquo-tiny"], models["zyquo-tiny-teacher"]
+    assert (Path(teacher) / "tokenizer.json").read_bytes() == \
+        (Path(tiny) / "tokenizer.json").read_bytes()
+    info = _python(TEACHER_LOSSES, tiny, teacher,
+                   str(SAMPLE_DATA / "completions" / "valid.jsonl"))
+    assert info[tiny]["vocab"] == info[teacher]["vocab"]
+    # Held-out completions: the random student is near ln(512) = 6.2; the teacher knows them.
+    assert info[teacher]["loss"] < 0.5 * info[tiny]["loss"], info
+
+
 def test_rebuild_is_byte_identical_and_clean(built):
     models_dir = built["dir"]
     before = {p.relative_to(models_dir): p.read_bytes()
               for p in sorted(models_dir.rglob("*")) if p.is_file()}
-    assert len(before) == 2 * len(MODEL_FILES)
+    assert len(before) == 3 * len(MODEL_FILES)
     _build(models_dir)  # over the first build: replaces it
     after = {p.relative_to(models_dir): p.read_bytes()
              for p in sorted(models_dir.rglob("*")) if p.is_file()}

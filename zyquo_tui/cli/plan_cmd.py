@@ -122,7 +122,9 @@ def run(args) -> int:
     # The memory settings are checked by the config; the rest plan reads, by their own
     # definitions' checks (a zero save_every would count a checkpoint a step).
     checked = PLACEMENT_SETTINGS | DISK_SETTINGS | DURATION_SETTINGS
-    bad = [problem for problem in draft.errors() if problem.key == "method"]
+    # The draft's refusals that decide what trains: the method, and a distillation's teacher.
+    bad = [problem for problem in draft.errors()
+           if problem.key in ("method", "teacher", "on_policy")]
     bad += config.problems() + errors_in(hp.problems(method, only=checked))
     bad += distribution_problems(hp.batch_size, hp.zyquo_tui)
     if bad:
@@ -274,6 +276,9 @@ def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipp
             for name in TERMS]
     if "reference" in estimate.breakdown:
         rows.append(["reference (a frozen copy)", fmt_bytes(estimate.breakdown["reference"])])
+    if "teacher" in estimate.breakdown:
+        rows.append(["teacher (its weights and log-probabilities)",
+                     fmt_bytes(estimate.breakdown["teacher"])])
     for name in ("history_correction", "replica_correction"):
         if name in estimate.breakdown:
             rows.append([name.replace("_", " "), fmt_bytes(estimate.breakdown[name])])

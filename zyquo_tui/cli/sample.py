@@ -8,7 +8,8 @@ from zyquo_tui.core.library.sample import build_sample
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "sample", help="build the tiny sample model (and a 4-bit copy) into $ZYQUO_HOME/models")
+        "sample", help="build the tiny sample model, a 4-bit copy and a distillation teacher "
+                       "into $ZYQUO_HOME/models")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(handler=run)
 

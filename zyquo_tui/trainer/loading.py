@@ -118,8 +118,14 @@ def _read_rows(path: Path) -> list[Any]:
 
 
 def data_settings(run: Run) -> types.SimpleNamespace:
-    """What mlx-lm's create_dataset reads from its args (mask_prompt and the *_feature keys)."""
-    return types.SimpleNamespace(mask_prompt=run.hyperparameters.mask_prompt,
+    """What mlx-lm's create_dataset reads from its args (mask_prompt and the *_feature keys).
+    On-policy distillation reads each row's prompt as its tokens before the offset, so its
+    rows are made with mask_prompt on (trainer/on_policy.py)."""
+    from zyquo_tui.core.runs.settings import SETTINGS
+
+    hp = run.hyperparameters
+    on_policy = SETTINGS["objective"].get(hp) == "distill" and SETTINGS["on_policy"].get(hp)
+    return types.SimpleNamespace(mask_prompt=hp.mask_prompt or bool(on_policy),
                                  **feature_keys(run.extra_config))
 
 

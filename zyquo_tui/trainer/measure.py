@@ -75,11 +75,11 @@ def _run_of(spec: dict[str, Any]) -> Run:
 
 def _worst_batch(run: Run, tokenizer, spec: dict[str, Any]) -> tuple[list[Any], list[int] | None]:
     """The rows of the batch with the longest sequences, and every row's token count."""
-    from zyquo_tui.core.runs.settings import SETTINGS
+    from zyquo_tui.core.runs.settings import PREFERENCE_OBJECTIVES, SETTINGS
     from zyquo_tui.trainer import loading
 
     batch_size = run.hyperparameters.batch_size
-    preference = SETTINGS["objective"].get(run.hyperparameters) != "sft"
+    preference = SETTINGS["objective"].get(run.hyperparameters) in PREFERENCE_OBJECTIVES
     if spec.get("synthetic_tokens"):
         import numpy as np
 
@@ -184,7 +184,8 @@ def _measure(spec: dict[str, Any]) -> dict[str, Any]:
         chunk_tokens = loss_chunk_tokens_for(settings, run.method, run.model,
                                              max(lengths) if lengths else None)
         loop = TrainingLoop(model, optimizer, _Rows(rows), [], settings, Path(adapters), hooks,
-                            objective_for(settings, model, run.model, chunk_tokens))
+                            objective_for(settings, model, run.model, chunk_tokens,
+                                          tokenizer))
         width = int(loop.batches._make_batch(list(range(hp.batch_size)))[0].shape[1])
         loop.run()
     trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))

@@ -3,6 +3,8 @@
 `SftObjective` is mlx-lm's SFT (its batch order, its loss, its `evaluate`). `PreferenceObjective`
 trains DPO or ORPO (trainer/losses.py) on preference pairs (trainer/preference_data.py), with
 the reference of DPO scored by `Reference`, which the step-level client uses too.
+`DistillObjective` learns a teacher's distribution (trainer/teacher.py) on SFT's batches, or on
+the student's own answers to their prompts (trainer/on_policy.py).
 """
 
 from __future__ import annotations
@@ -218,10 +220,68 @@ class PreferenceObjective(LossSlicing):
         return loss, {name: means[name] for name in self.metric_names}
 
 
+class DistillObjective(SftObjective):
+    """Distillation (losses.distill_objective, the client's loss): on SFT's batches in SFT's
+    order, the KL from the teacher's distribution to the student's at the run's temperature
+    over each row's trained tokens (the response, as SFT masks it); with on_policy, over the
+    student's own answers to the rows' prompts instead. Validation is the same KL on the
+    validation rows' own responses (no sampling: it draws nothing from the random state)."""
+
+    def __init__(self, settings: Hyperparameters, model, tokenizer,
+                 chunk_tokens: int | str = OFF_TEXT) -> None:
+        from zyquo_tui.trainer.teacher import Teacher
+
+        super().__init__(settings, model, chunk_tokens)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.temperature = float(SETTINGS["distill_temperature"].get(settings))
+        self.on_policy = bool(SETTINGS["on_policy"].get(settings))
+        self.max_completion_tokens = int(SETTINGS["max_completion_tokens"].get(settings))
+        self.teacher = Teacher(str(SETTINGS["teacher"].get(settings)), tokenizer)
+
+    def _loss_and_arrays(self, tokens: mx.array, lengths: mx.array):
+        """The objective with its constants bound, its compile key, and its arrays."""
+        sliced = self._sliced_for(tokens)
+        teacher, head = self.teacher.side(tokens, self.temperature, sliced)
+        loss = partial(losses.distill_objective, temperature=self.temperature,
+                       teacher_head=head)
+        key: tuple = ("distill", self.temperature, head is not None)
+        if sliced:
+            loss, key = partial(loss, sliced=self.sliced), (*key, "sliced")
+        return loss, key, (tokens, lengths, teacher)
+
+    def forward_backward(self, engine: StepEngine, batch):
+        tokens, lengths = batch
+        if self.on_policy:
+            from zyquo_tui.trainer.on_policy import on_policy_batch
+
+            tokens, lengths = on_policy_batch(self.model, self.tokenizer, tokens, lengths,
+                                              self.max_completion_tokens,
+                                              self.settings.max_seq_length)
+        loss, key, arrays = self._loss_and_arrays(tokens, lengths)
+        return engine.forward_backward(loss, *arrays, key=key)
+
+    def validate(self, model, val_set) -> tuple[float, dict[str, float]]:
+        s = self.settings
+
+        def loss(model, tokens, lengths):
+            objective, _key, arrays = self._loss_and_arrays(tokens, lengths)
+            value, ntoks, _metrics = objective(model, *arrays)
+            return value, ntoks
+
+        value = evaluate(model=model, dataset=val_set, loss=loss, batch_size=s.batch_size,
+                         num_batches=s.val_batches, max_seq_length=s.max_seq_length)
+        model.train()
+        return value, {}
+
+
 def objective_for(settings: Hyperparameters, model, base_path: str,
-                  chunk_tokens: int | str = OFF_TEXT):
+                  chunk_tokens: int | str = OFF_TEXT, tokenizer=None):
     """The run's objective; `chunk_tokens` is its loss_chunk_tokens as
-    `loss_chunk_tokens_for` resolved it."""
+    `loss_chunk_tokens_for` resolved it (`tokenizer`: the student's, which distillation
+    needs)."""
     if SETTINGS["objective"].get(settings) == "sft":
         return SftObjective(settings, model, chunk_tokens)
+    if SETTINGS["objective"].get(settings) == "distill":
+        return DistillObjective(settings, model, tokenizer, chunk_tokens)
     return PreferenceObjective(settings, model, base_path, chunk_tokens)

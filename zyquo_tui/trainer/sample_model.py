@@ -2,10 +2,13 @@
 
     python -m zyquo_tui.trainer.sample_model OUT_MODELS_DIR [--json]
 
-writes OUT_MODELS_DIR/zyquo-tiny (a float llama model) and OUT_MODELS_DIR/zyquo-tiny-4bit (its
-4-bit affine-quantized copy, for QLoRA), both loadable with ``mlx_lm.load``. Nothing is
-downloaded: the byte-level BPE tokenizer is trained on the text of the sample datasets and the
-weights come from mlx-lm's own llama classes with a fixed seed. Same inputs, same bytes.
+writes OUT_MODELS_DIR/zyquo-tiny (a float llama model), OUT_MODELS_DIR/zyquo-tiny-4bit (its
+4-bit affine-quantized copy, for QLoRA) and OUT_MODELS_DIR/zyquo-tiny-teacher (a wider, deeper
+model with the same tokenizer, trained on the sample completions: a teacher for distillation
+runs), all loadable with ``mlx_lm.load``. Nothing is downloaded: the byte-level BPE tokenizer is
+trained on the text of the sample datasets and the weights come from mlx-lm's own llama
+classes with a fixed seed (the teacher's training draws its batches from a fixed seed too).
+Same inputs, same bytes on one machine.
 
 Other shapes (for memory calibration) come from :func:`build_model`.
 """
@@ -28,6 +31,14 @@ from zyquo_tui.resources import sample_data_dir
 
 TINY = "zyquo-tiny"
 TINY_4BIT = "zyquo-tiny-4bit"
+TEACHER = "zyquo-tiny-teacher"
+# Twice as wide and deep as zyquo-tiny, so it learns the sample facts better than the student
+# it teaches (the same tokenizer, which distillation needs).
+TEACHER_SHAPE = {"hidden_size": 128, "intermediate_size": 256, "num_layers": 4}
+# Full fine-tuning steps on the sample completions (a few seconds on two CPU cores).
+TEACHER_STEPS = 80
+TEACHER_BATCH = 8
+TEACHER_LEARNING_RATE = 3e-3
 
 # float32. On CPU (mlx 0.32.4) a bfloat16 tiny model trains as fast and its loss falls the same,
 # but LoRA on a 4-bit copy with bfloat16 scales ran about 6x slower than with float32 scales.
@@ -327,16 +338,82 @@ def build_model(
     return out
 
 
-def build_sample_models(models_dir: str | os.PathLike) -> dict[str, Path]:
-    """Build zyquo-tiny and zyquo-tiny-4bit into models_dir; return {name: path}."""
+def train_on_sample(model_dir: Path, steps: int = TEACHER_STEPS, seed: int = 0) -> None:
+    """Fully fine-tune the model in `model_dir` on the sample completions (the responses, the
+    prompts masked, as SFT with mask_prompt trains them) and write its weights back."""
+    from functools import partial
+
+    import mlx.core as mx
+    import mlx.nn as nn
+    import mlx.optimizers as optim
+    import numpy as np
+    from mlx.utils import tree_flatten
+    from mlx_lm import load
+
+    from zyquo_tui.trainer import losses
+    from zyquo_tui.trainer.encoding import encode_row
+
+    model, tokenizer = load(str(model_dir))
+    path = sample_data_dir() / "completions" / "train.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    encoded = [encode_row(tokenizer, row["prompt"], row["completion"], False) for row in rows]
+    # Every batch as wide as the longest row: one compiled shape, no padding to multiples.
+    width = max(len(tokens) for tokens, _ in encoded)
+    tokens = np.zeros((len(encoded), width), np.int32)
+    for i, (row, _offset) in enumerate(encoded):
+        tokens[i, :len(row)] = row
+    spans = np.array([(offset, len(row)) for row, offset in encoded], np.int32)
+    mx.random.seed(seed)
+    order = np.random.default_rng(seed)
+    optimizer = optim.Adam(learning_rate=TEACHER_LEARNING_RATE)
+    loss_and_grad = nn.value_and_grad(model, lambda m, t, n: losses.sft_objective(m, t, n)[0])
+    state = [model.state, optimizer.state]
+
+    @partial(mx.compile, inputs=state, outputs=state)
+    def step(batch, lengths):
+        loss, grads = loss_and_grad(model, batch, lengths)
+        optimizer.update(model, grads)
+        return loss
+
+    model.train()
+    for _ in range(steps):
+        picked = order.choice(len(encoded), TEACHER_BATCH, replace=False)
+        mx.eval(state, step(mx.array(tokens[picked]), mx.array(spans[picked])))
+    weights = dict(sorted(tree_flatten(model.parameters())))
+    staged = model_dir / ".model.safetensors.tmp.safetensors"
+    mx.save_safetensors(str(staged), weights, metadata={"format": "mlx"})
+    os.replace(staged, model_dir / "model.safetensors")
+
+
+def build_teacher(models_dir: str | os.PathLike, tokenizer_dir: str | os.PathLike) -> Path:
+    """zyquo-tiny-teacher in models_dir, with the tokenizer of `tokenizer_dir`: built and
+    trained beside its final place, then renamed, so a folder of that name always holds a
+    trained teacher."""
+    models = Path(models_dir)
+    staged = build_model(models / f".{TEACHER}.building", tokenizer_dir=tokenizer_dir, seed=1,
+                         **TEACHER_SHAPE)
+    train_on_sample(staged)
+    teacher = models / TEACHER
+    if teacher.exists():
+        shutil.rmtree(teacher)
+    staged.rename(teacher)
+    return teacher
+
+
+def build_sample_models(models_dir: str | os.PathLike, teacher: bool = True
+                        ) -> dict[str, Path]:
+    """Build zyquo-tiny, zyquo-tiny-4bit and (unless `teacher` is False) zyquo-tiny-teacher
+    into models_dir; return {name: path}."""
     models = Path(models_dir)
     models.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".zyquo-tokenizer-", dir=models) as tok_dir:
         build_tokenizer(tok_dir)
-        tiny = build_model(models / TINY, tokenizer_dir=tok_dir)
-        tiny_4bit = build_model(
-            models / TINY_4BIT, tokenizer_dir=tok_dir, quantize_bits=4, group_size=64)
-    return {TINY: tiny, TINY_4BIT: tiny_4bit}
+        made = {TINY: build_model(models / TINY, tokenizer_dir=tok_dir),
+                TINY_4BIT: build_model(models / TINY_4BIT, tokenizer_dir=tok_dir,
+                                       quantize_bits=4, group_size=64)}
+        if teacher:
+            made[TEACHER] = build_teacher(models, tok_dir)
+    return made
 
 
 # --------------------------------------------------------------------------------------------
@@ -358,17 +435,20 @@ def _check_models_dir(path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=usage(SAMPLE_BUILDER),
-        description="Build the tiny sample models (zyquo-tiny and zyquo-tiny-4bit) offline.",
+        description="Build the tiny sample models (zyquo-tiny, zyquo-tiny-4bit and the "
+                    "distillation teacher zyquo-tiny-teacher) offline.",
     )
     parser.add_argument("models_dir", help="folder to write the model folders into")
     parser.add_argument("--json", action="store_true", help="print the paths as one JSON object")
+    parser.add_argument("--no-teacher", action="store_true",
+                        help="leave out zyquo-tiny-teacher (its training takes the most time)")
     args = parser.parse_args(argv)
 
     models_dir = Path(args.models_dir).expanduser().absolute()
     try:
         _check_models_dir(models_dir)
         sample_data_dir()  # resolved now so a missing folder reports before any work
-        paths = build_sample_models(models_dir)
+        paths = build_sample_models(models_dir, teacher=not args.no_teacher)
     except SampleModelError as exc:
         print(f"sample_model: {exc}", file=sys.stderr)
         return 2

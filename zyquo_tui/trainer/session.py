@@ -327,7 +327,7 @@ class TrainingSession:
             self.summary["start_rss_bytes"] = start_rss
         model, tokenizer = loading.load_model(run)
         hp = run.hyperparameters
-        if SETTINGS["objective"].get(hp) == "sft":
+        if SETTINGS["objective"].get(hp) in ("sft", "distill"):
             train_set, val_set, sizes, train_lengths, val_lengths = loading.load_sft_data(
                 run, tokenizer)
         else:
@@ -371,7 +371,9 @@ class TrainingSession:
         chunk_tokens = loss_chunk_tokens_for(hp, run.method, run.model,
                                              max(train_lengths, default=None), world.size)
         loop = self.loop = TrainingLoop(model, optimizer, train_set, val_set, hp, adapters,
-                                        hooks, objective_for(hp, model, run.model, chunk_tokens),
+                                        hooks,
+                                        objective_for(hp, model, run.model, chunk_tokens,
+                                                      tokenizer),
                                         world=world)
         resumed_from = run.resume_from_step
         if resumed_from is not None:

@@ -235,6 +235,9 @@ class MemoryAdvisor:
                 and SETTINGS["reference"].get(hyperparameters) != "base"):
             return None, ("no replica: its DPO reference is another model folder, which a "
                           "replica does not scale")
+        if config.objective == "distill":
+            return None, ("no replica: its teacher is another model folder, which a replica "
+                          "does not scale")
         try:
             model_config = json.loads((Path(model.path) / "config.json").read_text("utf-8"))
         except (OSError, ValueError) as error:

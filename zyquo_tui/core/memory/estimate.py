@@ -23,6 +23,11 @@ reports after a few steps) without importing mlx, as a sum of terms:
   loss                the logits and the cross-entropy, batch x tokens x vocabulary; with
                       the chunked loss (loss_chunk_tokens, trainer/chunked_loss.py) a derived
                       term instead: the slices alive at once (`chunked_loss_bytes`)
+  teacher             a distillation run's teacher (core/memory/teacher.py): its weights,
+                      exact from its safetensors headers, what it hands the step (its
+                      log-probabilities of the batch, float32, or its last hidden states when
+                      the loss is sliced) and the KL's float32 copies of the vocabulary-wide
+                      arrays beyond a cross-entropy's
   overhead            a fixed amount, and what the optimizer's step needs beyond the backward
                       pass (it writes new moments while the old ones are alive, after the
                       activations are freed: the peak is the larger of the two phases); for
@@ -49,6 +54,7 @@ from typing import Any
 from zyquo_tui.core.library.run_checks import problems_with_model
 from zyquo_tui.core.memory.budget import CPU, GPU
 from zyquo_tui.core.memory.facts import LORA_BYTES, PAD_TO, ModelFacts
+from zyquo_tui.core.memory.teacher import TeacherFacts, teacher_bytes
 from zyquo_tui.core.runs.problems import Problem, errors_in
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import (
@@ -233,6 +239,12 @@ class TrainingConfig:
     # another model folder (counted at the base's size), else the base with its adapters off.
     objective: str = "sft"
     reference_copy: bool = False
+    # A distillation run's teacher, as its folder's headers and config.json give it (None:
+    # no teacher, or one that cannot be read); on-policy, each row is its prompt followed by
+    # an answer of at most max_completion_tokens, which may be longer than the dataset's row.
+    teacher: TeacherFacts | None = None
+    on_policy: bool = False
+    max_completion_tokens: int = 0
 
     @property
     def sequences_per_row(self) -> int:
@@ -243,7 +255,10 @@ class TrainingConfig:
         """Tokens per row of the widest batch, as trainer/batches.py pads and cuts it."""
         if self.longest_row_tokens is None:
             return self.max_seq_length
-        padded = 1 + PAD_TO * math.ceil(max(self.longest_row_tokens, 1) / PAD_TO)
+        longest = self.longest_row_tokens
+        if self.on_policy:  # a prompt (shorter than its row) and the longest answer, with EOS
+            longest += self.max_completion_tokens + 1
+        padded = 1 + PAD_TO * math.ceil(max(longest, 1) / PAD_TO)
         return min(padded, self.max_seq_length)
 
     @property
@@ -297,6 +312,10 @@ class TrainingConfig:
             objective=objective,
             reference_copy=objective == "dpo" and (Method(method) is Method.FULL
                                                    or SETTINGS["reference"].get(hp) != "base"),
+            teacher=(TeacherFacts.of(SETTINGS["teacher"].get(hp))
+                     if objective == "distill" else None),
+            on_policy=objective == "distill" and bool(SETTINGS["on_policy"].get(hp)),
+            max_completion_tokens=int(SETTINGS["max_completion_tokens"].get(hp) or 0),
         )
 
     @classmethod
@@ -421,13 +440,22 @@ def resolved_slicing(model: ModelFacts, config: TrainingConfig, coefficients: Co
     return sliced if peak(sliced) < (1 - MIN_SLICING_GAIN) * peak(whole) else whole
 
 
+def chunked_slices_at_once(config: TrainingConfig) -> float:
+    """How many slices of the chunked loss are alive together (0 when it is not sliced)."""
+    chunk = loss_slice_tokens(config)
+    if chunk is None:
+        return 0.0
+    tokens = config.batch_size * config.sequences_per_row * config.model_tokens
+    return min(-(-tokens // chunk), CHUNKED_SLICES_AT_ONCE)
+
+
 def chunked_loss_bytes(model: ModelFacts, config: TrainingConfig) -> float:
     """The chunked loss's memory: the slices alive at once, and the hidden states' gradient."""
     chunk = loss_slice_tokens(config)
     if chunk is None:
         return 0.0
     tokens = config.batch_size * config.sequences_per_row * config.model_tokens
-    slices = min(-(-tokens // chunk), CHUNKED_SLICES_AT_ONCE)
+    slices = chunked_slices_at_once(config)
     s = model.compute_bytes
     return (slices * CHUNKED_COPIES_PER_SLICE * chunk * model.vocab_size * s
             + tokens * model.hidden_size * s)
@@ -520,6 +548,8 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
         "update_full": _rewritten_copies(config) * elements * trained_bytes if not lora else 0,
         "fixed_bytes": 1.0,
         "reference": model.weights_bytes if config.reference_copy else 0,
+        "teacher": teacher_bytes(model, config, loss_slice_tokens(config),
+                                 chunked_slices_at_once(config)),
         "_elements": elements,
         "_trained_layers": n,
         "_checkpointed": 1.0 if checkpointed else 0.0,
@@ -611,6 +641,8 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
                                                            magnitudes - backward, 0.0)
     if quantities.get("reference"):  # a DPO reference's frozen copy (only then a line)
         breakdown["reference"] = quantities["reference"]
+    if quantities.get("teacher"):  # a distillation's teacher (only then a line)
+        breakdown["teacher"] = quantities["teacher"]
     return breakdown
 
 

@@ -20,6 +20,7 @@ from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import (
     COUNT_OR_FILE,
     FILE,
+    FOLDER,
     OWN_KEY,
     SETTINGS,
     Hyperparameters,
@@ -242,10 +243,11 @@ def run_from_mlx_config(
 
 
 def _resolve_own_files(hp: Hyperparameters, base_dir: Path) -> None:
-    """A file named by one of our settings (sample_prompts) beside the config file."""
+    """A file or folder named by one of our settings (sample_prompts, teacher) beside the
+    config file."""
     for setting in SETTINGS.values():
         value = setting.get(hp)
-        if setting.kind in (COUNT_OR_FILE, FILE) and isinstance(value, str) and value:
+        if setting.kind in (COUNT_OR_FILE, FILE, FOLDER) and isinstance(value, str) and value:
             setting.set(hp, _resolve(value, base_dir))
 
 

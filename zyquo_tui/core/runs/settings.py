@@ -256,6 +256,8 @@ class Setting:
                 return int(plain)
             word = stripped.lower()
             return word if word in (OFF_TEXT, AUTO_TEXT) else stripped
+        if self.kind == FOLDER and not os.path.exists(os.path.expanduser(stripped)):
+            return stripped  # a model's name (`zyquo-tui models`), which the draft resolves
         if self.kind in (FILE, FOLDER):
             return os.path.abspath(os.path.expanduser(stripped))
         if self.kind == CHOICE and self.optional and stripped == NONE_TEXT:

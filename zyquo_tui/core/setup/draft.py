@@ -46,6 +46,7 @@ from zyquo_tui.core.runs.problems import WARNING, Problem, errors_in, warnings_i
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import OBJECTIVES, SETTINGS, Hyperparameters, Method
 from zyquo_tui.core.runs.value_checks import is_whole
+from zyquo_tui.core.setup.distillation import distillation_problems, teacher_folder
 
 if TYPE_CHECKING:
     from zyquo_tui.core.library.models import ModelInfo
@@ -221,6 +222,7 @@ class RunDraft:
                     chosen=frozenset(chosen) | frozenset(settings))
         draft.fit_defaults()
         draft.resolve_epochs()
+        draft.resolve_teacher()
         return draft
 
     @classmethod
@@ -293,7 +295,16 @@ class RunDraft:
                                                                   self.extra_config)),
                                     **changes)
         draft.resolve_epochs()
+        draft.resolve_teacher()
         return draft
+
+    def resolve_teacher(self) -> None:
+        """A teacher named as a model (as --model takes one) becomes its folder."""
+        teacher = SETTINGS["teacher"]
+        named = teacher.get(self.hyperparameters)
+        folder = teacher_folder(named)
+        if folder != named:
+            teacher.set(self.hyperparameters, folder)
 
     # -- epochs ------------------------------------------------------------------------------
 
@@ -389,6 +400,9 @@ class RunDraft:
         if self.data is not None:
             found += problems_with_data(hp, self.data)
         found += self.epoch_problems()
+        found += distillation_problems(hp, self.base.path if self.base else None,
+                                       self.base.name if self.base else None,
+                                       self.data.format if self.data else None)
         return found
 
     def errors(self) -> list[Problem]:

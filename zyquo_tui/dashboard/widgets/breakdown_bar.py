@@ -24,6 +24,7 @@ TERM_STYLES: tuple[tuple[str, str, str], ...] = (
     ("attention", "attn", "#e08a3c"),
     ("loss", "loss", "#6cbf5a"),
     ("reference", "reference", "#7f9fbf"),  # a DPO reference's copy, when there is one
+    ("teacher", "teacher", "#bf7f9f"),  # a distillation's teacher, when there is one
     ("overhead", "other", "#9aa0a6"),
     ("history_correction", "history", "#b0b0b0"),
     ("replica_correction", "replica", "#c8c8c8"),  # above the terms, when a replica says so
