@@ -62,9 +62,9 @@ def load_history(path: Path, parallel: bool = False) -> HistoryLoad:
     `parallel` parses a long file on worker processes, leaving this process's GIL to the UI.
     """
     if parallel:
-        history = event_history.load_history_parallel(path, RECENT_EVENTS)
+        history = event_history.load_history_parallel(path, RECENT_EVENTS, cached=True)
     else:
-        history = event_history.load_history(path, RECENT_EVENTS)
+        history = event_history.load_history(path, RECENT_EVENTS, cached=True)
     loaded = HistoryLoad(history)
     # Reading the file allocated and freed several times what the metrics keep: give those
     # pages back, or the dashboard grows with every long run opened.
