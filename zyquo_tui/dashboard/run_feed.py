@@ -3,7 +3,8 @@
 A run can have 100,000 events and more. Three things keep the dashboard quick with that:
 
 - The history is read by core.events.history (train lines as typed columns, parsed on worker
-  processes when the file is long), into a RunMetrics whose series are typed arrays.
+  processes when the file is long), into a RunMetrics whose series are typed arrays; from the
+  run's metrics.cache when it still holds, parsing only the lines appended since.
 - `DisplaySeries` folds each series into at most `DISPLAY_BUCKETS` buckets as points arrive,
   keeping every bucket's minimum and maximum in the order they occurred (so a spike or a dip is
   never lost) and its mean (for the smoothed line). A redraw walks the buckets, not the points.
