@@ -246,7 +246,7 @@ def _folded(pieces: Iterable[ParsedLines], offset: int, recent: int,
 
 
 def _history(state: FoldState, recent: int) -> History:
-    notable = list(state.notable)[max(0, len(state.notable) - recent):] if recent else []
+    notable = deque(state.notable, maxlen=recent)
     if state.last_train is not None and recent:
         notable.append(state.last_train)  # only the newest train event is worth a line
     ordered = sorted(notable, key=lambda e: (e.get("time") or 0))
