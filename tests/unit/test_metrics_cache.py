@@ -143,7 +143,8 @@ def test_a_file_rewritten_is_read_again(tmp_path, how):
 
 
 @pytest.mark.parametrize("damage", ["empty", "cut short", "a byte changed in the arrays",
-                                    "a byte changed in the header", "not a cache"])
+                                    "a byte changed in the header", "a count too large",
+                                    "not a cache"])
 def test_a_damaged_cache_is_ignored_and_made_again(tmp_path, damage):
     path = tmp_path / "events.jsonl"
     write(path, 1, 60)
@@ -158,6 +159,10 @@ def test_a_damaged_cache_is_ignored_and_made_again(tmp_path, damage):
         data[-3] ^= 0x40
     elif damage == "a byte changed in the header":
         data[20] ^= 0x01
+    elif damage == "a count too large":  # the header still JSON, its length kept
+        data = bytearray(bytes(data).replace(b'["train_loss",', b'["train_loss",9' , 1))
+        length = int.from_bytes(data[4:8], "little") + 1
+        data[4:8] = length.to_bytes(4, "little")
     else:
         data = bytearray(b'{"v": 1, "type": "train"}\n' * 10)
     cache.write_bytes(bytes(data))

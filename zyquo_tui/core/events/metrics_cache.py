@@ -69,10 +69,9 @@ def read_cache(events_path: Path, recent: int) -> FoldState | None:
     was made by this code, keeping at least `recent` notable events; otherwise None."""
     try:
         with open(cache_path(events_path), "rb") as handle:
-            data = handle.read()
-        return _decode(data, events_path, recent)
-    except (OSError, ValueError, KeyError, TypeError, IndexError, struct.error,
-            UnicodeDecodeError, OverflowError):
+            return _read(handle, events_path, recent)
+    except (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, struct.error,
+            UnicodeDecodeError, OverflowError, MemoryError):
         return None
 
 
@@ -83,12 +82,16 @@ def write_cache(events_path: Path, state: FoldState) -> None:
         source = _source_signature(events_path, state.offset)
         if source is None:
             return
-        data = encode(state, source)
+        head, arrays = encode(state, source)
         target = cache_path(events_path)
         temp = target.with_name(f"{target.name}.tmp-{os.getpid()}-{secrets.token_hex(3)}")
         try:
             with open(temp, "xb") as handle:
-                handle.write(data)
+                handle.write(head)
+                # Straight from each array: no copy of the series is made to write them (a
+                # long-lived dashboard would keep the heap such copies grew).
+                for items in arrays:
+                    handle.write(memoryview(items))
             # A crash may leave a cut or empty cache: its checksum or length refuses it.
             os.replace(temp, target)
         finally:
@@ -98,11 +101,15 @@ def write_cache(events_path: Path, state: FoldState) -> None:
         pass
 
 
-def encode(state: FoldState, source: dict[str, int]) -> bytes:
+def encode(state: FoldState, source: dict[str, int]) -> tuple[bytes, list[array]]:
+    """The cache's magic, length and header, and the arrays written after them in order."""
     metrics = state.metrics
-    names = list(metrics.series)
-    body = b"".join(_as_array(series.steps, "q").tobytes() + _as_array(series.values, "d")
-                    .tobytes() for series in metrics.series.values())
+    arrays = []
+    for series in metrics.series.values():
+        arrays += (_as_array(series.steps, "q"), _as_array(series.values, "d"))
+    checksum = 0
+    for items in arrays:
+        checksum = zlib.crc32(memoryview(items), checksum)
     figures = {}
     for name, value in vars(metrics).items():
         if name == "series":
@@ -111,42 +118,43 @@ def encode(state: FoldState, source: dict[str, int]) -> bytes:
     header = {
         "format": FORMAT, "rules": rules_checksum(), "byteorder": sys.byteorder,
         "source": source, "recent": state.notable.maxlen,
-        "series": [[name, len(metrics.series[name])] for name in names],
-        "body": zlib.crc32(body),
+        "series": [[name, len(series)] for name, series in metrics.series.items()],
+        "body": checksum,
         "figures": figures, "notable": list(state.notable), "last_train": state.last_train,
     }
     text = json.dumps(header, separators=(",", ":")).encode()
-    return MAGIC + _LENGTH.pack(len(text)) + text + body
+    return MAGIC + _LENGTH.pack(len(text)) + text, arrays
 
 
-def _decode(data: bytes, events_path: Path, recent: int) -> FoldState | None:
-    if data[:4] != MAGIC:
+def _read(handle, events_path: Path, recent: int) -> FoldState | None:
+    start = handle.read(8)
+    if start[:4] != MAGIC:
         return None
-    (length,) = _LENGTH.unpack_from(data, 4)
-    header = json.loads(data[8:8 + length])
+    (length,) = _LENGTH.unpack_from(start, 4)
+    header = json.loads(handle.read(length))
     if (header["format"] != FORMAT or header["rules"] != rules_checksum()
             or header["byteorder"] != sys.byteorder or header["recent"] < recent):
         return None
     source = header["source"]
     if not _still_describes(events_path, source):
         return None
-    body = memoryview(data)[8 + length:]
-    if zlib.crc32(body) != header["body"]:
-        return None
     metrics = RunMetrics()
     if [name for name, _ in header["series"]] != list(metrics.series):
         return None
-    position = 0
+    # The arrays must fill the rest of the file exactly (a damaged count is not allocated).
+    if 8 + length + 16 * sum(count for _, count in header["series"]) != \
+            os.fstat(handle.fileno()).st_size:
+        return None
+    checksum = 0
     for name, count in header["series"]:
+        # Each array read straight from the file (fromfile raises EOFError when it is short).
         steps, values = array("q"), array("d")
-        size = 8 * count
-        if position + 2 * size > len(body):
-            return None
-        steps.frombytes(body[position:position + size])
-        values.frombytes(body[position + size:position + 2 * size])
-        position += 2 * size
+        steps.fromfile(handle, count)
+        values.fromfile(handle, count)
+        for items in (steps, values):
+            checksum = zlib.crc32(memoryview(items), checksum)
         metrics.series[name] = Series(steps, values)
-    if position != len(body):
+    if handle.read(1) or checksum != header["body"]:
         return None
     figures = header["figures"]
     if set(figures) != set(vars(metrics)) - {"series"}:
