@@ -16,7 +16,9 @@ import tracemalloc
 import pytest
 
 from zyquo_tui.core.events import protocol as ev
+from zyquo_tui.core.events import history as history_module
 from zyquo_tui.core.events.history import load_history, new_metrics
+from zyquo_tui.core.events.metrics_cache import cache_path
 from zyquo_tui.core.events.metrics import RunMetrics
 
 EVENTS = 10_000
@@ -71,13 +73,19 @@ def allocated(make):
     return result, held - start, peak - start
 
 
+@pytest.mark.parametrize("cached", [False, True], ids=["parsed", "from metrics.cache"])
 @pytest.mark.parametrize("with_resident_peak", [True, False],
                          ids=["as written today", "written before peak_rss_bytes"])
-def test_reading_a_history_holds_few_bytes_per_event(tmp_path, with_resident_peak):
+def test_reading_a_history_holds_few_bytes_per_event(tmp_path, monkeypatch, with_resident_peak,
+                                                     cached):
     path = tmp_path / "events.jsonl"
     write_run(path, with_resident_peak)
+    if cached:  # the cache beside the file, made (10,000 events are below the size it needs)
+        monkeypatch.setattr(history_module, "CACHE_MIN_BYTES", 0)
+        load_history(path, cached=True)
+        assert cache_path(path).exists()
 
-    history, held, peak = allocated(lambda: load_history(path, recent=40))
+    history, held, peak = allocated(lambda: load_history(path, recent=40, cached=cached))
 
     assert history.metrics.events_seen == EVENTS
     assert len(history.metrics.series["train_loss"]) > 0.9 * EVENTS

@@ -29,7 +29,10 @@ COMMAND_MODULES = {"runs": "runs", "plan": "plan_cmd", "models": "models_cmd",
                    "hosts": "hosts_cmd", "completion": "completion", "web": "web_cmd"}
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, action: str | None = None
+                 ) -> argparse.ArgumentParser:
+    """The parser of every command, or only of `command` when one is given; `action` (its
+    sub-command, for `runs`) may narrow it further (runs.register says when)."""
     import importlib
 
     parser = _Parser(
@@ -41,7 +44,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     names = [command] if command in COMMAND_MODULES else list(COMMAND_MODULES)
     for name in names:
-        importlib.import_module(f"{__package__}.{COMMAND_MODULES[name]}").register(subparsers)
+        module = importlib.import_module(f"{__package__}.{COMMAND_MODULES[name]}")
+        if name == "runs":
+            module.register(subparsers, action=action)
+        else:
+            module.register(subparsers)
     return parser
 
 
@@ -51,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         from zyquo_tui.cli.completion import complete
 
         complete(build_parser())
-    parser = build_parser(argv[0] if argv else None)
+    parser = build_parser(argv[0] if argv else None, argv[1] if len(argv) > 1 else None)
     args = parser.parse_args(argv)
     try:
         if args.command is None:

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 # The supervisor, the YAML config and the metrics are imported by the commands that use them:
 # `runs list` over 10,000 runs must start fast (bench/bench_runs_list.py).
 
-def register(subparsers) -> None:
+def register(subparsers, action: str | None = None) -> None:
+    """The `runs` command and its actions; for `action` "list" only that one."""
     runs = subparsers.add_parser("runs", help="create, start, watch and manage runs")
     sub = runs.add_subparsers(dest="runs_command", metavar="ACTION",
                               parser_class=type(runs))
@@ -36,6 +37,11 @@ def register(subparsers) -> None:
     p = sub.add_parser("list", help="every run with its state and progress")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_list)
+    if action == "list":
+        # Scripts call `runs list --json` over and over: the other actions' parsers (every
+        # setting's flag) and the modules behind them (exports, checkpoints, try) cost it
+        # more than listing 10,000 runs does.
+        return
 
     p = sub.add_parser("new", help="configure a new run (prints its id)")
     p.add_argument("--model", help="model folder (MLX format), or a name as `zyquo-tui models` "

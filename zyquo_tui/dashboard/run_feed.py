@@ -3,7 +3,8 @@
 A run can have 100,000 events and more. Three things keep the dashboard quick with that:
 
 - The history is read by core.events.history (train lines as typed columns, parsed on worker
-  processes when the file is long), into a RunMetrics whose series are typed arrays.
+  processes when the file is long), into a RunMetrics whose series are typed arrays; from the
+  run's metrics.cache when it still holds, parsing only the lines appended since.
 - `DisplaySeries` folds each series into at most `DISPLAY_BUCKETS` buckets as points arrive,
   keeping every bucket's minimum and maximum in the order they occurred (so a spike or a dip is
   never lost) and its mean (for the smoothed line). A redraw walks the buckets, not the points.
@@ -66,9 +67,9 @@ def load_history(path: Path, parallel: bool = False) -> HistoryLoad:
     `parallel` parses a long file on worker processes, leaving this process's GIL to the UI.
     """
     if parallel:
-        history = event_history.load_history_parallel(path, RECENT_EVENTS)
+        history = event_history.load_history_parallel(path, RECENT_EVENTS, cached=True)
     else:
-        history = event_history.load_history(path, RECENT_EVENTS)
+        history = event_history.load_history(path, RECENT_EVENTS, cached=True)
     loaded = HistoryLoad(history)
     # Reading the file allocated and freed several times what the metrics keep: give those
     # pages back, or the dashboard grows with every long run opened.

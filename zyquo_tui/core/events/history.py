@@ -31,6 +31,12 @@ from zyquo_tui.core.events.fast_reader import (
     type_marker,
 )
 from zyquo_tui.core.events.metrics import SERIES_FIELDS, RunMetrics, Series
+from zyquo_tui.core.events.metrics_cache import (
+    NOTABLE_KEPT,
+    FoldState,
+    read_cache,
+    write_cache,
+)
 from zyquo_tui.core.system.file_workers import (
     FileWorkers,
     WorkerFailed,
@@ -50,6 +56,11 @@ _STARTED = type_marker(ev.STARTED)
 PIECE_BYTES = 512 * 1024
 # Below this size a history is read in the calling process: starting processes costs more.
 PARALLEL_MIN_BYTES = 4 * 1024 * 1024
+# A history this long (about 4,000 events) is kept in a cache beside it (metrics.cache) when
+# read with `cached`; it is rewritten when that many bytes more were read past it. A shorter
+# one reads in a few tens of milliseconds.
+CACHE_MIN_BYTES = 1024 * 1024
+CACHE_REWRITE_BYTES = 1024 * 1024
 
 
 class History:
@@ -78,20 +89,38 @@ def new_metrics() -> RunMetrics:
     return metrics
 
 
-def load_history(path: Path, recent: int = 0, piece_bytes: int = PIECE_BYTES) -> History:
+def load_history(path: Path, recent: int = 0, piece_bytes: int = PIECE_BYTES,
+                 cached: bool = False) -> History:
     """Every complete event of the file, folded into a RunMetrics; a partial last line is left.
 
     `recent` is how many of the newest notable events to keep (History.recent). The file is
     read, parsed and folded a piece at a time: what is held meanwhile is the metrics and one
     piece, never the whole file or all its parsed pieces (memory a long-lived dashboard would
     otherwise keep from the system after each run it opens).
+
+    `cached` starts from the fold kept beside the file (core.events.metrics_cache) when it
+    still holds, reading only the lines appended since, and keeps the new fold there when the
+    file is long enough for that to matter.
     """
+    return _load(path, recent, piece_bytes, read_cache(path, recent) if cached else None,
+                 cached)
+
+
+def _load(path: Path, recent: int, piece_bytes: int, start: FoldState | None,
+          cached: bool) -> History:
     end = complete_size(path)
-    return fold(_parsed(_file_pieces(path, end, piece_bytes)), end, recent)
+    if start is not None and start.offset > end:
+        start = None
+    begin = start.offset if start is not None else 0
+    state = _folded(_parsed(_file_pieces_of_range(path, begin, end, piece_bytes)), end,
+                    _kept(recent, cached), start)
+    if cached:
+        _keep(path, state, begin if start is not None else None)
+    return _history(state, recent)
 
 
 def load_history_parallel(path: Path, recent: int = 0, parts: int | None = None,
-                          min_bytes: int = PARALLEL_MIN_BYTES) -> History:
+                          min_bytes: int = PARALLEL_MIN_BYTES, cached: bool = False) -> History:
     """load_history with the parsing spread over worker processes (files of `min_bytes` up).
 
     Parsing 100,000 events holds the GIL for about a third of a second; in worker processes
@@ -101,12 +130,16 @@ def load_history_parallel(path: Path, recent: int = 0, parts: int | None = None,
     sends back its pieces pickled (typed arrays, a few MB); each is folded here as it comes,
     in order. Without a spare core, workers would only queue for the busy ones and add their
     start-up, so the file is read here. A worker that fails sends the reading back into this
-    thread.
+    thread. `cached` as for load_history: a cache that holds leaves only the lines appended
+    since to read, here.
     """
+    start = read_cache(path, recent) if cached else None
+    if start is not None:
+        return _load(path, recent, PIECE_BYTES, start, cached)
     end = complete_size(path)
     parts = parts or 1 + min(3, spare_cores())
     if end < min_bytes or parts < 2:
-        return load_history(path, recent)
+        return load_history(path, recent, cached=cached)
     # This thread's share is half a worker's: it shares the GIL with the program's other
     # threads, and it folds everything afterwards; a worker has only its start-up to pay.
     cuts = line_aligned_ranges(path, 2 * parts - 1, end)
@@ -119,9 +152,34 @@ def load_history_parallel(path: Path, recent: int = 0, parts: int | None = None,
                 yield from _parsed(_file_pieces_of_range(path, *here))
                 for output in running.outputs():
                     yield from pickle.load(output)
-            return fold(in_order(), end, recent)
+            state = _folded(in_order(), end, _kept(recent, cached))
     except (WorkerFailed, OSError, EOFError, pickle.UnpicklingError):
-        return load_history(path, recent)
+        return load_history(path, recent, cached=cached)
+    if cached:
+        _keep(path, state, None)
+    return _history(state, recent)
+
+
+def _kept(recent: int, cached: bool) -> int:
+    """How many notable events the fold keeps: a cached fold keeps as many as any reader
+    asks for (NOTABLE_KEPT), so one cache serves them all."""
+    return max(recent, NOTABLE_KEPT) if cached else recent
+
+
+def keep_cache(path: Path) -> None:
+    """Bring the cache beside a run's events.jsonl up to date (when the run has ended, so
+    that its first opening is as quick as the next)."""
+    load_history(path, cached=True)
+
+
+def _keep(path: Path, state: FoldState, cached_from: int | None) -> None:
+    """Write the cache when the file is long enough to be slow to read, and the cache is
+    missing or short of it by more than a quick read (a followed run grows all the time)."""
+    if state.offset < CACHE_MIN_BYTES:
+        return
+    if cached_from is not None and state.offset - cached_from < CACHE_REWRITE_BYTES:
+        return
+    write_cache(path, state)
 
 
 def spare_cores() -> int:
@@ -169,18 +227,30 @@ def _parse_piece(piece: bytes) -> ParsedLines:
     return parsed
 
 
-def fold(pieces: Iterable[ParsedLines], offset: int, recent: int = 0) -> History:
+def fold(pieces: Iterable[ParsedLines], offset: int, recent: int = 0,
+         start: FoldState | None = None) -> History:
     """Apply parsed pieces in file order, with RunMetrics' rules (a `started` event with
-    resumed_from_step drops the later points of the earlier session)."""
-    metrics = new_metrics()
-    notable: deque[dict[str, Any]] = deque(maxlen=recent)
-    last_train = None
+    resumed_from_step drops the later points of the earlier session); from `start`, the fold
+    of the lines before the pieces, when given."""
+    return _history(_folded(pieces, offset, recent, start), recent)
+
+
+def _folded(pieces: Iterable[ParsedLines], offset: int, recent: int,
+            start: FoldState | None = None) -> FoldState:
+    if start is None:
+        start = FoldState(new_metrics(), deque(maxlen=recent), None, 0)
+    metrics, notable, last_train = start.metrics, start.notable, start.last_train
     for piece in pieces:
         last_train = _fold_piece(metrics, piece, notable) or last_train
-    if last_train is not None and recent:  # only the newest train event is worth a line
-        notable.append(last_train)
+    return FoldState(metrics, notable, last_train, offset)
+
+
+def _history(state: FoldState, recent: int) -> History:
+    notable = deque(state.notable, maxlen=recent)
+    if state.last_train is not None and recent:
+        notable.append(state.last_train)  # only the newest train event is worth a line
     ordered = sorted(notable, key=lambda e: (e.get("time") or 0))
-    return History(metrics, offset, ordered)
+    return History(state.metrics, state.offset, ordered)
 
 
 def complete_size(path: Path) -> int:
@@ -199,11 +269,6 @@ def complete_size(path: Path) -> int:
             return 0
     except FileNotFoundError:
         return 0
-
-
-def _file_pieces(path: Path, end: int, size: int = PIECE_BYTES) -> Iterator[bytes]:
-    """The file's first `end` bytes (whole lines) in pieces of about `size` bytes."""
-    return _file_pieces_of_range(path, 0, end, size)
 
 
 def _file_pieces_of_range(path: Path, start: int, end: int, size: int = PIECE_BYTES

@@ -208,6 +208,14 @@ class Runner:
             MemoryHistory.load(self.store.home).record_run(run)
         except Exception as error:  # a figure for later estimates, never worth a failure
             print(f"runner: memory history not updated for {run_id}: {error}", flush=True)
+        try:
+            # The run's metrics folded once more, kept beside its events: its first opening
+            # in a dashboard is then as quick as the next.
+            from zyquo_tui.core.events.history import keep_cache
+
+            keep_cache(run_dir / EVENTS_FILE)
+        except Exception as error:  # a cache, never worth a failure
+            print(f"runner: metrics cache not kept for {run_id}: {error}", flush=True)
 
 
 def record_end(run: Run, run_dir: Path, returncode: int | None) -> None:

@@ -61,7 +61,7 @@ def listing_rows(store: RunStore) -> list[dict[str, Any]]:
     fresh: dict[str, Any] = {}
     changed = False
     for item in store.iter_run_names():
-        path = os.path.join(root, item, RUN_FILE)
+        path = f"{root}{os.sep}{item}{os.sep}{RUN_FILE}"  # join() costs more, 10,000 times
         try:
             signature = _signature(os.stat(path))
         except OSError:
