@@ -224,3 +224,28 @@ def test_a_store_that_cannot_be_written_still_reads(tmp_path):
         assert not cache_path(path).exists()
     finally:
         tmp_path.chmod(0o700)
+
+
+def test_a_grpo_runs_rewards_and_completions_come_back_from_the_cache(tmp_path, parsed_pieces):
+    path = tmp_path / "events.jsonl"
+    writer = ev.EventWriter(path)
+    try:
+        writer.write(ev.STARTED, **{**every_field(ev.STARTED), "resumed_from_step": None})
+        for step in range(1, 31):
+            writer.write(ev.TRAIN, **train_fields(step), reward_mean=step / 30,
+                         reward_std=0.1, reward_means={"exact_answer": step / 60, "f.py:g": 1.0},
+                         kl=0.01 * step, completion_length=12.5, clip_fraction=0.05)
+            if step % 10 == 0:
+                writer.write(ev.VAL, iteration=step, val_loss=0.1, val_time=0.5,
+                             reward_mean=step / 40)
+                writer.write("sample", iteration=step, prompt="2+2?", text=f"it is {step}",
+                             answer="4", reward=float(step == 4), rewards={"exact_answer": 0.0})
+    finally:
+        writer.close()
+    assert_as_parsed(path)  # the first load writes the cache
+    parsed_pieces.clear()
+    cached = load_history(path, recent=RECENT, cached=True).metrics
+    assert parsed_pieces == []  # read from the cache alone
+    assert cached.reward_means == {"exact_answer": 0.5, "f.py:g": 1.0}
+    assert list(cached.series["reward_mean"].values)[-1] == 1.0
+    assert [s["text"] for s in cached.samples[30]] == ["it is 30"]
