@@ -7,6 +7,7 @@ the reference of DPO scored by `Reference`, which the step-level client uses too
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 from typing import Any
 
@@ -157,6 +158,18 @@ class Reference:
         return scores
 
 
+    def token_logprobs(self, tokens: mx.array, lengths: mx.array) -> mx.array:
+        """(B, T - 1) log-probability of each trained token (0 elsewhere), evaluated, with no
+        gradient: GRPO's KL term reads them."""
+        model = self._other() if self.needs_copy else self.model
+        with contextlib.nullcontext() if self.needs_copy else adapters_disabled(self.model):
+            logps, _ = losses.token_logprobs(
+                model, tokens, lengths, self._forward_in_slices(model, tokens, self.chunk_tokens))
+        logps = mx.stop_gradient(logps)
+        mx.eval(logps)
+        return logps
+
+
 class PreferenceObjective(LossSlicing):
     metric_names = PREFERENCE_METRICS
 
@@ -219,9 +232,13 @@ class PreferenceObjective(LossSlicing):
 
 
 def objective_for(settings: Hyperparameters, model, base_path: str,
-                  chunk_tokens: int | str = OFF_TEXT):
+                  chunk_tokens: int | str = OFF_TEXT, tokenizer=None):
     """The run's objective; `chunk_tokens` is its loss_chunk_tokens as
-    `loss_chunk_tokens_for` resolved it."""
+    `loss_chunk_tokens_for` resolved it; `tokenizer` samples a grpo run's answers."""
     if SETTINGS["objective"].get(settings) == "sft":
         return SftObjective(settings, model, chunk_tokens)
+    if SETTINGS["objective"].get(settings) == "grpo":
+        from zyquo_tui.trainer.grpo import GrpoObjective
+
+        return GrpoObjective(settings, model, base_path, chunk_tokens, tokenizer)
     return PreferenceObjective(settings, model, base_path, chunk_tokens)

@@ -107,6 +107,8 @@ class TrainingSession:
                             tokens_per_second=info["tokens_per_second"],
                             peak_memory_bytes=max(info["peak_memory_bytes"],
                                                   self.summary.get("peak_memory_bytes", 0)))
+        if "reward_mean" in info:  # a grpo run's: what runs list shows where a loss would be
+            self.summary["reward_mean"] = info["reward_mean"]
         if rss is not None:
             self.summary["peak_rss_bytes"] = max(rss, self.summary.get("peak_rss_bytes", 0))
         print(f"step {info['iteration']}: train loss {info['train_loss']:.4f}, "
@@ -136,6 +138,9 @@ class TrainingSession:
             for prompt, text in self.sampler.answers():
                 self.events.write(ev.SAMPLE, iteration=info["iteration"], prompt=prompt,
                                   text=text)
+        # A grpo run's validation samples answers anyway: a few of them, with their rewards.
+        for sample in getattr(self.loop.objective, "samples", ()) if self.loop else ():
+            self.events.write(ev.SAMPLE, iteration=info["iteration"], **sample)
         early = self.early_stopping
         if early is not None:
             early.observe(info["iteration"], loss)
@@ -330,6 +335,9 @@ class TrainingSession:
         if SETTINGS["objective"].get(hp) == "sft":
             train_set, val_set, sizes, train_lengths, val_lengths = loading.load_sft_data(
                 run, tokenizer)
+        elif SETTINGS["objective"].get(hp) == "grpo":
+            train_set, val_set, sizes, train_lengths, val_lengths = loading.load_prompt_data(
+                run, tokenizer)
         else:
             train_set, val_set, sizes, train_lengths, val_lengths = \
                 loading.load_preference_data(run, tokenizer)
@@ -371,7 +379,8 @@ class TrainingSession:
         chunk_tokens = loss_chunk_tokens_for(hp, run.method, run.model,
                                              max(train_lengths, default=None), world.size)
         loop = self.loop = TrainingLoop(model, optimizer, train_set, val_set, hp, adapters,
-                                        hooks, objective_for(hp, model, run.model, chunk_tokens),
+                                        hooks, objective_for(hp, model, run.model, chunk_tokens,
+                                                             tokenizer),
                                         world=world)
         resumed_from = run.resume_from_step
         if resumed_from is not None:
