@@ -1,7 +1,7 @@
-"""GRPO as the training loop sees it: a batch of prompts becomes sampled answers, their rewards,
-group-normalised advantages and one step of the clipped objective with its KL term.
+"""GRPO's rollouts: a batch of prompts becomes sampled answers, their rewards, group-normalised
+advantages and the arrays of one step of the clipped objective with its KL term.
 
-Each step (trainer/loop.py calls `forward_backward`):
+Each step (objectives.GrpoObjective's `forward_backward`, which trainer/loop.py calls):
 1. the batch's prompts, each `group_size` times, are answered together (sampling.complete_batch:
    one KV cache, one forward pass a token for all of them) at the run's temperature;
 2. the reward functions (trainer/rewards.py) score the answers, and each answer's advantage is
@@ -20,72 +20,43 @@ from __future__ import annotations
 
 import math
 import sys
-from functools import partial
 from typing import Any
 
 import mlx.core as mx
 
-from zyquo_tui.core.events.protocol import GRPO_METRICS, REWARD_MEANS
+from zyquo_tui.core.events.protocol import REWARD_MEANS
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters
-from zyquo_tui.core.runs.value_checks import OFF_TEXT
 from zyquo_tui.trainer import losses
 from zyquo_tui.trainer.encoding import pad_rows
-from zyquo_tui.trainer.engine import StepEngine
-from zyquo_tui.trainer.objectives import LossSlicing, Reference
-from zyquo_tui.trainer.prompt_data import PromptBatchStream, PromptRow, validation_rows
+from zyquo_tui.trainer.prompt_data import PromptRow
 from zyquo_tui.trainer.rewards import RewardError, Rewards
 from zyquo_tui.trainer.sampling import Completion, complete_batch
 from zyquo_tui.trainer.trainer_failure import fail
 
 # A metric name of one reward's mean, in the loop's running sums (the report regroups them).
 REWARD_MEAN_PREFIX = "reward_mean:"
-# Validation prompts whose first sampled answer becomes a `sample` event, at each validation.
-SAMPLES_PER_VALIDATION = 3
 # No cut: a prompt is at most max_seq_length tokens already, its answer at most
 # max_completion_tokens.
 _NO_CUT = 1 << 30
 
 
-class GrpoObjective(LossSlicing):
-    def __init__(self, settings: Hyperparameters, model, base_path: str,
-                 chunk_tokens: int | str = OFF_TEXT, tokenizer=None) -> None:
-        self.settings = settings
+class Sampler:
+    """A grpo run's rollouts: its model answers a batch's prompts, its rewards judge them, its
+    reference scores them (when kl_beta is not 0)."""
+
+    def __init__(self, settings: Hyperparameters, model, tokenizer, reference) -> None:
         self.model = model
         self.tokenizer = tokenizer
-        self._slice_losses(chunk_tokens, model)
+        self.reference = reference
         self.group_size = int(SETTINGS["group_size"].get(settings))
         self.max_tokens = int(SETTINGS["max_completion_tokens"].get(settings))
         self.temperature = float(SETTINGS["sampling_temperature"].get(settings))
-        self.beta = float(SETTINGS["kl_beta"].get(settings))
-        self.epsilon = float(SETTINGS["clip_epsilon"].get(settings))
         self.reward_names = list(SETTINGS["reward_functions"].get(settings))
         self.reward_weights = SETTINGS["reward_weights"].get(settings)
         self.rewards: Rewards | None = None  # loaded at the first step (they run user code)
-        self.reference = Reference(model, base_path, "base", chunk_tokens) if self.beta else None
-        self.loss = partial(losses.grpo_objective, beta=self.beta, epsilon=self.epsilon)
-        self.key = ("grpo", self.beta, self.epsilon)
-        self.metric_names = (*GRPO_METRICS,
-                             *(REWARD_MEAN_PREFIX + name for name in self.reward_names))
         self.step = 0  # the loop's step in progress, to name it when a reward fails
-        self.samples: list[dict[str, Any]] = []  # the last validation's sample answers
 
-    def batches(self, train_set, world) -> PromptBatchStream:
-        return PromptBatchStream(train_set, self.settings.batch_size,
-                                 self.settings.max_seq_length, world.rank, world.size)
-
-    # -- one step ---------------------------------------------------------------------------
-
-    def forward_backward(self, engine: StepEngine, batch: list[PromptRow]):
-        rollout = self._rollout(batch)
-        arrays = rollout.arrays
-        if self._sliced_for(arrays[0]):
-            loss, ntoks, metrics = engine.forward_backward(
-                partial(self.loss, sliced=self.sliced), *arrays, key=(*self.key, "sliced"))
-        else:
-            loss, ntoks, metrics = engine.forward_backward(self.loss, *arrays, key=self.key)
-        return loss, ntoks, {**metrics, **rollout.metrics()}
-
-    def _rollout(self, rows: list[PromptRow]) -> "Rollout":
+    def rollout(self, rows: list[PromptRow]) -> "Rollout":
         completions = complete_batch(self.model, self.tokenizer, [row.tokens for row in rows],
                                      self.max_tokens, self.temperature, copies=self.group_size)
         scores = self._score(rows, completions)
@@ -126,38 +97,12 @@ class GrpoObjective(LossSlicing):
         tokens, lengths, _ = pad_rows(sequences, _NO_CUT)
         return tokens, lengths
 
-    # -- validation -------------------------------------------------------------------------
 
-    def validate(self, model, val_set) -> tuple[float, dict[str, float]]:
-        """The loss and mean reward of answers sampled for the validation prompts (val_batches
-        batches of them), dropout off; the first few become the `samples` of this validation."""
-        s = self.settings
-        model.eval()
-        total_loss = total_reward = 0.0
-        count = 0
-        self.samples = []
-        for rows in validation_rows(val_set, s.batch_size, s.val_batches, s.max_seq_length):
-            rollout = self._rollout(rows)
-            sliced = self.sliced.forward if self._sliced_for(rollout.arrays[0]) else None
-            loss, _, _ = self.loss(model, *rollout.arrays, sliced=sliced)
-            total_loss += loss.item()
-            total_reward += rollout.reward_mean
-            count += 1
-            if len(self.samples) < SAMPLES_PER_VALIDATION:
-                self.samples += rollout.samples(SAMPLES_PER_VALIDATION - len(self.samples))
-        model.train()
-        if count == 0:
-            return math.nan, {}
-        return total_loss / count, {"reward_mean": total_reward / count}
-
-    # -- reports ----------------------------------------------------------------------------
-
-    @staticmethod
-    def shape_report(info: dict[str, Any]) -> dict[str, Any]:
-        """A train event's fields with each reward's mean gathered under REWARD_MEANS."""
-        means = {key[len(REWARD_MEAN_PREFIX):]: info.pop(key) for key in list(info)
-                 if key.startswith(REWARD_MEAN_PREFIX)}
-        return {**info, REWARD_MEANS: means}
+def shape_report(info: dict[str, Any]) -> dict[str, Any]:
+    """A train event's fields with each reward's mean gathered under REWARD_MEANS."""
+    means = {key[len(REWARD_MEAN_PREFIX):]: info.pop(key) for key in list(info)
+             if key.startswith(REWARD_MEAN_PREFIX)}
+    return {**info, REWARD_MEANS: means}
 
 
 class Rollout:

@@ -3,11 +3,14 @@
 `SftObjective` is mlx-lm's SFT (its batch order, its loss, its `evaluate`). `PreferenceObjective`
 trains DPO or ORPO (trainer/losses.py) on preference pairs (trainer/preference_data.py), with
 the reference of DPO scored by `Reference`, which the step-level client uses too.
+`GrpoObjective` trains GRPO on prompts with answers (trainer/prompt_data.py), sampling each
+batch's answers as it goes (trainer/grpo.py), with the same `Reference` for its KL term.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from functools import partial
 from typing import Any
 
@@ -231,6 +234,81 @@ class PreferenceObjective(LossSlicing):
         return loss, {name: means[name] for name in self.metric_names}
 
 
+class GrpoObjective(LossSlicing):
+    """GRPO (trainer/grpo.py samples, rewards and scores each batch's answers; losses.py has
+    the objective); its reference is the base, as DPO's is."""
+
+    def __init__(self, settings: Hyperparameters, model, base_path: str,
+                 chunk_tokens: int | str = OFF_TEXT, tokenizer=None) -> None:
+        from zyquo_tui.core.events.protocol import GRPO_METRICS
+        from zyquo_tui.trainer import grpo
+
+        self.settings = settings
+        self._slice_losses(chunk_tokens, model)
+        beta = float(SETTINGS["kl_beta"].get(settings))
+        epsilon = float(SETTINGS["clip_epsilon"].get(settings))
+        reference = Reference(model, base_path, "base", chunk_tokens) if beta else None
+        self.sampler = grpo.Sampler(settings, model, tokenizer, reference)
+        self.loss = partial(losses.grpo_objective, beta=beta, epsilon=epsilon)
+        self.key = ("grpo", beta, epsilon)
+        self.metric_names = (*GRPO_METRICS, *(grpo.REWARD_MEAN_PREFIX + name
+                                              for name in self.sampler.reward_names))
+        self.shape_report = grpo.shape_report
+        self.samples: list[dict[str, Any]] = []  # the last validation's sample answers
+
+    @property
+    def step(self) -> int:
+        return self.sampler.step
+
+    @step.setter
+    def step(self, value: int) -> None:  # the loop's step in progress: a failing reward names it
+        self.sampler.step = value
+
+    def batches(self, train_set, world):
+        from zyquo_tui.trainer.prompt_data import PromptBatchStream
+
+        return PromptBatchStream(train_set, self.settings.batch_size,
+                                 self.settings.max_seq_length, world.rank, world.size)
+
+    def forward_backward(self, engine: StepEngine, batch):
+        rollout = self.sampler.rollout(batch)
+        arrays = rollout.arrays
+        if self._sliced_for(arrays[0]):
+            loss, ntoks, metrics = engine.forward_backward(
+                partial(self.loss, sliced=self.sliced), *arrays, key=(*self.key, "sliced"))
+        else:
+            loss, ntoks, metrics = engine.forward_backward(self.loss, *arrays, key=self.key)
+        return loss, ntoks, {**metrics, **rollout.metrics()}
+
+    def validate(self, model, val_set) -> tuple[float, dict[str, float]]:
+        """The loss and mean reward of answers sampled for the validation prompts (val_batches
+        batches of them), dropout off; the first prompts' first answers become `samples`."""
+        from zyquo_tui.trainer.prompt_data import validation_rows
+
+        s = self.settings
+        model.eval()
+        total_loss = total_reward = 0.0
+        count = 0
+        self.samples = []
+        for rows in validation_rows(val_set, s.batch_size, s.val_batches, s.max_seq_length):
+            rollout = self.sampler.rollout(rows)
+            sliced = self.sliced.forward if self._sliced_for(rollout.arrays[0]) else None
+            loss, _, _ = self.loss(model, *rollout.arrays, sliced=sliced)
+            total_loss += loss.item()
+            total_reward += rollout.reward_mean
+            count += 1
+            if len(self.samples) < GRPO_SAMPLES_PER_VALIDATION:
+                self.samples += rollout.samples(GRPO_SAMPLES_PER_VALIDATION - len(self.samples))
+        model.train()
+        if count == 0:
+            return math.nan, {}
+        return total_loss / count, {"reward_mean": total_reward / count}
+
+
+# Validation prompts whose first sampled answer becomes a `sample` event, at each validation.
+GRPO_SAMPLES_PER_VALIDATION = 3
+
+
 def objective_for(settings: Hyperparameters, model, base_path: str,
                   chunk_tokens: int | str = OFF_TEXT, tokenizer=None):
     """The run's objective; `chunk_tokens` is its loss_chunk_tokens as
@@ -238,7 +316,5 @@ def objective_for(settings: Hyperparameters, model, base_path: str,
     if SETTINGS["objective"].get(settings) == "sft":
         return SftObjective(settings, model, chunk_tokens)
     if SETTINGS["objective"].get(settings) == "grpo":
-        from zyquo_tui.trainer.grpo import GrpoObjective
-
         return GrpoObjective(settings, model, base_path, chunk_tokens, tokenizer)
     return PreferenceObjective(settings, model, base_path, chunk_tokens)

@@ -17,7 +17,7 @@ from zyquo_tui.core.store.atomic import write_json_atomic
 from zyquo_tui.core.store.store import RUN_FILE, DamagedRun, RunStore
 
 INDEX_FILE = ".index.json"
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: rows carry reward_mean
 
 
 def listing_row(item: Run | DamagedRun) -> dict[str, Any]:
@@ -33,6 +33,7 @@ def listing_row(item: Run | DamagedRun) -> dict[str, Any]:
         "iters": item.hyperparameters.iters,
         "last_train_loss": s.get("last_train_loss"), "last_val_loss": s.get("last_val_loss"),
         "best_val_loss": s.get("best_val_loss"), "tokens_per_second": s.get("tokens_per_second"),
+        "reward_mean": s.get("reward_mean"),  # a grpo run's, at its last report
         "started_at": s.get("started_at"), "ended_at": s.get("ended_at"),
         "damaged": None,
     }
