@@ -189,6 +189,12 @@ BUILDERS = {
 }
 
 
+# rl/train.jsonl: this many questions, each this many times, so a short grpo run samples
+# answers to each question often enough to learn it (the other splits are as for the rest).
+RL_QUESTIONS = 8
+RL_REPEATS = 8
+
+
 def datasets() -> dict[str, dict[str, list[dict]]]:
     """{format: {split: rows}}, the whole content, built in memory."""
     facts = _facts()
@@ -196,6 +202,8 @@ def datasets() -> dict[str, dict[str, list[dict]]]:
     for k, name in enumerate(FORMATS):
         # Each format gets its own shuffle, so their splits hold different facts.
         out[name] = _split(BUILDERS[name](facts), SEED + k)
+    rl = out["rl"]
+    rl["train"] = rl["train"][:RL_QUESTIONS] * RL_REPEATS
     return out
 
 

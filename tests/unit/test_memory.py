@@ -507,6 +507,7 @@ def test_every_fitted_quantity_has_a_multiplier_on_every_device():
     fitted = {k for k in quantities if not k.startswith("_")} - {
         "base_weights", "trainable_parameters", "gradients", "optimizer_state",
         "reference",  # exact: a DPO reference's frozen copy of the weights
+        "generation",  # derived: a grpo run's KV cache (estimate.generation_bytes)
         "chunked_loss"}  # derived: the chunked loss's slices (estimate.chunked_loss_bytes)
     assert fitted == fields
     for name in fields:

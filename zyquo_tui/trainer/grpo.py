@@ -23,11 +23,11 @@ import sys
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 
 from zyquo_tui.core.events.protocol import REWARD_MEANS
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters
 from zyquo_tui.trainer import losses
-from zyquo_tui.trainer.encoding import pad_rows
 from zyquo_tui.trainer.prompt_data import PromptRow
 from zyquo_tui.trainer.rewards import RewardError, Rewards
 from zyquo_tui.trainer.sampling import Completion, complete_batch
@@ -35,9 +35,8 @@ from zyquo_tui.trainer.trainer_failure import fail
 
 # A metric name of one reward's mean, in the loop's running sums (the report regroups them).
 REWARD_MEAN_PREFIX = "reward_mean:"
-# No cut: a prompt is at most max_seq_length tokens already, its answer at most
-# max_completion_tokens.
-_NO_CUT = 1 << 30
+# The step's sequences are padded to a multiple of this many tokens.
+PAD_WIDTH = 8
 
 
 class Sampler:
@@ -88,14 +87,21 @@ class Sampler:
                    ) -> tuple[mx.array, mx.array]:
         """Prompt + answer of each sampled answer, padded; the answer (with the token that
         stopped it) is what is trained."""
-        sequences = []
+        sequences, spans = [], []
         for i, completion in enumerate(completions):
             prompt = rows[i // self.group_size].tokens
             answer = completion.tokens + ([completion.stop_token]
                                           if completion.stop_token is not None else [])
-            sequences.append((prompt + answer, len(prompt)))
-        tokens, lengths, _ = pad_rows(sequences, _NO_CUT)
-        return tokens, lengths
+            sequences.append(prompt + answer)
+            spans.append((len(prompt), len(prompt) + len(answer)))
+        # As wide as the longest, rounded up a little: every padded position costs a forward
+        # and a backward, and each new width one compilation of the step.
+        longest = max(len(sequence) for sequence in sequences)
+        width = -(-longest // PAD_WIDTH) * PAD_WIDTH
+        tokens = np.zeros((len(sequences), width), np.int32)
+        for row, sequence in enumerate(sequences):
+            tokens[row, :len(sequence)] = sequence
+        return mx.array(tokens), mx.array(spans)
 
 
 def shape_report(info: dict[str, Any]) -> dict[str, Any]:

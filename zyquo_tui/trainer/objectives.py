@@ -255,6 +255,7 @@ class GrpoObjective(LossSlicing):
                                               for name in self.sampler.reward_names))
         self.shape_report = grpo.shape_report
         self.samples: list[dict[str, Any]] = []  # the last validation's sample answers
+        self.widest = 0  # the widest step's tokens a sequence (prompt + answer), so far
 
     @property
     def step(self) -> int:
@@ -273,6 +274,7 @@ class GrpoObjective(LossSlicing):
     def forward_backward(self, engine: StepEngine, batch):
         rollout = self.sampler.rollout(batch)
         arrays = rollout.arrays
+        self.widest = max(self.widest, int(arrays[0].shape[1]))
         if self._sliced_for(arrays[0]):
             loss, ntoks, metrics = engine.forward_backward(
                 partial(self.loss, sliced=self.sliced), *arrays, key=(*self.key, "sliced"))
