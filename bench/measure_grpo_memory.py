@@ -36,7 +36,8 @@ def flags(method: str, batch: int, group: int, tokens: int, beta: float, iters: 
     return ["--method", method, "--objective", "grpo", "--batch-size", str(batch),
             "--group-size", str(group), "--max-completion-tokens", str(tokens),
             "--kl-beta", str(beta), "--iters", str(iters), "--steps-per-report", "1",
-            "--steps-per-eval", "1000", "--save-every", "1000", "--num-layers", "-1"]
+            "--steps-per-eval", "1000", "--save-every", "1000", "--num-layers", "-1",
+            "--val-batches", "1"]
 
 
 def cli(home: Path, *args: str) -> subprocess.CompletedProcess:

@@ -234,7 +234,7 @@ def test_on_the_sample_data_grpo_after_an_sft_warm_up_raises_the_mean_reward(mod
     made = zyquo_cli("runs", "new", "--model", model, "--data", str(RL), "--method", "full",
                      "--iters", "40", "--learning-rate", "2e-4", "--batch-size", "4",
                      "--group-size", "8", "--max-completion-tokens", "12", "--kl-beta", "0",
-                     "--steps-per-report", "1", "--steps-per-eval", "1000")
+                     "--steps-per-report", "1", "--steps-per-eval", "1000", "--val-batches", "1")
     assert made.returncode == 0, made.stderr
     run_id = made.stdout.strip()
     assert zyquo_cli("runs", "start", run_id, "--wait", timeout=600).returncode == 0
@@ -243,3 +243,30 @@ def test_on_the_sample_data_grpo_after_an_sft_warm_up_raises_the_mean_reward(mod
     assert len(rewards) == 40
     first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
     assert last > first, (first, last, rewards)
+
+
+def test_a_grpo_config_round_trips_through_mlx_lm_lora_keys(models, tmp_path):
+    made = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data", str(RL),
+                     "--group-size", "6", "--max-completion-tokens", "48", "--kl-beta", "0.04",
+                     "--clip-epsilon", "0.3", "--sampling-temperature", "0.9",
+                     "--reward", "exact_answer,length", "--reward-weights", "1,0.5")
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "grpo.yaml"
+    assert zyquo_cli("runs", "export-config", made.stdout.strip(), "-o", str(out)).returncode == 0
+    config = yaml.safe_load(out.read_text())
+    assert {key: config[key] for key in ("train_mode", "train_type", "beta", "epsilon",
+                                         "group_size", "max_completion_length", "temperature",
+                                         "reward_weights", "fuse")} == {
+        "train_mode": "grpo", "train_type": "lora", "beta": 0.04, "epsilon": 0.3,
+        "group_size": 6, "max_completion_length": 48, "temperature": 0.9,
+        "reward_weights": [1, 0.5], "fuse": False}
+    assert "dpo_cpo_loss_type" not in config  # a preference run's key, not grpo's
+    # mlx-lm-lora's keys alone (ours removed but the rewards, which it names otherwise).
+    own = config.pop("zyquo_tui")
+    config["zyquo_tui"] = {"reward_functions": own["reward_functions"]}
+    out.write_text(yaml.safe_dump(config))
+    imported = zyquo_cli("runs", "import-config", str(out), "--json")
+    assert imported.returncode == 0, imported.stderr
+    shown = json.loads(zyquo_cli("runs", "show", json.loads(imported.stdout)["id"],
+                                 "--json").stdout)
+    assert shown["hyperparameters"]["zyquo_tui"] == own
