@@ -117,6 +117,7 @@ class Reference:
         self.chunk_tokens = chunk_tokens  # the chunked loss's slice, as the run has it
         self._loaded = None
         self._sliced: dict[tuple[int, int | str], Any] = {}
+        self._compiled: dict[int, Any] = {}  # token_logprobs compiled, by model
 
     @property
     def needs_copy(self) -> bool:
@@ -161,13 +162,26 @@ class Reference:
         return scores
 
 
+    def _compiled_logprobs(self, model):
+        """losses.token_logprobs of `model` compiled (fused: less time than run op by op).
+        Traced, for each batch shape, inside token_logprobs's block, so with the adapters off;
+        the weights it reads never change (the base's, or the frozen copy's)."""
+        compiled = self._compiled.get(id(model))
+        if compiled is None:
+            compiled = self._compiled[id(model)] = mx.compile(
+                lambda tokens, lengths: losses.token_logprobs(model, tokens, lengths)[0])
+        return compiled
+
     def token_logprobs(self, tokens: mx.array, lengths: mx.array) -> mx.array:
         """(B, T - 1) log-probability of each trained token (0 elsewhere), evaluated, with no
         gradient: GRPO's KL term reads them."""
         model = self._other() if self.needs_copy else self.model
         with contextlib.nullcontext() if self.needs_copy else adapters_disabled(self.model):
-            logps, _ = losses.token_logprobs(
-                model, tokens, lengths, self._forward_in_slices(model, tokens, self.chunk_tokens))
+            sliced = self._forward_in_slices(model, tokens, self.chunk_tokens)
+            if sliced is None:
+                logps = self._compiled_logprobs(model)(tokens, lengths)
+            else:
+                logps, _ = losses.token_logprobs(model, tokens, lengths, sliced)
         logps = mx.stop_gradient(logps)
         mx.eval(logps)
         return logps
