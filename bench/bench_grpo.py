@@ -7,7 +7,8 @@ temperature, KL weight and clip. Ours: the grpo objective's step as the training
 (sampling every prompt's group at once, rewards, the reference with adapters off, one compiled
 forward-backward and update). Theirs: `mlx_lm_lora.trainer.grpo_trainer.train_grpo` itself,
 its reference a second copy of the base model (what it loads), its per-step time from its own
-report callback at steps_per_report 1. Rounds alternate (ours, theirs, ours, ...); the first
+report callback at steps_per_report 1. No token ends an answer: each is exactly --tokens long
+in both, the same work. Rounds alternate (ours, theirs, ours, ...); the first
 step of each round is left out (compilation, first allocations); medians over the rest.
 Target: ours takes at most 0.8 of its time.
 
@@ -45,6 +46,9 @@ def lora_model(path: Path, layers: int):
     from mlx_lm.tuner.utils import linear_to_lora_layers
 
     model, tokenizer = load(str(path))
+    # No end-of-sequence token: every answer is --tokens long in both trainers, so a step's
+    # work does not depend on where a random model happens to stop.
+    tokenizer.eos_token_ids = set()
     model.freeze()
     mx.random.seed(0)
     linear_to_lora_layers(model, layers, {"rank": 8, "dropout": 0.0, "scale": 20.0})
