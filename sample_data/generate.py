@@ -18,7 +18,7 @@ SEED = 20240601
 N_VALID = 40
 N_TEST = 40
 SPLITS = ("train", "valid", "test")
-FORMATS = ("completions", "chat", "text", "preference")
+FORMATS = ("completions", "chat", "text", "preference", "rl")
 
 CAPITALS = [
     ("France", "Paris"), ("Spain", "Madrid"), ("Italy", "Rome"), ("Germany", "Berlin"),
@@ -166,12 +166,33 @@ def preference_rows(facts: list[dict]) -> list[dict]:
             for i, f in enumerate(facts)]
 
 
+def rl_rows(facts: list[dict]) -> list[dict]:
+    """The sums and differences as prompts with their result: what a grpo run's exact_answer
+    reward checks (the last number of a sampled answer), and what the SFT rows of the same
+    questions teach the form of ("6 plus 9 is 15.")."""
+    rows = []
+    for f in facts:
+        words = f["question"].rstrip("?").split()
+        if len(words) == 5 and words[3] in ("plus", "minus"):
+            a, b = int(words[2]), int(words[4])
+            rows.append({"prompt": f["question"],
+                         "answer": str(a + b if words[3] == "plus" else a - b)})
+    return rows
+
+
 BUILDERS = {
     "completions": completions_rows,
     "chat": chat_rows,
     "text": text_rows,
     "preference": preference_rows,
+    "rl": rl_rows,
 }
+
+
+# rl/train.jsonl: this many questions, each this many times, so a short grpo run samples
+# answers to each question often enough to learn it (the other splits are as for the rest).
+RL_QUESTIONS = 8
+RL_REPEATS = 8
 
 
 def datasets() -> dict[str, dict[str, list[dict]]]:
@@ -181,6 +202,8 @@ def datasets() -> dict[str, dict[str, list[dict]]]:
     for k, name in enumerate(FORMATS):
         # Each format gets its own shuffle, so their splits hold different facts.
         out[name] = _split(BUILDERS[name](facts), SEED + k)
+    rl = out["rl"]
+    rl["train"] = rl["train"][:RL_QUESTIONS] * RL_REPEATS
     return out
 
 

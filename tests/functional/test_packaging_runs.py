@@ -54,7 +54,7 @@ def test_the_wheel_ships_the_styles_and_the_sample_data(wheel):
     styles = [n for n in names if n.startswith("zyquo_tui/styles/") and n.endswith(".tcss")]
     assert styles, "the .tcss files must ship inside the package"
     for split in ("train", "valid", "test"):
-        for kind in ("completions", "chat", "text", "preference"):
+        for kind in ("completions", "chat", "text", "preference", "rl"):
             assert f"zyquo_tui/sample_data/{kind}/{split}.jsonl" in names
     assert "zyquo_tui/trainer/__main__.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))

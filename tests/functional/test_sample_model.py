@@ -20,7 +20,10 @@ FORMATS = {
     "chat": {"messages"},
     "text": {"text"},
     "preference": {"prompt", "chosen", "rejected"},
+    "rl": {"prompt", "answer"},
 }
+# rl/train.jsonl is a few questions, each several times (sample_data/README.md).
+RL_TRAIN_ROWS = 64
 SPLITS = ("train", "valid", "test")
 MODEL_FILES = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
 
@@ -98,7 +101,7 @@ def test_sample_data_folders_have_splits_with_right_keys(fmt):
                 assert all(isinstance(m["content"], str) and m["content"] for m in row["messages"])
             else:
                 assert all(isinstance(v, str) and v for v in row.values())
-    assert 200 <= sizes["train"] <= 400
+    assert 200 <= sizes["train"] <= 400 or (fmt == "rl" and sizes["train"] == RL_TRAIN_ROWS)
     assert sizes["valid"] == sizes["test"] == 40
 
 

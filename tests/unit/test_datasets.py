@@ -24,6 +24,7 @@ from zyquo_tui.core.library.rows import (
     COMPLETIONS,
     ERROR,
     PREFERENCE,
+    PROMPTS,
     TEXT,
     TOOLS,
     WARNING,
@@ -274,8 +275,9 @@ def test_datasets_are_found_in_the_home_the_samples_and_given_paths(isolated_hom
     assert {name: d.source for name, d in found.items()} == {
         "mine": SOURCE_ZYQUO, "team/support": SOURCE_ZYQUO, "chat": SOURCE_SAMPLE,
         "completions": SOURCE_SAMPLE, "text": SOURCE_SAMPLE, "preference": SOURCE_SAMPLE,
-        "elsewhere": SOURCE_PATH}
+        "rl": SOURCE_SAMPLE, "elsewhere": SOURCE_PATH}
     assert found["preference"].format == PREFERENCE
+    assert found["rl"].format == PROMPTS
     assert found["mine"].format == CHAT
     assert set(found["chat"].split_bytes) == {"train", "valid", "test"}
 

@@ -508,6 +508,7 @@ def test_every_fitted_quantity_has_a_multiplier_on_every_device():
         "base_weights", "trainable_parameters", "gradients", "optimizer_state",
         "reference",  # exact: a DPO reference's frozen copy of the weights
         "teacher",  # exact weights, and arrays of the batch's shape (core/memory/teacher.py)
+        "generation",  # derived: a grpo run's KV cache (estimate.generation_bytes)
         "chunked_loss"}  # derived: the chunked loss's slices (estimate.chunked_loss_bytes)
     assert fitted == fields
     for name in fields:

@@ -51,7 +51,9 @@ def show_data(store: RunStore, run: Run) -> dict:
         "model": run.model, "data": run.data, "created": run.created,
         "hyperparameters": run.hyperparameters.to_dict(),
         "progress": {**metrics.summary(), "iters": run.hyperparameters.iters,
-                     "rank_peak_memory_bytes": metrics.rank_peaks},
+                     "rank_peak_memory_bytes": metrics.rank_peaks,
+                     # a grpo run's mean reward at its last report (None for other runs)
+                     "reward_mean": run.summary.get("reward_mean")},
         "checkpoints": checkpoints,
         "process": run.process,
         "failure": run.failure,

@@ -256,11 +256,15 @@ def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipp
         # Say why the width differs from the longest row: the trainer pads a batch up to a
         # multiple of 32 (plus the shifted token), as mlx-lm does, and cuts at max_seq_length.
         how = ("" if longest == estimate.batch_width
+               else ", and its longest answer" if config.objective == "grpo"
                else ", cut to max_seq_length" if longest > estimate.batch_width
                else ", padded as mlx-lm pads a batch")
         sequence += f" (the longest of {len(lengths)} rows has {longest} tokens{how})"
     parts.append(sequence)
-    if config.sequences_per_row > 1:
+    if config.objective == "grpo":
+        parts.append(f"{config.group_size} sampled answers a prompt, up to "
+                     f"{config.completion_tokens} tokens each")
+    elif config.sequences_per_row > 1:
         parts.append("2 sequences a row (chosen, rejected)")
     parts.append(f"{estimate.trained_layers} layers trained")
     if config.method is not Method.FULL:
@@ -279,6 +283,8 @@ def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipp
     if "teacher" in estimate.breakdown:
         rows.append(["teacher (its weights and log-probabilities)",
                      fmt_bytes(estimate.breakdown["teacher"])])
+    if estimate.breakdown.get("generation"):  # a grpo run's sampling, above the step's peak
+        rows.append(["sampling (KV cache)", fmt_bytes(estimate.breakdown["generation"])])
     for name in ("history_correction", "replica_correction"):
         if name in estimate.breakdown:
             rows.append([name.replace("_", " "), fmt_bytes(estimate.breakdown[name])])

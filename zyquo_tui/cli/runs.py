@@ -313,6 +313,8 @@ def cmd_show(args) -> int:
     print(f"train loss {fmt_loss(p['last_train_loss'])}   val loss "
           f"{fmt_loss(p['last_val_loss'])}   best val {fmt_loss(p['best_val_loss'])}"
           + (f" @ {p['best_val_step']}" if p["best_val_step"] is not None else ""))
+    if p.get("reward_mean") is not None:
+        print(f"reward     {p['reward_mean']:.4g} (mean of the sampled answers, last report)")
     ranks = (run.process or {}).get("ranks") or []
     if p["peak_memory_bytes"]:
         resident = (f", {fmt_bytes(int(p['peak_rss_bytes']))} resident"

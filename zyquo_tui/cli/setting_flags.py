@@ -73,6 +73,11 @@ def add_setting_flags(parser: argparse.ArgumentParser, keys: Iterable[str] | Non
         if setting.kind == BOOL:
             parser.add_argument(setting.flag, dest=_dest(key), default=argparse.SUPPRESS,
                                 action=argparse.BooleanOptionalAction, help=_help(key))
+        elif setting.kind == NAMES:
+            # A list of names, comma-separated or the flag repeated (--reward a --reward b).
+            parser.add_argument(setting.flag, dest=_dest(key), default=argparse.SUPPRESS,
+                                action="extend", type=setting.parse, metavar=_metavar(key),
+                                help=f"{_help(key)} (repeatable)")
         else:
             parser.add_argument(setting.flag, dest=_dest(key), default=argparse.SUPPRESS,
                                 type=setting.parse, metavar=_metavar(key), help=_help(key))

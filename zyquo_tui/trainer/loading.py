@@ -181,14 +181,29 @@ def load_preference_data(run: Run, tokenizer):
     a length is the longer side's."""
     from zyquo_tui.trainer import preference_data
 
+    return _load_rows(run, preference_data.PreferenceDataset, tokenizer,
+                      preference_data.tokenize_all)
+
+
+def load_prompt_data(run: Run, tokenizer):
+    """The same for a grpo run: prompts with answers (trainer/prompt_data.py); a length is the
+    prompt's."""
+    from zyquo_tui.trainer import prompt_data
+
+    return _load_rows(run, prompt_data.PromptDataset, tokenizer, prompt_data.tokenize_all)
+
+
+def _load_rows(run: Run, dataset, tokenizer, tokenize):
+    """(train set, valid set or [], row counts, train and valid lengths) of rows that
+    `dataset(rows, tokenizer)` reads and `tokenize(set, path)` measures."""
     folder = Path(run.data)
     sets, sizes, lengths = {}, {}, {}
     for name in ("train", "valid"):
         path = folder / f"{name}.jsonl"
         rows = _read_rows(path) if path.is_file() else []
         sizes[name] = len(rows)
-        sets[name] = preference_data.PreferenceDataset(rows, tokenizer) if rows else []
-        lengths[name] = preference_data.tokenize_all(sets[name], path) if rows else []
+        sets[name] = dataset(rows, tokenizer) if rows else []
+        lengths[name] = tokenize(sets[name], path) if rows else []
     if not sizes["train"]:
         raise fail("data", f"{folder / 'train.jsonl'} is empty or missing.")
     batch_size = run.hyperparameters.batch_size

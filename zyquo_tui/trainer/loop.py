@@ -136,7 +136,7 @@ class TrainingLoop:
         model.train()
         result = LoopResult(step=self.start_step, stopped=False)
         for it in range(self.start_step + 1, s.iters + 1):
-            self.step = it
+            self.step = self.objective.step = it  # (a grpo run's failing reward names it)
             batch = next(self.batches)  # fetched before validation, as mlx-lm's zip() does
             tic = time.perf_counter()
             if self.val_set and (it == 1 or it % s.steps_per_eval == 0 or it == s.iters):
@@ -200,7 +200,8 @@ class TrainingLoop:
         # Every rank's peak (a collective: each rank reports at the same steps), so the hosts
         # of a distributed run each show their own.
         rank_peaks = {RANK_PEAKS: self.world.each(peak)} if self.world.distributed else {}
-        self.hooks.on_train({
+        shape = getattr(self.objective, "shape_report", lambda info: info)
+        self.hooks.on_train(shape({
             "iteration": it,
             "train_loss": train_loss,
             "learning_rate": float(self.optimizer.learning_rate.item()),
@@ -211,7 +212,7 @@ class TrainingLoop:
             **{name: float(mx.array(total).item()) / rank_steps
                for name, total in metric_sums.items()},
             **rank_peaks,
-        })
+        }))
         self.metric_sums = {}
         self.loss_sum = 0
         self.tokens_since_report = 0

@@ -286,3 +286,78 @@ def distill_topk_objective(model, tokens, lengths, teacher_ids, teacher_logprobs
                     (teacher_ids, teacher_logprobs), sliced)
     loss, ntoks = _masked_mean(kl, mask)
     return loss, ntoks, {}
+
+
+# -- reinforcement learning: GRPO ---------------------------------------------------------------
+
+# The bound on a token's log-ratio to the reference inside the KL term, so exp() cannot
+# overflow when the policy has moved far from it (mlx-lm-lora's _MAX_KL_LOG_RATIO).
+MAX_KL_LOG_RATIO = 20.0
+# Added to a group's standard deviation before dividing by it (mlx-lm-lora's).
+GRPO_ADVANTAGE_EPS = 1e-4
+
+
+def grpo_advantages(rewards: list[float], group_size: int) -> list[float]:
+    """GRPO's advantages for rows sampled `group_size` at a time from each prompt (row i is
+    prompt i // group_size's): `group_normalized` with mlx-lm-lora's epsilon, so a group whose
+    rewards are all equal teaches nothing."""
+    return group_normalized(rewards, [i // group_size for i in range(len(rewards))],
+                            eps=GRPO_ADVANTAGE_EPS)
+
+
+def grpo_loss(logps: mx.array, ref_logps: mx.array, mask: mx.array, advantages: mx.array,
+              beta: float, epsilon: float, old_logps: mx.array | None = None
+              ) -> tuple[mx.array, dict[str, mx.array]]:
+    """Group Relative Policy Optimization (Shao et al. 2024) on per-token log-probabilities
+    (B, T) of sampled answers, `mask` marking their tokens:
+
+        r_t = π(y_t) / π_old(y_t);  L_i = mean_t [ -min(r_t A_i, clip(r_t, 1-ε, 1+ε) A_i)
+                                                     + β KL_t ];  L = mean_i L_i
+        KL_t = e^d - d - 1 with d = log π_ref(y_t) - log π(y_t) (Schulman's k3, d at most 20)
+
+    `old_logps` are the sampling policy's; None means this step sampled them (each sample is
+    trained on once, as mlx-lm-lora does), so r_t is 1 in value and carries the gradient of
+    log π. The same operations as mlx-lm-lora 5.10's `_grpo_objective` (loss type "grpo",
+    token-level ratios): the same loss and gradients (tests/functional/test_grpo_loss.py). Metrics:
+    `kl`, the mean over rows of the per-token KL; `clip_fraction`, the share of answer tokens
+    whose ratio was clipped where it mattered."""
+    logps = mx.where(mask, logps.astype(mx.float32), 0)
+    ref_logps = mx.where(mask, mx.stop_gradient(ref_logps.astype(mx.float32)), 0)
+    old = mx.stop_gradient(logps if old_logps is None
+                           else mx.where(mask, old_logps.astype(mx.float32), 0))
+    ratio = mx.exp(logps - old)
+    clipped = mx.clip(ratio, 1 - epsilon, 1 + epsilon)
+    advantage = mx.stop_gradient(advantages.astype(mx.float32))[:, None]
+    per_token = -mx.minimum(ratio * advantage, clipped * advantage)
+    delta = mx.minimum(ref_logps - logps, MAX_KL_LOG_RATIO)
+    kl = mx.maximum(mx.expm1(delta) - delta, 0)  # expm1: exact near 0, where KL is quadratic
+    if beta != 0:
+        per_token = per_token + beta * kl
+    counts = mx.maximum(mask.sum(axis=1), 1)
+    loss = (mx.where(mask, per_token, 0).sum(axis=1) / counts).mean()
+    clipped_where_it_matters = (((ratio < 1 - epsilon) & (advantage < 0))
+                                | ((ratio > 1 + epsilon) & (advantage > 0))) & mask
+    metrics = {
+        "kl": (mx.where(mask, kl, 0).sum(axis=1) / counts).mean(),
+        "clip_fraction": clipped_where_it_matters.sum() / mx.maximum(mask.sum(), 1),
+    }
+    return loss, metrics
+
+
+def token_logprobs(model, tokens: mx.array, lengths: mx.array, sliced=None
+                   ) -> tuple[mx.array, mx.array]:
+    """(B, T - 1) log-probabilities of each row's target tokens (0 elsewhere) and their mask."""
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    mask = target_mask(lengths, targets.shape[1])
+    ce = token_cross_entropy(model, inputs, targets, mask, sliced)
+    return mx.where(mask, -ce.astype(mx.float32), 0), mask
+
+
+def grpo_objective(model, tokens, lengths, advantages, ref_logps, beta, epsilon, sliced=None):
+    """GRPO on a batch of prompts with their sampled answers: `lengths` (offset, length) mark
+    each answer (its end-of-sequence token included: stopping is one of its choices), and
+    `ref_logps` (B, T - 1) are the reference's log-probabilities of the same tokens, computed
+    beforehand (no gradient flows into them; unused when beta is 0)."""
+    logps, mask = token_logprobs(model, tokens, lengths, sliced)
+    loss, metrics = grpo_loss(logps, ref_logps, mask, advantages, beta, epsilon)
+    return loss, mask.sum(), metrics

@@ -22,7 +22,9 @@ SPEC is a JSON object (or `-` for stdin):
   extra_config (the run's pass-through mlx-lm keys, for *_feature),
   scratch (a folder the caller owns, for the temporary folders; default the system's).
 A preference run (hyperparameters' zyquo_tui.objective dpo or orpo) trains pairs: its longest
-pairs, or synthetic ones (each side `synthetic_tokens` long, a quarter of it prompt).
+pairs, or synthetic ones (each side `synthetic_tokens` long, a quarter of it prompt). A grpo run
+samples answers to its longest prompts (or to synthetic prompts `synthetic_tokens` long) and
+trains on them, as its steps do.
 (Every row's token count comes from `python -m zyquo_tui.trainer.token_stats --lengths`.)
 Exit status: 0 with the JSON result, 1 with {"error": sentence} when training could not run.
 """
@@ -54,6 +56,8 @@ class _Rows:
 
     def itemlen(self, index: int) -> int:
         row = self.rows[index]
+        if hasattr(row, "tokens"):  # a grpo run's prompt (prompt_data.PromptRow)
+            return len(row.tokens)
         if isinstance(row, tuple) and isinstance(row[0], tuple):  # a preference pair
             return max(len(row[0][0]), len(row[1][0]))
         return len(row[0] if isinstance(row, tuple) else row)
@@ -79,7 +83,19 @@ def _worst_batch(run: Run, tokenizer, spec: dict[str, Any]) -> tuple[list[Any], 
     from zyquo_tui.trainer import loading
 
     batch_size = run.hyperparameters.batch_size
-    preference = SETTINGS["objective"].get(run.hyperparameters) in PREFERENCE_OBJECTIVES
+    objective = SETTINGS["objective"].get(run.hyperparameters)
+    preference = objective in PREFERENCE_OBJECTIVES
+    if objective == "grpo":  # prompts: the longest, or synthetic ones of that many tokens
+        from zyquo_tui.trainer.prompt_data import PromptRow
+
+        if spec.get("synthetic_tokens"):
+            length = int(spec["synthetic_tokens"])
+            return [PromptRow(list(range(5, 5 + length)), "", "0") for _ in range(batch_size)
+                    ], None
+        dataset, _, _, lengths, _ = loading.load_prompt_data(run, tokenizer)
+        longest = sorted(range(len(lengths)), key=lambda i: lengths[i],
+                         reverse=True)[:batch_size]
+        return [dataset[i] for i in longest], lengths
     if spec.get("synthetic_tokens"):
         import numpy as np
 
@@ -184,10 +200,12 @@ def _measure(spec: dict[str, Any]) -> dict[str, Any]:
         chunk_tokens = loss_chunk_tokens_for(settings, run.method, run.model,
                                              max(lengths) if lengths else None)
         loop = TrainingLoop(model, optimizer, _Rows(rows), [], settings, Path(adapters), hooks,
-                            objective_for(settings, model, run.model, chunk_tokens,
-                                          tokenizer))
-        width = int(loop.batches._make_batch(list(range(hp.batch_size)))[0].shape[1])
+                            objective_for(settings, model, run.model, chunk_tokens, tokenizer))
+        first = loop.batches._make_batch(list(range(hp.batch_size)))
+        # (a grpo batch is prompts: its width is known once their answers are sampled)
+        width = int(first[0].shape[1]) if hasattr(first[0], "shape") else None
         loop.run()
+        width = width or getattr(loop.objective, "widest", None)
     trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
     return {
         "peak_memory_bytes": max(peaks) if peaks else int(mx.get_peak_memory()),

@@ -5,10 +5,14 @@ trains DPO or ORPO (trainer/losses.py) on preference pairs (trainer/preference_d
 the reference of DPO scored by `Reference`, which the step-level client uses too.
 `DistillObjective` learns a teacher's distribution (trainer/teacher.py) on SFT's batches, or on
 the student's own answers to their prompts (trainer/on_policy.py).
+`GrpoObjective` trains GRPO on prompts with answers (trainer/prompt_data.py), sampling each
+batch's answers as it goes (trainer/grpo.py), with the same `Reference` for its KL term.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 from functools import partial
 from typing import Any
 
@@ -115,6 +119,7 @@ class Reference:
         self.chunk_tokens = chunk_tokens  # the chunked loss's slice, as the run has it
         self._loaded = None
         self._sliced: dict[tuple[int, int | str], Any] = {}
+        self._compiled: dict[int, Any] = {}  # token_logprobs compiled, by model
 
     @property
     def needs_copy(self) -> bool:
@@ -157,6 +162,31 @@ class Reference:
         scores = mx.stop_gradient(scores)
         mx.eval(scores)
         return scores
+
+
+    def _compiled_logprobs(self, model):
+        """losses.token_logprobs of `model` compiled (fused: less time than run op by op).
+        Traced, for each batch shape, inside token_logprobs's block, so with the adapters off;
+        the weights it reads never change (the base's, or the frozen copy's)."""
+        compiled = self._compiled.get(id(model))
+        if compiled is None:
+            compiled = self._compiled[id(model)] = mx.compile(
+                lambda tokens, lengths: losses.token_logprobs(model, tokens, lengths)[0])
+        return compiled
+
+    def token_logprobs(self, tokens: mx.array, lengths: mx.array) -> mx.array:
+        """(B, T - 1) log-probability of each trained token (0 elsewhere), evaluated, with no
+        gradient: GRPO's KL term reads them."""
+        model = self._other() if self.needs_copy else self.model
+        with contextlib.nullcontext() if self.needs_copy else adapters_disabled(self.model):
+            sliced = self._forward_in_slices(model, tokens, self.chunk_tokens)
+            if sliced is None:
+                logps = self._compiled_logprobs(model)(tokens, lengths)
+            else:
+                logps, _ = losses.token_logprobs(model, tokens, lengths, sliced)
+        logps = mx.stop_gradient(logps)
+        mx.eval(logps)
+        return logps
 
 
 class PreferenceObjective(LossSlicing):
@@ -273,15 +303,92 @@ class DistillObjective(SftObjective):
                          num_batches=s.val_batches, max_seq_length=s.max_seq_length)
         model.train()
         return value, {}
+class GrpoObjective(LossSlicing):
+    """GRPO (trainer/grpo.py samples, rewards and scores each batch's answers; losses.py has
+    the objective); its reference is the base, as DPO's is."""
+
+    def __init__(self, settings: Hyperparameters, model, base_path: str,
+                 chunk_tokens: int | str = OFF_TEXT, tokenizer=None) -> None:
+        from zyquo_tui.core.events.protocol import GRPO_METRICS
+        from zyquo_tui.trainer import grpo
+
+        self.settings = settings
+        self._slice_losses(chunk_tokens, model)
+        beta = float(SETTINGS["kl_beta"].get(settings))
+        epsilon = float(SETTINGS["clip_epsilon"].get(settings))
+        reference = Reference(model, base_path, "base", chunk_tokens) if beta else None
+        self.sampler = grpo.Sampler(settings, model, tokenizer, reference)
+        self.loss = partial(losses.grpo_objective, beta=beta, epsilon=epsilon)
+        self.key = ("grpo", beta, epsilon)
+        self.metric_names = (*GRPO_METRICS, *(grpo.REWARD_MEAN_PREFIX + name
+                                              for name in self.sampler.reward_names))
+        self.shape_report = grpo.shape_report
+        self.samples: list[dict[str, Any]] = []  # the last validation's sample answers
+        self.widest = 0  # the widest step's tokens a sequence (prompt + answer), so far
+
+    @property
+    def step(self) -> int:
+        return self.sampler.step
+
+    @step.setter
+    def step(self, value: int) -> None:  # the loop's step in progress: a failing reward names it
+        self.sampler.step = value
+
+    def batches(self, train_set, world):
+        from zyquo_tui.trainer.prompt_data import PromptBatchStream
+
+        return PromptBatchStream(train_set, self.settings.batch_size,
+                                 self.settings.max_seq_length, world.rank, world.size)
+
+    def forward_backward(self, engine: StepEngine, batch):
+        rollout = self.sampler.rollout(batch)
+        arrays = rollout.arrays
+        self.widest = max(self.widest, int(arrays[0].shape[1]))
+        if self._sliced_for(arrays[0]):
+            loss, ntoks, metrics = engine.forward_backward(
+                partial(self.loss, sliced=self.sliced), *arrays, key=(*self.key, "sliced"))
+        else:
+            loss, ntoks, metrics = engine.forward_backward(self.loss, *arrays, key=self.key)
+        return loss, ntoks, {**metrics, **rollout.metrics()}
+
+    def validate(self, model, val_set) -> tuple[float, dict[str, float]]:
+        """The loss and mean reward of answers sampled for the validation prompts (val_batches
+        batches of them), dropout off; the first prompts' first answers become `samples`."""
+        from zyquo_tui.trainer.prompt_data import validation_rows
+
+        s = self.settings
+        model.eval()
+        total_loss = total_reward = 0.0
+        count = 0
+        self.samples = []
+        for rows in validation_rows(val_set, s.batch_size, s.val_batches, s.max_seq_length):
+            rollout = self.sampler.rollout(rows)
+            sliced = self.sliced.forward if self._sliced_for(rollout.arrays[0]) else None
+            loss, _, _ = self.loss(model, *rollout.arrays, sliced=sliced)
+            total_loss += loss.item()
+            total_reward += rollout.reward_mean
+            count += 1
+            if len(self.samples) < GRPO_SAMPLES_PER_VALIDATION:
+                self.samples += rollout.samples(GRPO_SAMPLES_PER_VALIDATION - len(self.samples))
+        model.train()
+        if count == 0:
+            return math.nan, {}
+        return total_loss / count, {"reward_mean": total_reward / count}
+
+
+# Validation prompts whose first sampled answer becomes a `sample` event, at each validation.
+GRPO_SAMPLES_PER_VALIDATION = 3
 
 
 def objective_for(settings: Hyperparameters, model, base_path: str,
                   chunk_tokens: int | str = OFF_TEXT, tokenizer=None):
     """The run's objective; `chunk_tokens` is its loss_chunk_tokens as
     `loss_chunk_tokens_for` resolved it (`tokenizer`: the student's, which distillation
-    needs)."""
+    needs and with which a grpo run samples its answers)."""
     if SETTINGS["objective"].get(settings) == "sft":
         return SftObjective(settings, model, chunk_tokens)
     if SETTINGS["objective"].get(settings) == "distill":
         return DistillObjective(settings, model, tokenizer, chunk_tokens)
+    if SETTINGS["objective"].get(settings) == "grpo":
+        return GrpoObjective(settings, model, base_path, chunk_tokens, tokenizer)
     return PreferenceObjective(settings, model, base_path, chunk_tokens)

@@ -1,8 +1,12 @@
 """Generation: the one way text is generated, by the client's `sample()`, a run's sample answers
-(trainer/samples.py) and `runs try` (trainer/generate.py).
+(trainer/samples.py), `runs try` (trainer/generate.py) and a GRPO run's sampled answers
+(trainer/grpo.py).
 
-It is mlx-lm's own `stream_generate` (what `mlx_lm generate` runs): the same tokens, and the
-text through mlx-lm's streaming detokenizer, so an answer reads as mlx-lm prints it.
+One prompt at a time (`complete`) it is mlx-lm's own `stream_generate` (what `mlx_lm generate`
+runs): the same tokens, and the text through mlx-lm's streaming detokenizer, so an answer reads
+as mlx-lm prints it. Many answers at once (`complete_batch`: every prompt of a batch, each as
+many times as its group has answers) share one KV cache and one forward pass a token, which is
+where a GRPO step's time goes; each prompt is read once and its cache copied to its group.
 """
 
 from __future__ import annotations
@@ -10,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import mlx.core as mx
 from mlx_lm.generate import stream_generate
+from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.sample_utils import make_sampler
 
 
@@ -20,6 +26,7 @@ class Completion:
     tokens: list[int]
     logprobs: list[float]  # of each generated token under the model (temperature 1)
     finish_reason: str  # "stop" (an end-of-sequence token) or "length"
+    stop_token: int | None = None  # the end-of-sequence token that stopped it (complete_batch)
 
 
 def complete(model, tokenizer, prompt_tokens: list[int], max_tokens: int,
@@ -45,3 +52,72 @@ def complete(model, tokenizer, prompt_tokens: list[int], max_tokens: int,
             logprobs.append(float(response.logprobs[response.token]))
         finish = response.finish_reason or finish
     return Completion("".join(text), tokens, logprobs, finish)
+
+
+def complete_batch(model, tokenizer, prompts: list[list[int]], max_tokens: int,
+                   temperature: float = 0.0, copies: int = 1, top_p: float = 1.0
+                   ) -> list[Completion]:
+    """`copies` completions of each prompt's tokens, all decoded together: row i * copies + j
+    is prompt i's j-th. Each prompt is read once into its own cache, which its copies then
+    share (merged into one batch cache, left-padded to the longest prompt); then one forward
+    pass a token for every row until each has stopped or has `max_tokens`. The draws come
+    from MLX's global random state, so the same state gives the same answers. Temperature 0
+    is greedy. The model is put in eval mode (no dropout) and back as it was."""
+    if not prompts or copies < 1 or max_tokens < 1:
+        return []
+    if any(not prompt for prompt in prompts):
+        raise ValueError("every prompt needs at least one token")
+    sampler = make_sampler(temp=temperature, top_p=top_p)
+    stops = set(tokenizer.eos_token_ids)
+    was_training = model.training
+    model.eval()
+    try:
+        caches = []
+        for prompt in prompts:
+            cache = make_prompt_cache(model)
+            if len(prompt) > 1:
+                model(mx.array(prompt[:-1])[None], cache=cache)
+                mx.eval([c.state for c in cache])
+            caches.append(cache)
+        rows = [cache for cache in caches for _ in range(copies)]
+        batch_cache = [layer.merge([row[i] for row in rows]) for i, layer in enumerate(rows[0])]
+        last = mx.array([[prompt[-1]] for prompt in prompts for _ in range(copies)])
+        return _decode(model, batch_cache, last, sampler, stops, max_tokens, tokenizer)
+    finally:
+        model.train(was_training)
+
+
+def _decode(model, cache, inputs: mx.array, sampler, stops: set[int], max_tokens: int,
+            tokenizer) -> list[Completion]:
+    def step(tokens: mx.array) -> tuple[mx.array, mx.array]:
+        logits = model(tokens, cache=cache)[:, -1, :].astype(mx.float32)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        drawn = sampler(logprobs)
+        return drawn, mx.take_along_axis(logprobs, drawn[:, None], axis=-1)[:, 0]
+
+    count = inputs.shape[0]
+    tokens: list[list[int]] = [[] for _ in range(count)]
+    logprobs: list[list[float]] = [[] for _ in range(count)]
+    finish = ["length"] * count
+    stopped_by: list[int | None] = [None] * count
+    drawn, scores = step(inputs)
+    mx.async_eval(drawn, scores)
+    for n in range(max_tokens):
+        # The next token's work is queued before this one is read, as mlx-lm's loop does.
+        upcoming = step(drawn[:, None]) if n + 1 < max_tokens else None
+        if upcoming is not None:
+            mx.async_eval(*upcoming)
+        for row, (token, score) in enumerate(zip(drawn.tolist(), scores.tolist())):
+            if finish[row] == "stop":
+                continue
+            if token in stops:
+                finish[row] = "stop"
+                stopped_by[row] = token
+            else:
+                tokens[row].append(token)
+                logprobs[row].append(score)
+        if upcoming is None or all(reason == "stop" for reason in finish):
+            break
+        drawn, scores = upcoming
+    return [Completion(tokenizer.decode(row), row, scores, reason, stop)
+            for row, scores, reason, stop in zip(tokens, logprobs, finish, stopped_by)]

@@ -107,6 +107,8 @@ class TrainingSession:
                             tokens_per_second=info["tokens_per_second"],
                             peak_memory_bytes=max(info["peak_memory_bytes"],
                                                   self.summary.get("peak_memory_bytes", 0)))
+        if "reward_mean" in info:  # a grpo run's: what runs list shows where a loss would be
+            self.summary["reward_mean"] = info["reward_mean"]
         if rss is not None:
             self.summary["peak_rss_bytes"] = max(rss, self.summary.get("peak_rss_bytes", 0))
         print(f"step {info['iteration']}: train loss {info['train_loss']:.4f}, "
@@ -136,6 +138,9 @@ class TrainingSession:
             for prompt, text in self.sampler.answers():
                 self.events.write(ev.SAMPLE, iteration=info["iteration"], prompt=prompt,
                                   text=text)
+        # A grpo run's validation samples answers anyway: a few of them, with their rewards.
+        for sample in getattr(self.loop.objective, "samples", ()) if self.loop else ():
+            self.events.write(ev.SAMPLE, iteration=info["iteration"], **sample)
         early = self.early_stopping
         if early is not None:
             early.observe(info["iteration"], loss)
@@ -329,6 +334,9 @@ class TrainingSession:
         hp = run.hyperparameters
         if SETTINGS["objective"].get(hp) in ("sft", "distill"):
             train_set, val_set, sizes, train_lengths, val_lengths = loading.load_sft_data(
+                run, tokenizer)
+        elif SETTINGS["objective"].get(hp) == "grpo":
+            train_set, val_set, sizes, train_lengths, val_lengths = loading.load_prompt_data(
                 run, tokenizer)
         else:
             train_set, val_set, sizes, train_lengths, val_lengths = \

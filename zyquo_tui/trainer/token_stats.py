@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE
-from zyquo_tui.core.library.rows import PREFERENCE, row_format
+from zyquo_tui.core.library.rows import PREFERENCE, PROMPTS, row_format
 from zyquo_tui.core.library.token_stats import DEFAULT_MAX_SEQ_LENGTH, summarize_lengths
 from zyquo_tui.core.system.entry_points import TOKEN_STATS, usage
 
@@ -79,8 +79,10 @@ class _RowTokenizer:
         self.mask_prompt = mask_prompt
         self.features = features
         self.preference = row_format(first_row) == PREFERENCE
+        # Prompts with answers (grpo) are counted as the prompt a generation starts from.
+        self.prompts = row_format(first_row) == PROMPTS
         self.datasets: dict[str | None, Any] = {}
-        if not self.preference:
+        if not (self.preference or self.prompts):
             self.dataset = self._dataset_for(first_row)
 
     def _dataset_for(self, row: dict[str, Any]):
@@ -104,6 +106,12 @@ class _RowTokenizer:
         return {"messages": [*turns, *replies]}
 
     def process(self, row: dict[str, Any]) -> tuple[list[int], int]:
+        if self.prompts:
+            from zyquo_tui.trainer.encoding import prompt_tokens
+
+            tokens = prompt_tokens(self.tokenizer, row["prompt"] if "prompt" in row
+                                   else row["messages"])
+            return tokens, len(tokens)
         if not self.preference:
             return self.dataset.process(row)
         pairs = []
@@ -194,6 +202,9 @@ def measure(model: Path, data: Path, tokenizer, max_seq_length: int, splits: lis
     if result["format"] == PREFERENCE:
         result["note"] = ("preference rows are counted as prompt+chosen and prompt+rejected "
                           "through the chat template, the longer of the two")
+    elif result["format"] == PROMPTS:
+        result["note"] = ("prompt rows are counted as their prompt through the chat template; "
+                          "a grpo run adds up to max_completion_tokens of sampled answer to each")
     elif result["format"] == "text":
         result["note"] = "text rows have no prompt: mask_prompt does not apply, every token trains"
     return result

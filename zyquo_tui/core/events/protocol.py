@@ -34,7 +34,7 @@ KNOWN_TYPES = frozenset({STARTED, TRAIN, VAL, CHECKPOINT, WARNING, SAMPLE}) | TE
 
 # Failure causes carried by `failed` events and run.json.
 FAILURE_CAUSES = ("oom", "nan", "data", "config", "dependency", "internal", "killed", "disk",
-                  "rank_lost")
+                  "rank_lost", "reward")
 
 # What the writer puts between items and between a key and its value (json.dumps' defaults,
 # named because a fast reader matches the written text).
@@ -62,10 +62,20 @@ _NONE = type(None)
 PREFERENCE_METRICS = ("reward_margin", "reward_accuracy", "chosen_reward", "rejected_reward")
 PREFERENCE_FIELDS = tuple(Field(name, _FLOAT, optional=True) for name in PREFERENCE_METRICS)
 
+# What a grpo run adds to its train events (means over the report window's steps): its sampled
+# answers' weighted total reward (mean, and spread within groups), the mean per-token KL to the
+# reference, the answers' mean length in tokens and the share of clipped answer tokens; and
+# REWARD_MEANS, each reward function's unweighted mean by its name in the run's settings.
+GRPO_METRICS = ("reward_mean", "reward_std", "kl", "completion_length", "clip_fraction")
+REWARD_MEANS = "reward_means"
+GRPO_FIELDS = (*(Field(name, _FLOAT, optional=True) for name in GRPO_METRICS),
+               Field(REWARD_MEANS, (dict,), optional=True))
+
 # What a distributed run's train events add: each rank's peak memory.
 RANK_PEAKS = "rank_peak_memory_bytes"
-# Train fields only some runs write (a preference run's metrics, a distributed run's peaks).
-SOME_RUNS_TRAIN_FIELDS = (*PREFERENCE_METRICS, RANK_PEAKS)
+# Train fields only some runs write (a preference or grpo run's metrics, a distributed run's
+# peaks).
+SOME_RUNS_TRAIN_FIELDS = (*PREFERENCE_METRICS, *GRPO_METRICS, REWARD_MEANS, RANK_PEAKS)
 
 # Each type's fields, after the envelope, in the order they are written.
 EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
@@ -83,11 +93,14 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
         # the process's peak resident footprint (getrusage); absent where it cannot be read
         Field("peak_rss_bytes", _INT, optional=True),
         *PREFERENCE_FIELDS,
+        *GRPO_FIELDS,
         # a distributed run's: every rank's MLX peak, by rank (peak_memory_bytes is rank 0's)
         Field(RANK_PEAKS, (list,), optional=True),
     ),
     VAL: (Field("iteration", _INT), Field("val_loss", _FLOAT), Field("val_time", _FLOAT),
-          *PREFERENCE_FIELDS),
+          *PREFERENCE_FIELDS,
+          # a grpo run's: the mean reward of the answers sampled for the validation prompts
+          Field("reward_mean", _FLOAT, optional=True)),
     CHECKPOINT: (
         Field("iteration", _INT), Field("adapter_file", _STR), Field("latest", _STR),
         Field("state_files", (list,)), Field("bytes", _INT),
@@ -106,7 +119,11 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
         Field("stopping", (bool,), optional=True),
     ),
     # An answer generated with the weights of a validation step (`--sample-prompts`).
-    SAMPLE: (Field("iteration", _INT), Field("prompt", _STR), Field("text", _STR)),
+    # A grpo run's, at each validation, for a few validation prompts: one sampled answer with
+    # the row's answer, its weighted total reward and each reward function's value.
+    SAMPLE: (Field("iteration", _INT), Field("prompt", _STR), Field("text", _STR),
+             Field("answer", _STR, optional=True), Field("reward", _FLOAT, optional=True),
+             Field("rewards", (dict,), optional=True)),
     COMPLETED: (Field("iteration", _INT), Field("summary", (dict,))),
     FAILED: (
         Field("iteration", _INT), Field("cause", _STR), Field("message", _STR),

@@ -26,7 +26,7 @@ from zyquo_tui.core.events import protocol as ev
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.runs.hosts import world_size_of
 from zyquo_tui.core.runs.run import Run, RunState
-from zyquo_tui.core.runs.settings import Hyperparameters, Method
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 from zyquo_tui.core.store.store import RunStore
 
 
@@ -173,6 +173,9 @@ def estimate_duration(store: RunStore, model: str, facts: ModelFacts, method: Me
         basis_facts = _facts(speed.run.model, cache)
         scale = model_size(basis_facts) / size if basis_facts is not None else 1.0
         rate, source = speed.tokens_per_second * scale, "history"
+        if SETTINGS["objective"].get(hp) == "grpo" \
+                and SETTINGS["objective"].get(speed.run.hyperparameters) != "grpo":
+            rate *= grpo_share(hp, lengths)
     else:
         return DurationEstimate(None, {
             "source": None, "sentence": "unknown: no finished run on this machine to measure "
@@ -223,6 +226,20 @@ def estimate_duration(store: RunStore, model: str, facts: ModelFacts, method: Me
     return DurationEstimate(total, basis)
 
 
+def grpo_share(hp: Hyperparameters, lengths: list[int] | None) -> float:
+    """A grpo run's answer tokens a second, as a share of the tokens a second a run that
+    only trains (SFT) reaches on the same model: an answer of N tokens after a prompt of P is
+    N tokens of sampling (a forward pass each: a third of a training token's forward and
+    backward) and P + N tokens of training, plus the reference's forward pass of them (a
+    third more) unless kl_beta is 0. An estimate: sampling's one token at a time is slower a
+    token than a whole row's forward pass, so a grpo run's own speed, once one has finished
+    (or `--measure`), is the better basis."""
+    answer = int(SETTINGS["max_completion_tokens"].get(hp)) + 1
+    prompt = sum(lengths) / len(lengths) if lengths else 0.0
+    reference = 1 / 3 if float(SETTINGS["kl_beta"].get(hp)) else 0.0
+    return answer / ((prompt + answer) * (1 + reference) + answer / 3)
+
+
 def _has_validation(data: str | None, hp: Hyperparameters) -> bool:
     return data is None or os.path.isfile(os.path.join(data, "valid.jsonl"))
 
@@ -235,6 +252,11 @@ def _tokens_per_step(hp: Hyperparameters, data: str | None, lengths: list[int] |
     with a speed measured on rows of max_seq_length tokens (no dataset), those rows'
     (`max_seq_length`: the speed and the tokens from the same rows), else the basis run's scaled
     by the batch size (`basis_batch_scaled`)."""
+    if SETTINGS["objective"].get(hp) == "grpo":
+        # A grpo step trains on its sampled answers: batch x group of them, each at most
+        # max_completion_tokens and the token that stops it (an upper bound).
+        answers = hp.batch_size * int(SETTINGS["group_size"].get(hp))
+        return float(answers * (int(SETTINGS["max_completion_tokens"].get(hp)) + 1)), "answers"
     if speed is not None:
         then = speed.run.hyperparameters
         same_data = data is not None and os.path.realpath(speed.run.data) == \

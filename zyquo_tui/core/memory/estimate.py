@@ -204,6 +204,9 @@ def _from_definition(key: str) -> Any:
     return field(default_factory=lambda: default_of(key))
 
 
+# A grpo step's sequences are padded to a multiple of this (trainer/grpo.py's PAD_WIDTH).
+GRPO_PAD = 8
+
 # The settings of the definition that decide a run's memory: TrainingConfig's own fields.
 MEMORY_SETTINGS = frozenset({"batch_size", "max_seq_length", "num_layers", "rank",
                              "grad_checkpoint", "optimizer", "grad_accumulation_steps",
@@ -245,14 +248,26 @@ class TrainingConfig:
     teacher: TeacherFacts | None = None
     on_policy: bool = False
     max_completion_tokens: int = 0
+    # A grpo run samples group_size answers of up to completion_tokens to each prompt (a
+    # row's tokens are its prompt's), all at once with a KV cache, then trains on prompt +
+    # answer: group_size sequences a row, completion_tokens (and the stop token) wider.
+    group_size: int = 1
+    completion_tokens: int = 0
 
     @property
     def sequences_per_row(self) -> int:
+        if self.objective == "grpo":
+            return self.group_size
         return 2 if self.objective in PREFERENCE_OBJECTIVES else 1
 
     @property
     def batch_width(self) -> int:
-        """Tokens per row of the widest batch, as trainer/batches.py pads and cuts it."""
+        """Tokens per row of the widest batch, as trainer/batches.py pads and cuts it (a grpo
+        run's: the prompt, cut to max_seq_length, and its longest answer, as trainer/grpo.py
+        pads them)."""
+        if self.objective == "grpo":
+            prompt = min(self.longest_row_tokens or self.max_seq_length, self.max_seq_length)
+            return GRPO_PAD * math.ceil((prompt + self.completion_tokens + 1) / GRPO_PAD)
         if self.longest_row_tokens is None:
             return self.max_seq_length
         longest = self.longest_row_tokens
@@ -310,8 +325,13 @@ class TrainingConfig:
             adafactor_first_moment=adafactor.get("beta_1") is not None,
             sgd_momentum=bool(sgd.get("momentum")),
             objective=objective,
-            reference_copy=objective == "dpo" and (Method(method) is Method.FULL
-                                                   or SETTINGS["reference"].get(hp) != "base"),
+            reference_copy=(objective == "dpo" and (Method(method) is Method.FULL
+                                                    or SETTINGS["reference"].get(hp) != "base"))
+            or (objective == "grpo" and Method(method) is Method.FULL
+                and float(SETTINGS["kl_beta"].get(hp)) != 0),
+            **({"group_size": int(SETTINGS["group_size"].get(hp)),
+                "completion_tokens": int(SETTINGS["max_completion_tokens"].get(hp))}
+               if objective == "grpo" else {}),
             teacher=(TeacherFacts.of(SETTINGS["teacher"].get(hp))
                      if objective == "distill" else None),
             on_policy=objective == "distill" and bool(SETTINGS["on_policy"].get(hp)),
@@ -473,6 +493,19 @@ def dora_copy_bytes(model: ModelFacts, config: TrainingConfig) -> int:
     return s + LORA_BYTES + (LORA_BYTES if s < LORA_BYTES else 0)
 
 
+def generation_bytes(model: ModelFacts, config: TrainingConfig) -> float:
+    """A grpo run's sampling, a phase before the step's forward and backward: the KV cache of
+    every answer of the batch at once (batch x group x (prompt + answer) tokens, keys and
+    values, every layer) and the last position's logits of each (trainer/sampling.py's
+    complete_batch). 0 for other objectives."""
+    if config.objective != "grpo":
+        return 0.0
+    rows = config.batch_size * config.sequences_per_row
+    cache = (2 * model.num_layers * model.num_kv_heads * model.head_dim * model.compute_bytes
+             * rows * config.batch_width)
+    return cache + 2 * rows * model.vocab_size * LORA_BYTES
+
+
 def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
     """The estimate's quantities before the fitted multipliers, in bytes per unit multiplier.
 
@@ -550,6 +583,7 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
         "reference": model.weights_bytes if config.reference_copy else 0,
         "teacher": teacher_bytes(model, config, loss_slice_tokens(config),
                                  chunked_slices_at_once(config)),
+        "generation": generation_bytes(model, config),
         "_elements": elements,
         "_trained_layers": n,
         "_checkpointed": 1.0 if checkpointed else 0.0,
@@ -639,10 +673,13 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
                   - quantities["gradients"] - quantities["optimizer_state"])
     breakdown["overhead"] = coefficients.fixed_bytes + max(step - backward,
                                                            magnitudes - backward, 0.0)
-    if quantities.get("reference"):  # a DPO reference's frozen copy (only then a line)
+    if quantities.get("reference"):  # a DPO or grpo reference's frozen copy (only then a line)
         breakdown["reference"] = quantities["reference"]
     if quantities.get("teacher"):  # a distillation's teacher (only then a line)
         breakdown["teacher"] = quantities["teacher"]
+    if quantities.get("generation"):  # a grpo run's sampling phase, where above the step's
+        breakdown["generation"] = max(quantities["generation"] - backward
+                                      - (breakdown["overhead"] - coefficients.fixed_bytes), 0.0)
     return breakdown
 
 

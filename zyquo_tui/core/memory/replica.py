@@ -100,6 +100,9 @@ def _group_size(widths: list[int], wanted: int) -> int | None:
 
 def why_no_replica(model_config: dict[str, Any], config: TrainingConfig) -> str | None:
     """Why no replica can stand for this config, or None when one can."""
+    if config.objective == "grpo":
+        return ("a grpo run's answers are sampled, so their length does not scale with a "
+                "replica's; `plan --measure` measures the run whole")
     for key in UNSCALED_WIDTH_KEYS:
         if key in model_config:
             return f"its config.json has {key}, a width a replica does not scale"
@@ -121,6 +124,8 @@ def why_no_replica(model_config: dict[str, Any], config: TrainingConfig) -> str 
 def plan_replica(model_config: dict[str, Any], config: TrainingConfig,
                  scales: tuple[int, ...] = SCALES) -> Replica | None:
     """The smallest replica of `config` on the model of `model_config`, or None."""
+    if config.objective == "grpo":  # why_no_replica says why
+        return None
     if any(key in model_config for key in UNSCALED_WIDTH_KEYS):
         return None
     head_dim = _head_dim(model_config)

@@ -32,6 +32,8 @@ SUGGESTIONS = {
             "resume the run: it continues exactly from its last checkpoint",
     "killed": "something outside zyquo-tui stopped the trainer; resume the run from its latest "
               "checkpoint",
+    "reward": "fix the reward function (its traceback is in trainer.log: `zyquo-tui runs logs "
+              "ID`), then resume the run: it continues exactly from its latest checkpoint",
     "rank_lost": "check that host (memory, network, `zyquo-tui hosts check`), then resume the "
                  "run from its latest checkpoint with the same hosts",
 }

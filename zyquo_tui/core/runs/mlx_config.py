@@ -139,6 +139,10 @@ def mlx_lm_lora_keys(run: Run) -> dict[str, Any]:
     objective = SETTINGS["objective"].get(hp)
     if objective == "sft":
         return {}
+    if objective == "grpo":
+        return {"train_mode": "grpo", "train_type": run.method.fine_tune_type,
+                **{theirs: SETTINGS[ours].get(hp) for theirs, ours in GRPO_KEYS.items()},
+                "gradient_accumulation_steps": hp.grad_accumulation_steps, "fuse": False}
     reference = SETTINGS["reference"].get(hp)
     return {
         "train_mode": objective,
@@ -151,10 +155,27 @@ def mlx_lm_lora_keys(run: Run) -> dict[str, Any]:
     }
 
 
+# A grpo run's settings as mlx-lm-lora names them (its reward functions are its registry's
+# names or one file's: ours stay in our own key, zyquo_tui.reward_functions).
+GRPO_KEYS = {"beta": "kl_beta", "epsilon": "clip_epsilon", "group_size": "group_size",
+             "max_completion_length": "max_completion_tokens",
+             "temperature": "sampling_temperature", "reward_weights": "reward_weights"}
+
+
 def _read_mlx_lm_lora_keys(config: dict[str, Any], hp: Hyperparameters) -> None:
-    """An mlx-lm-lora config's preference settings as ours (train_mode dpo or orpo only: its
-    other modes are not ours to train, and stay unknown keys)."""
+    """An mlx-lm-lora config's preference or grpo settings as ours (train_mode dpo, orpo or
+    grpo only: its other modes are not ours to train, and stay unknown keys)."""
     mode = config.get("train_mode")
+    if mode == "grpo":
+        SETTINGS["objective"].set(hp, mode)
+        for theirs, ours in GRPO_KEYS.items():
+            if config.get(theirs) is not None and SETTINGS[ours].get(hp) == \
+                    SETTINGS[ours].default:  # our own key, when both are there
+                SETTINGS[ours].set(hp, config[theirs])
+        if config.get("gradient_accumulation_steps") is not None \
+                and "grad_accumulation_steps" not in config:
+            hp.grad_accumulation_steps = config["gradient_accumulation_steps"]
+        return
     if mode not in ("dpo", "orpo"):
         return
     SETTINGS["objective"].set(hp, mode)
@@ -226,9 +247,12 @@ def run_from_mlx_config(
     hp = Hyperparameters.from_dict({k: v for k, v in config.items() if k in settings})
     _read_mlx_lm_lora_keys(config, hp)
     preference = config.get("train_mode") in ("dpo", "orpo")
+    read_keys = (MLX_LM_LORA_KEYS if preference else
+                 ("train_mode", "train_type", "gradient_accumulation_steps", "fuse", *GRPO_KEYS)
+                 if config.get("train_mode") == "grpo" else ())
     epochs_read = _read_mlx_lm_lora_epochs(config, hp)
     unknown = {k: v for k, v in config.items() if k not in settings and k not in _RUN_KEYS
-               and not (preference and k in MLX_LM_LORA_KEYS)
+               and k not in read_keys
                and not (epochs_read and k == MLX_LM_LORA_EPOCHS)}
     if base_dir is not None:
         _resolve_own_files(hp, base_dir)

@@ -26,6 +26,7 @@ How a draft is judged (memory, disk, hosts, duration) is core/setup/verdicts.py.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,6 +84,22 @@ class Base:
         bits = info.quantization.bits if info.quantization is not None else None
         return cls(str(Path(info.path).expanduser().resolve()), ModelTraits.from_info(info),
                    bits)
+
+
+def absolute_reward_files(hp: Hyperparameters, base_dir: Path) -> None:
+    """A grpo run's FILE.py:FUNCTION rewards with the file's path made absolute (from
+    `base_dir`), so the trainer, which runs elsewhere, finds them; built-in names stay."""
+    rewards = SETTINGS["reward_functions"].get(hp)
+    if not isinstance(rewards, list):
+        return
+    resolved = []
+    for name in rewards:
+        path, colon, function = str(name).rpartition(":")
+        if colon and path.endswith(".py"):
+            name = f"{os.path.abspath(base_dir / Path(path).expanduser())}:{function}"
+        resolved.append(name)
+    if resolved != rewards:
+        SETTINGS["reward_functions"].set(hp, resolved)
 
 
 def default_method(quantized: bool) -> Method:
@@ -201,6 +218,7 @@ class RunDraft:
         for key, setting in SETTINGS.items():  # the definition's order: optimizer first
             if key in settings:
                 setting.set(hp, settings[key])
+        absolute_reward_files(hp, Path.cwd())
         base = None
         model_path = None
         if model_info is not None:
@@ -244,6 +262,8 @@ class RunDraft:
         draft = cls(config_file=config_file, config_lines=lines)
         run, _unknown = run_from_mlx_config({**config, **given}, source=source,
                                             base_dir=base_dir, locate=draft.locate)
+        # A config's reward files are where its other paths are: beside it.
+        absolute_reward_files(run.hyperparameters, base_dir or Path.cwd())
         defaults = Hyperparameters()
         from_config = frozenset(
             key for key in SETTINGS

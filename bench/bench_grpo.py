@@ -1,0 +1,184 @@
+"""One GRPO step of ours against mlx-lm-lora's GRPO trainer, side by side in one process.
+
+The same generated llama model (the sample tokenizer, random weights), LoRA on every layer,
+the same prompts (sample_data/rl, rendered as every generation renders them), the same reward
+(our exact_answer and length, which have mlx-lm-lora's signature), group size, answer length,
+temperature, KL weight and clip. Ours: the grpo objective's step as the training loop takes it
+(sampling every prompt's group at once, rewards, the reference with adapters off, one compiled
+forward-backward and update). Theirs: `mlx_lm_lora.trainer.grpo_trainer.train_grpo` itself,
+its reference a second copy of the base model (what it loads), its per-step time from its own
+report callback at steps_per_report 1. No token ends an answer: each is exactly --tokens long
+in both, the same work. Rounds alternate (ours, theirs, ours, ...); the first
+step of each round is left out (compilation, first allocations); medians over the rest.
+Target: ours takes at most 0.8 of its time.
+
+    python bench/bench_grpo.py [--hidden 128] [--layers 4] [--batch 4] [--group 4]
+                               [--tokens 64] [--steps 6] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+RL = REPO / "sample_data" / "rl"
+TEMPERATURE, BETA, EPSILON, LEARNING_RATE = 0.8, 0.1, 0.2, 1e-4
+
+
+def build(folder: Path, hidden: int, layers: int) -> Path:
+    from zyquo_tui.trainer.sample_model import build_model
+
+    build_model(folder, hidden_size=hidden, num_layers=layers, num_heads=4, num_kv_heads=2,
+                intermediate_size=hidden * 2)
+    return folder
+
+
+def lora_model(path: Path, layers: int):
+    import mlx.core as mx
+    from mlx_lm import load
+    from mlx_lm.tuner.utils import linear_to_lora_layers
+
+    model, tokenizer = load(str(path))
+    # No end-of-sequence token: every answer is --tokens long in both trainers, so a step's
+    # work does not depend on where a random model happens to stop.
+    tokenizer.eos_token_ids = set()
+    model.freeze()
+    mx.random.seed(0)
+    linear_to_lora_layers(model, layers, {"rank": 8, "dropout": 0.0, "scale": 20.0})
+    return model, tokenizer
+
+
+def rows(tokenizer) -> list[dict]:
+    import json
+
+    from zyquo_tui.trainer.encoding import prompt_tokens
+
+    out = []
+    for line in (RL / "train.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        out.append({**row, "tokens": prompt_tokens(tokenizer, row["prompt"])})
+    return out
+
+
+class Ours:
+    def __init__(self, path: Path, args) -> None:
+        import mlx.optimizers as optim
+
+        from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters
+        from zyquo_tui.trainer.distributed import World
+        from zyquo_tui.trainer.engine import StepEngine
+        from zyquo_tui.trainer.objectives import GrpoObjective
+        from zyquo_tui.trainer.prompt_data import PromptDataset
+
+        self.model, tokenizer = lora_model(path, args.layers)
+        hp = Hyperparameters.from_dict({"batch_size": args.batch, "max_seq_length": 2048})
+        for key, value in {"objective": "grpo", "group_size": args.group,
+                           "max_completion_tokens": args.tokens,
+                           "sampling_temperature": TEMPERATURE, "kl_beta": BETA,
+                           "clip_epsilon": EPSILON,
+                           "reward_functions": ["exact_answer", "length"]}.items():
+            SETTINGS[key].set(hp, value)
+        self.objective = GrpoObjective(hp, self.model, str(path), "off", tokenizer)
+        self.engine = StepEngine(self.model, optim.Adam(learning_rate=LEARNING_RATE))
+        data = PromptDataset([{"prompt": r["prompt"], "answer": r["answer"]}
+                              for r in rows(tokenizer)], tokenizer)
+        self.batches = self.objective.batches(data, World())
+        self.model.train()
+
+    def steps(self, count: int) -> list[float]:
+        import mlx.core as mx
+
+        times = []
+        for _ in range(count):
+            tic = time.perf_counter()
+            batch = next(self.batches)
+            self.engine.update_with_next = True
+            loss, _, metrics = self.objective.forward_backward(self.engine, batch)
+            self.engine.optim_step()
+            mx.eval(self.engine.state, loss, metrics)
+            times.append(time.perf_counter() - tic)
+        return times
+
+
+class Theirs:
+    def __init__(self, path: Path, args, folder: Path) -> None:
+        from mlx_lm import load
+
+        from zyquo_tui.trainer.rewards import exact_answer, length
+
+        self.model, self.tokenizer = lora_model(path, args.layers)
+        self.reference, _ = load(str(path))
+        self.args = args
+        self.folder = folder
+        self.dataset = [(r["tokens"], self.tokenizer.encode(r["answer"]), r["prompt"],
+                         r["answer"]) for r in rows(self.tokenizer)]
+        self.rewards = [exact_answer, length]
+
+    def steps(self, count: int) -> list[float]:
+        import mlx.optimizers as optim
+        from mlx_lm.tuner.callbacks import TrainingCallback
+        from mlx_lm_lora.trainer.grpo_trainer import GRPOTrainingArgs, train_grpo
+
+        times: list[float] = []
+
+        class Timer(TrainingCallback):
+            def on_train_loss_report(self, info):
+                times.append(1 / info["iterations_per_second"])
+
+        a = self.args
+        train_args = GRPOTrainingArgs(
+            batch_size=a.batch, iters=count, steps_per_report=1, steps_per_eval=10**9,
+            steps_per_save=10**9, adapter_file=str(self.folder / "theirs.safetensors"),
+            max_seq_length=2048, group_size=a.group, beta=BETA, epsilon=EPSILON,
+            max_completion_length=a.tokens, temperature=TEMPERATURE, top_p=1.0, top_k=0,
+            min_p=0.0)
+        train_grpo(self.model, self.reference, self.tokenizer,
+                   optim.Adam(learning_rate=LEARNING_RATE), self.dataset,
+                   reward_funcs=self.rewards, args=train_args, training_callback=Timer(),
+                   end_answer_token="")
+        return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    import mlx.core as mx
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        path = build(folder / "model", args.hidden, args.layers)
+        ours, theirs = Ours(path, args), Theirs(path, args, folder)
+        times: dict[str, list[float]] = {"ours": [], "mlx-lm-lora": []}
+        for _ in range(args.rounds):
+            for name, side in (("ours", ours), ("mlx-lm-lora", theirs)):
+                mx.random.seed(1)
+                times[name] += side.steps(args.steps)[1:]
+    print(f"GRPO step: llama hidden {args.hidden}, {args.layers} layers, LoRA rank 8; batch "
+          f"{args.batch} prompts x group {args.group}, answers up to {args.tokens} tokens; "
+          f"{args.rounds} rounds of {args.steps} steps, first of each left out; "
+          f"device {mx.default_device()}")
+    print(f"{'trainer':<12} {'median s/step':>14} {'min':>8} {'max':>8} {'steps':>6}")
+    for name, values in times.items():
+        print(f"{name:<12} {statistics.median(values):>14.3f} {min(values):>8.3f} "
+              f"{max(values):>8.3f} {len(values):>6}")
+    ratio = statistics.median(times["ours"]) / statistics.median(times["mlx-lm-lora"])
+    print(f"ratio ours / mlx-lm-lora: {ratio:.2f} (target 0.80 or less)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

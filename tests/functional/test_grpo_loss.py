@@ -1,0 +1,140 @@
+"""GRPO's objective (trainer/losses.py) equals mlx-lm-lora 5.10's `grpo_loss` on the same batch:
+the same policy, prompts, sampled answers and advantages give the same loss and gradients; and
+the KL term to the reference is 0 while the policy is the reference (a run's first step)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+mx = pytest.importorskip("mlx.core")
+nn = pytest.importorskip("mlx.nn")
+grpo_trainer = pytest.importorskip("mlx_lm_lora.trainer.grpo_trainer")
+
+BETA, EPSILON = 0.1, 0.2
+
+
+def _lora_model(path, moved: bool):
+    """The sample model with LoRA adapters; `moved`: adapters away from 0, so the policy is
+    no longer its reference (the base)."""
+    from mlx_lm import load
+    from mlx_lm.tuner.utils import linear_to_lora_layers
+
+    model, tokenizer = load(str(path))
+    model.freeze()
+    mx.random.seed(1)
+    linear_to_lora_layers(model, 2, {"rank": 4, "dropout": 0.0, "scale": 20.0})
+    if moved:
+        for _, module in model.named_modules():
+            if hasattr(module, "lora_b"):
+                module.lora_b = mx.random.normal(module.lora_b.shape) * 0.02
+    return model, tokenizer
+
+
+def _rollout(tokenizer, vocab: int):
+    """Two prompts of different lengths, three answers each of different lengths (one of them
+    empty but for its end-of-sequence token), and advantages of either sign."""
+    from zyquo_tui.trainer.encoding import prompt_tokens
+
+    prompts = [prompt_tokens(tokenizer, "What is 6 plus 9?"),
+               prompt_tokens(tokenizer, "Which city is the capital of Sweden and why?")]
+    mx.random.seed(3)
+    answers = [mx.random.randint(5, vocab, (n,)).tolist() for n in (7, 3, 12, 5, 9, 4)]
+    answers[4] = [tokenizer.eos_token_id]
+    groups = [0, 0, 0, 1, 1, 1]
+    advantages = mx.array([1.2, -0.4, -0.8, 0.5, -1.1, 0.6])
+    return prompts, answers, groups, advantages
+
+
+def _ours(model, prompts, answers, groups, advantages):
+    """Our objective's loss and gradients; the reference is the model with adapters off."""
+    from zyquo_tui.trainer import losses
+    from zyquo_tui.trainer.encoding import pad_rows
+    from zyquo_tui.trainer.engine import adapters_disabled
+
+    rows = [(prompts[g] + a, len(prompts[g])) for a, g in zip(answers, groups)]
+    tokens, lengths, _ = pad_rows(rows, 4096)
+    with adapters_disabled(model):
+        ref_logps, _ = losses.token_logprobs(model, tokens, lengths)
+    objective = partial(losses.grpo_objective, beta=BETA, epsilon=EPSILON)
+    (loss, ntoks, metrics), grads = nn.value_and_grad(model, objective)(
+        model, tokens, lengths, advantages, mx.stop_gradient(ref_logps))
+    return loss, ntoks, metrics, grads
+
+
+def _theirs(model, reference, prompts, answers, groups, advantages):
+    batch = (prompts, [[0]] * len(prompts), ["p"] * len(prompts), ["a"] * len(prompts), None)
+    loss_fn = partial(grpo_trainer.grpo_loss, ref_model=reference, batch=batch,
+                      completions=[mx.array(a) for a in answers], completion_texts=None,
+                      batch_indices=groups, advantages=advantages, beta=BETA, epsilon=EPSILON,
+                      max_tokens=64)
+    (loss, ntoks, metrics), grads = nn.value_and_grad(model, lambda m: loss_fn(m))(model)
+    return loss, ntoks, metrics, grads
+
+
+def test_grpo_loss_and_gradients_equal_mlx_lm_lora(tiny_model):
+    from mlx.utils import tree_flatten
+    from mlx_lm import load
+
+    model, tokenizer = _lora_model(tiny_model, moved=True)
+    reference, _ = load(str(tiny_model))  # the base: what adapters-off gives ours
+    rollout = _rollout(tokenizer, model.args.vocab_size)
+    loss, ntoks, metrics, grads = _ours(model, *rollout)
+    their_loss, their_ntoks, their_metrics, their_grads = _theirs(model, reference, *rollout)
+
+    assert loss.item() == pytest.approx(their_loss.item(), rel=1e-5, abs=1e-6)
+    assert ntoks.item() == their_ntoks.item() == sum(len(a) for a in rollout[1])
+    assert metrics["kl"].item() > 1e-4  # the policy moved: the KL term is in both losses
+    assert metrics["kl"].item() == pytest.approx(their_metrics["kl"].item(), rel=1e-4)
+    assert metrics["clip_fraction"].item() == their_metrics["clip_ratio_total"].item() == 0
+    ours, theirs = dict(tree_flatten(grads)), dict(tree_flatten(their_grads))
+    assert ours.keys() == theirs.keys() and ours
+    for name, grad in ours.items():
+        scale = mx.abs(theirs[name]).max().item()
+        assert scale > 0, name
+        assert mx.abs(grad - theirs[name]).max().item() <= 1e-4 * scale, name
+
+
+def test_the_kl_term_is_zero_while_the_policy_is_its_reference(tiny_model):
+    """Fresh adapters (B = 0) leave the model its base: at the first step the KL to the
+    reference is 0 and the loss is the clipped term's alone, as it is with beta 0."""
+    from zyquo_tui.trainer import losses
+
+    model, tokenizer = _lora_model(tiny_model, moved=False)
+    prompts, answers, groups, advantages = _rollout(tokenizer, model.args.vocab_size)
+    loss, _, metrics, _ = _ours(model, prompts, answers, groups, advantages)
+    assert metrics["kl"].item() == 0.0
+    logps = mx.array([[-1.0, -2.0, -0.5], [-0.3, -0.7, -4.0]])
+    mask = mx.array([[True, True, False], [True, True, True]])
+    with_kl, _ = losses.grpo_loss(logps, logps, mask, mx.array([1.0, -1.0]), BETA, EPSILON)
+    without, _ = losses.grpo_loss(logps, logps, mask, mx.array([1.0, -1.0]), 0.0, EPSILON)
+    assert with_kl.item() == without.item()
+    # The clipped term alone, on-policy: -mean_i A_i (every ratio is 1), 0 for these.
+    assert loss.item() == pytest.approx(-advantages.mean().item(), abs=1e-6)
+
+
+def test_a_ratio_past_the_clip_stops_its_gradient_and_counts_as_clipped():
+    """Off-policy (old log-probabilities given): a token whose ratio left [1 - ε, 1 + ε] in
+    the advantage's direction is clipped: no gradient, and counted in clip_fraction."""
+    from zyquo_tui.trainer import losses
+
+    old = mx.array([[-1.0, -1.0]])
+    mask = mx.array([[True, True]])
+
+    def loss_of(logps):
+        return losses.grpo_loss(logps, logps, mask, mx.array([1.0]), 0.0, EPSILON, old)[0]
+
+    logps = mx.array([[-1.0 + 0.5, -1.0 + 0.05]])  # ratios e^0.5 (clipped) and e^0.05
+    grad = mx.grad(loss_of)(logps)
+    assert grad[0, 0].item() == 0 and grad[0, 1].item() < 0
+    _, metrics = losses.grpo_loss(logps, logps, mask, mx.array([1.0]), 0.0, EPSILON, old)
+    assert metrics["clip_fraction"].item() == 0.5
+
+
+def test_group_advantages_are_normalised_within_each_group():
+    from zyquo_tui.trainer.losses import grpo_advantages
+
+    advantages = grpo_advantages([1.0, 0.0, 1.0, 0.0, 0.5, 0.5, 0.5, 0.5], group_size=4)
+    assert advantages[:4] == pytest.approx([1.0, -1.0, 1.0, -1.0], abs=1e-3)
+    assert advantages[4:] == [0.0] * 4  # all equal: nothing to learn from that prompt

@@ -1,0 +1,272 @@
+"""GRPO runs (objective grpo) end to end with the real trainer on the sample model: events,
+exact resume with sampling, a failing reward, a reward file written for mlx-lm-lora, and the
+command line's flags."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import yaml
+from conftest import SAMPLE_DATA, cancel_mid_run_then_resume, run_trainer, zyquo_cli
+from helpers import losses_by_iteration, make_run
+
+from zyquo_tui.core.events.protocol import GRPO_METRICS, read_events
+from zyquo_tui.core.runs.run import RunState
+from zyquo_tui.core.runs.settings import SETTINGS
+from zyquo_tui.core.store.store import RunStore
+
+RL = SAMPLE_DATA / "rl"
+# Short answers and small groups: seconds a run. Two rewards, so that even the random sample
+# model's answers differ in reward within a group (length) and every step learns something.
+FAST_GRPO = dict(iters=10, batch_size=2, steps_per_report=1, steps_per_eval=5, save_every=100,
+                 val_batches=1, learning_rate=1e-3)
+GRPO_SETTINGS = {"objective": "grpo", "reward_functions": ["exact_answer", "length"],
+                 "group_size": 4, "max_completion_tokens": 12}
+
+
+def grpo_run(model, store=None, grpo=None, **settings):
+    store, run = make_run(model, RL, store=store, **{**FAST_GRPO, **settings})
+
+    def set_grpo(r):
+        for key, value in {**GRPO_SETTINGS, **(grpo or {})}.items():
+            SETTINGS[key].set(r.hyperparameters, value)
+    store.update(run.id, set_grpo)
+    return store, store.get(run.id)
+
+
+def events_of(store, run) -> list[dict]:
+    return read_events(store.run_dir(run.id) / "events.jsonl")
+
+
+def test_a_grpo_run_reports_rewards_kl_length_and_samples(tiny_model):
+    store, run = grpo_run(tiny_model)
+    done = run_trainer(store.run_dir(run.id))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    events = events_of(store, run)
+    trains = [e for e in events if e["type"] == "train"]
+    assert [e["iteration"] for e in trains] == list(range(1, 11))
+    for e in trains:
+        assert set(GRPO_METRICS) <= set(e), e
+        assert set(e["reward_means"]) == {"exact_answer", "length"}
+        assert 0 < e["completion_length"] <= 12 + 1  # the stop token is an answer's too
+        assert e["clip_fraction"] == 0  # each answer is trained on once: on-policy
+    assert trains[0]["kl"] == 0  # fresh adapters: the policy is its reference
+    assert any(e["kl"] > 0 for e in trains[1:])
+    vals = [e for e in events if e["type"] == "val"]
+    assert [e["iteration"] for e in vals] == [1, 5, 10] and all("reward_mean" in e for e in vals)
+    samples = [e for e in events if e["type"] == "sample"]
+    assert len(samples) == 3 * 2  # the first two validation prompts (a batch of 2), 3 times
+    assert {"prompt", "text", "answer", "reward", "rewards"} <= set(samples[0])
+    record = store.get(run.id)
+    assert record.state is RunState.COMPLETED
+    assert record.summary["reward_mean"] == trains[-1]["reward_mean"]
+    listed = json.loads(zyquo_cli("runs", "list", "--json").stdout)
+    assert [r["reward_mean"] for r in listed if r["id"] == run.id] == [trains[-1]["reward_mean"]]
+    shown = json.loads(zyquo_cli("runs", "show", run.id, "--json").stdout)
+    assert shown["progress"]["reward_mean"] == trains[-1]["reward_mean"]
+
+
+def test_cancel_and_resume_of_a_grpo_run_equals_the_straight_run(tiny_model):
+    """Sampling included: the resumed run draws the answers the straight run drew."""
+    settings = dict(iters=12, lora_parameters={"rank": 8, "dropout": 0.1, "scale": 20.0})
+    store, straight = grpo_run(tiny_model, **settings)
+    assert run_trainer(store.run_dir(straight.id)).returncode == 0
+    _, interrupted = grpo_run(tiny_model, store=store, **settings)
+    cancel_mid_run_then_resume(store, interrupted.id, 7)
+    want, have = events_of(store, straight), events_of(store, interrupted)
+    for kind, key in [("train", "train_loss"), ("val", "val_loss"), ("val", "reward_mean"),
+                      *[("train", m) for m in GRPO_METRICS]]:
+        expected = losses_by_iteration(want, kind, key)
+        got = losses_by_iteration(have, kind, key)
+        assert sorted(got) == sorted(expected) and expected, (kind, key)
+        for step in expected:
+            assert got[step] == pytest.approx(expected[step], abs=1e-5), (kind, key, step)
+    assert losses_by_iteration(have, "sample", "text") == losses_by_iteration(want, "sample",
+                                                                              "text")
+
+
+FAILING_REWARD = textwrap.dedent("""
+    import os
+
+    def flaky(prompts, completions, answer, types=None):
+        # Fails from its fourth call on while the file BROKEN exists beside this one.
+        flaky.calls = getattr(flaky, "calls", 0) + 1
+        if flaky.calls >= 4 and os.path.exists(os.path.join(os.path.dirname(__file__), "BROKEN")):
+            raise ZeroDivisionError("the reward divided by zero")
+        return [float(len(c) % 3) for c in completions]
+""")
+
+
+def test_a_reward_that_raises_fails_the_run_at_its_step_and_the_run_resumes(tiny_model,
+                                                                             tmp_path):
+    rewards = tmp_path / "rewards.py"
+    rewards.write_text(FAILING_REWARD)
+    (tmp_path / "BROKEN").write_text("")
+    # Calls: validation at step 1, steps 1 and 2, then step 3's: the run fails at step 3,
+    # having saved step 2.
+    store, run = grpo_run(tiny_model, save_every=2,
+                          grpo={"reward_functions": [f"{rewards}:flaky"]})
+    run_dir = store.run_dir(run.id)
+    done = run_trainer(run_dir)
+    assert done.returncode == 1
+    failed = read_events(run_dir / "events.jsonl")[-1]
+    assert failed["type"] == "failed" and failed["cause"] == "reward", failed
+    assert failed["iteration"] == 3 and "At step 3" in failed["message"], failed
+    assert f"{rewards}:flaky raised ZeroDivisionError" in failed["message"]
+    # The reward's own traceback, its line in the user's file, is in the trainer's output.
+    assert 'rewards.py", line 8, in flaky' in done.stderr
+    assert "ZeroDivisionError: the reward divided by zero" in done.stderr
+    (tmp_path / "BROKEN").unlink()  # fixed: the run resumes from its last good checkpoint
+    resumed = zyquo_cli("runs", "resume", run.id, "--wait")
+    assert resumed.returncode == 0, resumed.stderr
+    record = RunStore().get(run.id)
+    assert record.state is RunState.COMPLETED, record.failure
+
+
+def test_a_reward_returning_the_wrong_count_fails_the_run(tiny_model, tmp_path):
+    rewards = tmp_path / "short.py"
+    rewards.write_text("def one(prompts, completions, answer, types=None):\n    return [1.0]\n")
+    store, run = grpo_run(tiny_model, grpo={"reward_functions": [f"{rewards}:one"]})
+    assert run_trainer(store.run_dir(run.id)).returncode == 1
+    failed = events_of(store, run)[-1]
+    assert failed["cause"] == "reward" and "At step 1" in failed["message"]
+    assert "returned 1 values for 8 answers" in failed["message"], failed["message"]
+
+
+MLX_LM_LORA_REWARDS = textwrap.dedent("""
+    # A reward file as mlx-lm-lora's users write them: its registry, its signature.
+    from mlx_lm_lora.trainer.grpo_reward_functions import (
+        r1_extract_xml_answer,
+        register_reward_function,
+    )
+
+
+    @register_reward_function()
+    def says_a_number(prompts: list, completions: list, answer: list, types=None) -> list[float]:
+        return [0.5 if any(ch.isdigit() for ch in r1_extract_xml_answer(c)) else 0.0
+                for c in completions]
+""")
+
+
+def test_a_reward_file_written_for_mlx_lm_lora_trains_unchanged(models, tmp_path,
+                                                                monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.py").write_text(MLX_LM_LORA_REWARDS)
+    made = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data", str(RL),
+                     "--objective", "grpo", "--reward", "mine.py:says_a_number",
+                     "--reward", "length", "--reward-weights", "1,0.5", "--group-size", "2",
+                     "--max-completion-tokens", "8", "--iters", "3", "--batch-size", "2",
+                     "--steps-per-eval", "100", "--save-every", "100",
+                     "--steps-per-report", "1")
+    assert made.returncode == 0, made.stderr
+    run = RunStore().get(made.stdout.strip())
+    # The file's path is made absolute with the run: the trainer runs elsewhere.
+    assert SETTINGS["reward_functions"].get(run.hyperparameters) == [
+        f"{tmp_path / 'mine.py'}:says_a_number", "length"]
+    monkeypatch.chdir(SAMPLE_DATA)
+    started = zyquo_cli("runs", "start", run.id, "--wait")
+    assert started.returncode == 0, started.stderr
+    trains = [e for e in read_events(RunStore().run_dir(run.id) / "events.jsonl")
+              if e["type"] == "train"]
+    assert len(trains) == 3
+    assert set(trains[0]["reward_means"]) == {f"{tmp_path / 'mine.py'}:says_a_number",
+                                              "length"}
+
+
+def test_runs_new_takes_grpo_flags_and_refuses_data_without_answers(models, tmp_path):
+    refused = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data",
+                        str(SAMPLE_DATA / "completions"), "--objective", "grpo")
+    assert refused.returncode == 2
+    assert "the grpo objective needs prompt rows with the answer a reward checks" in \
+        refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    sft_on_prompts = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data", str(RL),
+                               "--objective", "sft")
+    assert sft_on_prompts.returncode == 2 and "train the grpo objective" in sft_on_prompts.stderr
+    # No objective given: the data's (grpo).
+    made = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data", str(RL),
+                     "--reward", "exact_answer,format", "--reward", "length",
+                     "--reward-weights", "1,0.2,0.1", "--group-size", "6",
+                     "--max-completion-tokens", "32", "--sampling-temperature", "0.7",
+                     "--kl-beta", "0.05", "--clip-epsilon", "0.3")
+    assert made.returncode == 0, made.stderr
+    run_id = made.stdout.strip()
+    own = json.loads(zyquo_cli("runs", "show", run_id, "--json").stdout)[
+        "hyperparameters"]["zyquo_tui"]
+    assert own == {"objective": "grpo", "reward_functions": ["exact_answer", "format", "length"],
+                   "reward_weights": [1, 0.2, 0.1], "group_size": 6,
+                   "max_completion_tokens": 32, "sampling_temperature": 0.7,
+                   "kl_beta": 0.05, "clip_epsilon": 0.3}
+    # The YAML of the run makes the same run again.
+    out = tmp_path / "grpo.yaml"
+    assert zyquo_cli("runs", "export-config", run_id, "-o", str(out)).returncode == 0
+    assert yaml.safe_load(out.read_text())["zyquo_tui"] == own
+    imported = zyquo_cli("runs", "import-config", str(out), "--json")
+    assert imported.returncode == 0, imported.stderr
+    again = json.loads(zyquo_cli("runs", "show", json.loads(imported.stdout)["id"],
+                                 "--json").stdout)["hyperparameters"]["zyquo_tui"]
+    assert again == own
+    weights = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data", str(RL),
+                        "--reward", "exact_answer", "--reward-weights", "1,2")
+    assert weights.returncode == 2 and "reward_weights has 2 weights for 1 rewards" in \
+        weights.stderr
+    planned = zyquo_cli("plan", "--model", "zyquo-tiny", "--data", str(RL), "--group-size", "8",
+                        "--json")
+    assert planned.returncode in (0, 1), planned.stderr
+
+
+def test_on_the_sample_data_grpo_after_an_sft_warm_up_raises_the_mean_reward(models):
+    """What sample_data/README.md tells a first-time user to do, from the command line: SFT
+    teaches the random sample model the form of an answer, its export is the model a grpo run
+    starts from, and the exact_answer reward over the last 10 steps beats the first 10's."""
+    warm = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data",
+                     str(SAMPLE_DATA / "completions"), "--method", "full", "--iters", "200",
+                     "--learning-rate", "1e-3", "--batch-size", "8", "--steps-per-eval", "1000",
+                     "--save-every", "200", "--name", "warm-up")
+    assert warm.returncode == 0, warm.stderr
+    warm_id = warm.stdout.strip()
+    assert zyquo_cli("runs", "start", warm_id, "--wait", timeout=600).returncode == 0
+    exported = zyquo_cli("runs", "export", warm_id, "--json", timeout=600)
+    assert exported.returncode == 0, exported.stderr
+    model = json.loads(exported.stdout)["output"]
+    made = zyquo_cli("runs", "new", "--model", model, "--data", str(RL), "--method", "full",
+                     "--iters", "40", "--learning-rate", "2e-4", "--batch-size", "4",
+                     "--group-size", "8", "--max-completion-tokens", "12", "--kl-beta", "0",
+                     "--steps-per-report", "1", "--steps-per-eval", "1000", "--val-batches", "1")
+    assert made.returncode == 0, made.stderr
+    run_id = made.stdout.strip()
+    assert zyquo_cli("runs", "start", run_id, "--wait", timeout=600).returncode == 0
+    rewards = [e["reward_mean"] for e in read_events(RunStore().run_dir(run_id) / "events.jsonl")
+               if e["type"] == "train"]
+    assert len(rewards) == 40
+    first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
+    assert last > first, (first, last, rewards)
+
+
+def test_a_grpo_config_round_trips_through_mlx_lm_lora_keys(models, tmp_path):
+    made = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data", str(RL),
+                     "--group-size", "6", "--max-completion-tokens", "48", "--kl-beta", "0.04",
+                     "--clip-epsilon", "0.3", "--sampling-temperature", "0.9",
+                     "--reward", "exact_answer,length", "--reward-weights", "1,0.5")
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "grpo.yaml"
+    assert zyquo_cli("runs", "export-config", made.stdout.strip(), "-o", str(out)).returncode == 0
+    config = yaml.safe_load(out.read_text())
+    assert {key: config[key] for key in ("train_mode", "train_type", "beta", "epsilon",
+                                         "group_size", "max_completion_length", "temperature",
+                                         "reward_weights", "fuse")} == {
+        "train_mode": "grpo", "train_type": "lora", "beta": 0.04, "epsilon": 0.3,
+        "group_size": 6, "max_completion_length": 48, "temperature": 0.9,
+        "reward_weights": [1, 0.5], "fuse": False}
+    assert "dpo_cpo_loss_type" not in config  # a preference run's key, not grpo's
+    # mlx-lm-lora's keys alone (ours removed but the rewards, which it names otherwise).
+    own = config.pop("zyquo_tui")
+    config["zyquo_tui"] = {"reward_functions": own["reward_functions"]}
+    out.write_text(yaml.safe_dump(config))
+    imported = zyquo_cli("runs", "import-config", str(out), "--json")
+    assert imported.returncode == 0, imported.stderr
+    shown = json.loads(zyquo_cli("runs", "show", json.loads(imported.stdout)["id"],
+                                 "--json").stdout)
+    assert shown["hyperparameters"]["zyquo_tui"] == own
