@@ -138,3 +138,114 @@ def test_a_supervised_loop_through_the_sdk_lowers_the_summed_loss(server, servic
             summed += float(-(weights * logprobs).sum())
         assert result.metrics["loss:sum"] == pytest.approx(summed, rel=1e-4)
     assert losses[-1] < 0.8 * losses[0] and min(losses[5:]) < min(losses[:5]), losses
+
+
+def new_training_client(service_client, seed: int = 7):
+    return service_client.create_lora_training_client(base_model="zyquo-tiny", rank=4,
+                                                      seed=seed).result()
+
+
+ADAM = types.AdamParams(learning_rate=1e-2)
+
+
+def step(training, data, loss_fn="cross_entropy", config=None) -> float:
+    forward_backward = training.forward_backward(data, loss_fn, config)
+    training.optim_step(ADAM).result()
+    return forward_backward.result().metrics["loss:sum"]
+
+
+def test_an_rl_loop_samples_scores_and_trains_with_importance_sampling(server, service_client):
+    training = new_training_client(service_client)
+    tokenizer = training.get_tokenizer()
+    prompt = tokenizer.encode("Count: one two")
+    wanted = prompt[-1]  # the reward: how often the completion repeats the prompt's last token
+    for iteration in range(3):
+        sampler = training.save_weights_and_get_sampling_client().result()
+        result = sampler.sample(types.ModelInput.from_ints(prompt), 4,
+                                types.SamplingParams(max_tokens=6, temperature=1.0,
+                                                     seed=iteration, stop=[])).result()
+        assert len(result.sequences) == 4
+        rewards = [sum(t == wanted for t in s.tokens) / len(s.tokens) for s in result.sequences]
+        mean = sum(rewards) / len(rewards)
+        data, advantages_sum = [], 0.0
+        for sequence, reward in zip(result.sequences, rewards, strict=True):
+            assert len(sequence.tokens) == 6 and sequence.stop_reason == "length"
+            tokens = prompt + sequence.tokens
+            n = len(tokens) - 1
+            completion = len(sequence.tokens)
+            advantages = [0.0] * (n - completion) + [reward - mean + 0.25] * completion
+            advantages_sum += sum(advantages)
+            data.append(types.Datum(
+                model_input=types.ModelInput.from_ints(tokens[:-1]),
+                loss_fn_inputs={"target_tokens": tokens[1:],
+                                "logprobs": [0.0] * (n - completion) + sequence.logprobs,
+                                "advantages": advantages}))
+        loss = step(training, data, "importance_sampling")
+        # Sampled with the weights being trained: every ratio is 1 before the update, so the
+        # loss is minus the advantages' sum (the sampler's log-probabilities are the trainer's).
+        assert loss == pytest.approx(-advantages_sum, rel=1e-3, abs=1e-3)
+
+
+def test_a_state_saved_with_its_optimizer_goes_on_as_if_never_stopped(server, service_client):
+    training = new_training_client(service_client, seed=11)
+    data = [sft_datum(training.get_tokenizer(), text) for text in TEXTS]
+    for _ in range(3):
+        step(training, data)
+    path = training.save_state("after-3").result().path
+    assert path.startswith("tinker://") and path.endswith("/weights/after-3")
+    went_on = [step(training, data) for _ in range(2)]
+
+    resumed = service_client.create_training_client_from_state_with_optimizer(path).result()
+    assert [step(resumed, data) for _ in range(2)] == pytest.approx(went_on, rel=1e-5)
+    # Without the optimizer's moments the first step is a fresh Adam step: not the same.
+    fresh = service_client.create_training_client_from_state(path).result()
+    first = fresh.forward(data, "cross_entropy").result().metrics["loss:sum"]
+    assert first == pytest.approx(went_on[0], rel=1e-5)  # same weights...
+    step(fresh, data)
+    assert step(fresh, data) != pytest.approx(went_on[1], rel=1e-5)  # ...another optimizer
+
+
+def test_forward_backward_custom_trains_as_the_built_in_loss_it_restates(server,
+                                                                         service_client):
+    torch = pytest.importorskip("torch")
+    built_in, custom = new_training_client(service_client, 5), new_training_client(
+        service_client, 5)
+    data = [sft_datum(built_in.get_tokenizer(), text) for text in TEXTS]
+
+    def negative_log_likelihood(datums, logprobs):
+        loss = sum((-lp * torch.tensor(d.loss_fn_inputs["weights"].data)).sum()
+                   for d, lp in zip(datums, logprobs, strict=True))
+        return loss, {"custom:sum": float(loss)}
+
+    expected = step(built_in, data)
+    forward_backward = custom.forward_backward_custom(data, negative_log_likelihood)
+    custom.optim_step(ADAM).result()
+    result = forward_backward.result()
+    assert result.metrics["loss:sum"] == pytest.approx(expected, rel=1e-5)
+    after = [c.forward(data, "cross_entropy").result().metrics["loss:sum"]
+             for c in (built_in, custom)]
+    assert after[1] == pytest.approx(after[0], rel=1e-4) and after[0] < expected
+
+
+def test_a_sampling_client_from_saved_weights_samples_as_the_trained_model(server,
+                                                                         service_client):
+    training = new_training_client(service_client, seed=13)
+    tokenizer = training.get_tokenizer()
+    data = [sft_datum(tokenizer, text) for text in TEXTS]
+    for _ in range(4):
+        step(training, data)
+    prompt = types.ModelInput.from_ints(tokenizer.encode("The quick"))
+    greedy = types.SamplingParams(max_tokens=8, temperature=0.0, stop=[])
+    live = training.save_weights_and_get_sampling_client().result()
+    path = training.save_weights_for_sampler("four-steps").result().path
+    assert "/sampler_weights/four-steps" in path
+    step(training, data)  # later training changes neither sampler
+    saved = service_client.create_sampling_client(model_path=path).result()
+    base = service_client.create_sampling_client(base_model="zyquo-tiny").result()
+    answers = [s.sample(prompt, 1, greedy).result().sequences[0].tokens
+               for s in (live, saved, base)]
+    assert answers[0] == answers[1] and len(answers[0]) == 8
+    logprobs = [s.compute_logprobs(prompt).result() for s in (live, saved, base)]
+    assert logprobs[0][0] is None and logprobs[0][1:] == pytest.approx(logprobs[1][1:],
+                                                                       rel=1e-5)
+    assert logprobs[2][1:] != pytest.approx(logprobs[0][1:], rel=1e-3)

@@ -178,6 +178,8 @@ class Service:
                 model.error = f"Training model {model_id} could not be made: {error}"
                 raise
             model.trained = trained
+            if loaded_from is not None:  # answers the load_weights that made it
+                return {"model_id": model_id, "path": None, "type": "load_weights"}
             return {"model_id": model_id, "type": "create_model"}
 
         return model_id, self._on_mlx(load)
