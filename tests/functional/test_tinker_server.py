@@ -249,3 +249,63 @@ def test_a_sampling_client_from_saved_weights_samples_as_the_trained_model(serve
     assert logprobs[0][0] is None and logprobs[0][1:] == pytest.approx(logprobs[1][1:],
                                                                        rel=1e-5)
     assert logprobs[2][1:] != pytest.approx(logprobs[0][1:], rel=1e-3)
+
+
+def runs_cli(server, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "zyquo_tui", "runs", *args],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "ZYQUO_HOME": str(server.home)})
+
+
+def run_of(server, name_part: str) -> dict:
+    import json
+
+    listed = json.loads(runs_cli(server, "list", "--json").stdout)
+    rows = listed if isinstance(listed, list) else listed.get("runs", [])
+    return next(row for row in rows if name_part in row.get("name", ""))
+
+
+def test_each_training_client_is_a_run_with_its_steps_and_a_cancel_ends_it(server,
+                                                                          service_client):
+    from zyquo_tui.core.events.protocol import read_events
+
+    training = new_training_client(service_client, seed=17)
+    data = [sft_datum(training.get_tokenizer(), text) for text in TEXTS]
+    losses = [step(training, data) for _ in range(3)]
+    session = training.model_id.split(":")[0]
+    run = run_of(server, session)
+    assert run["state"] == "running"
+    events = read_events(server.home / "runs" / run["id"] / "events.jsonl")
+    train = [e for e in events if e["type"] == "train"]
+    assert [e["iteration"] for e in train] == [1, 2, 3]
+    assert [e["train_loss"] for e in train] == pytest.approx(losses, rel=1e-6)
+    assert all(e["learning_rate"] == pytest.approx(1e-2) for e in train)
+    path = training.save_state("kept").result().path
+    assert path == f"tinker://{run['id']}/weights/kept"
+    assert any(e["type"] == "checkpoint" for e in
+               read_events(server.home / "runs" / run["id"] / "events.jsonl"))
+
+    done = runs_cli(server, "cancel", run["id"])
+    assert done.returncode == 0, done.stderr
+    with pytest.raises(tinker.RequestFailedError, match="was cancelled"):
+        training.forward_backward(data, "cross_entropy").result()
+    assert run_of(server, session)["state"] == "cancelled"
+    # The server and other programs go on.
+    other = new_training_client(service_client, seed=18)
+    assert step(other, data) > 0
+
+
+def test_malformed_requests_get_one_sentence_and_the_session_goes_on(server, service_client):
+    training = new_training_client(service_client, seed=19)
+    data = [sft_datum(training.get_tokenizer(), text) for text in TEXTS]
+    before = step(training, data)
+    bodies = [("forward_backward", b"\xff\x00 not a protobuf"), ("optim_step", "{not json"),
+              ("optim_step", '{"model_id": 3}'), ("create_model", "[]"),
+              ("asample", '{"prompt": {"chunks": "x"}}'), ("retrieve_future", "null")]
+    for index in range(100):
+        path, body = bodies[index % len(bodies)]
+        answer = server.post(path, body, **{"Content-Type": "application/json"})
+        assert answer.status_code == 400, (path, answer.text)
+        sentence = answer.json()["detail"]
+        assert sentence.endswith(".") and "\n" not in sentence and "Traceback" not in sentence
+    assert step(training, data) < before

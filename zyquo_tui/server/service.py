@@ -57,6 +57,7 @@ class TrainingModel:
     spec: ModelSpec
     trained: TrainedModel | None = None  # set once loaded (create_model's future)
     error: str | None = None  # why it can take no more requests
+    record: Any = None  # its run in the store (server/run_record.py), once loaded
     name_counter: itertools.count = field(default_factory=itertools.count)
 
 
@@ -135,7 +136,11 @@ class Service:
     def finish_session(self, session_id: str) -> None:
         session = self.session(session_id)
         session.finished = True
+        from zyquo_tui.core.runs.run import RunState
+
         for model_id in session.models:
+            if model_id in self.models and self.models[model_id].error is None:
+                self._end_run(self.models[model_id], RunState.COMPLETED)
             self._release(model_id, "the program finished its session")
 
     def _release(self, model_id: str, why: str) -> None:
@@ -170,10 +175,15 @@ class Service:
         session.models.append(model_id)
 
         def load() -> dict[str, Any]:
+            from zyquo_tui.core.store.store import RunStore
+            from zyquo_tui.server.run_record import RunRecord
+
             try:
                 trained = TrainedModel.load(spec)
                 if loaded_from is not None:
                     trained.run_as_own(trained.load_state, *loaded_from)
+                model.record = RunRecord(RunStore(self.home), trained.run,
+                                         f"tinker {spec.base_model} ({session_id})")
             except BaseException as error:
                 model.error = f"Training model {model_id} could not be made: {error}"
                 raise
@@ -185,11 +195,31 @@ class Service:
         return model_id, self._on_mlx(load)
 
     def _trained(self, model: TrainingModel) -> TrainedModel:
-        """The loaded model, checked on the MLX thread (where its creation finished)."""
+        """The loaded model, checked on the MLX thread (where its creation finished): a run
+        cancelled in the store ends it here, with the sentence the program gets."""
+        from zyquo_tui.core.runs.run import RunState
+
+        if model.error is None and model.record is not None and \
+                model.record.cancel_requested():
+            model.error = (f"Run {model.record.run_id} was cancelled (zyquo-tui runs cancel, or "
+                           "the dashboard): this training client takes no more requests; make "
+                           "a new one, from a saved state to go on.")
+            model.record.end(RunState.CANCELLED, model.trained.engine.step)
+            model.trained = None
         if model.error is not None:
             raise RequestError(model.error)
         assert model.trained is not None
         return model.trained
+
+    def _end_run(self, model: TrainingModel, state) -> None:
+        """On the MLX thread, after the model's queued work: its run ends in `state`."""
+        record, trained = model.record, model.trained
+
+        def end() -> None:
+            if record is not None:
+                record.end(state, trained.engine.step if trained is not None else 0)
+
+        self._on_mlx(end)
 
     def forward_backward(self, model_id: str, loss_fn: str, config: dict, data: list,
                          forward_only: bool) -> str:
@@ -201,6 +231,8 @@ class Service:
             trained = self._trained(model)
             outputs, metrics = trained.run_as_own(trained.forward_backward, loss_fn, config,
                                                   data, forward_only)
+            if not forward_only and model.record is not None:
+                model.record.forward_backward(metrics["loss:sum"], trained.last_tokens)
             return forward_backward_output(outputs, metrics)
 
         return self._on_mlx(run)
@@ -211,6 +243,8 @@ class Service:
         def run() -> dict[str, Any]:
             trained = self._trained(model)
             metrics = trained.run_as_own(trained.optim_step, **params)
+            if model.record is not None:
+                model.record.optim_step(trained.engine.step, metrics["learning_rate:mean"])
             return {"metrics": metrics, "type": "optim_step"}
 
         return self._on_mlx(run)
@@ -225,8 +259,8 @@ class Service:
     # -- weights ---------------------------------------------------------------------------------
 
     def run_id_of(self, model: TrainingModel) -> str:
-        """The name a model's tinker:// paths start with."""
-        return model.id.replace(":", "-")
+        """The name a model's tinker:// paths start with: its run's id."""
+        return model.record.run_id
 
     def folder_of(self, path: str) -> Path:
         """The folder a tinker:// path names in the store."""
@@ -239,10 +273,14 @@ class Service:
             raise UserFacing(400, f"{path!r} is not a path of this server; its paths look "
                              "like tinker://RUN/weights/NAME or tinker://RUN/sampler_weights/"
                              "NAME.")
-        folder = self.home / "tinker" / parts[0] / parts[1] / parts[2]
+        folder = self.checkpoint_folder(parts[0], parts[1], parts[2])
         if not folder.is_dir():
             raise UserFacing(404, f"Nothing is saved at {path} (no folder {folder}).")
         return folder
+
+    def checkpoint_folder(self, run_id: str, kind: str, name: str) -> Path:
+        """Where a tinker:// path's files are: in its run's folder."""
+        return self.home / "runs" / run_id / "tinker" / kind / name
 
     def save_state(self, model_id: str, name: str | None, kind: str) -> str:
         model = self.model(model_id)
@@ -251,12 +289,14 @@ class Service:
             raise UserFacing(400, f"The name {name!r} has a slash or is a dot; give a plain "
                              "name.")
         path = tinker_path(self.run_id_of(model), kind, name)
-        folder = self.home / "tinker" / self.run_id_of(model) / kind / name
+        folder = self.checkpoint_folder(self.run_id_of(model), kind, name)
 
         def run() -> dict[str, Any]:
             trained = self._trained(model)
             if kind == "weights":
-                trained.run_as_own(trained.save_state, folder)
+                written = trained.run_as_own(trained.save_state, folder)
+                if model.record is not None:
+                    model.record.checkpoint(trained.engine.step, written)
                 return {"path": path, "type": "save_weights"}
             trained.run_as_own(trained.save_weights, folder)
             return {"path": path, "type": "save_weights_for_sampler"}
@@ -370,9 +410,13 @@ class Service:
         now = time.monotonic()
         gone = [s for s in self.sessions.values()
                 if not s.finished and now - s.last_heartbeat > HEARTBEAT_TIMEOUT]
+        from zyquo_tui.core.runs.run import RunState
+
         for session in gone:
             session.finished = True
             for model_id in session.models:
+                if model_id in self.models and self.models[model_id].error is None:
+                    self._end_run(self.models[model_id], RunState.INTERRUPTED)
                 self._release(model_id, "its program sent no heartbeat for "
                               f"{HEARTBEAT_TIMEOUT:.0f} s")
         return gone

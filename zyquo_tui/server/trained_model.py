@@ -101,6 +101,7 @@ class TrainedModel:
     engine: Any = None
     _rng_key: int | None = None
     _lora_keys: list[str] | None = field(default=None)
+    last_tokens: int = 0  # the positions of the last forward_backward
 
     # -- making --------------------------------------------------------------------------------
 
@@ -227,6 +228,7 @@ class TrainedModel:
         elementwise = np.array(metrics["elementwise_loss"], copy=False)
         outputs = [{"logprobs": logprobs[row, :n], "elementwise_loss": elementwise[row, :n]}
                    for row, n in enumerate(lengths)]
+        self.last_tokens = sum(lengths)
         return outputs, {"loss:sum": value}
 
     def optim_step(self, learning_rate: float, beta1: float, beta2: float, eps: float,
@@ -264,9 +266,9 @@ class TrainedModel:
         args.pop("data", None)
         save_config(args, folder / "adapter_config.json")
 
-    def save_state(self, folder: Path) -> None:
+    def save_state(self, folder: Path) -> dict[str, Any]:
         self.describe(folder)
-        self.engine.save_state(folder, self.engine.step, {"tinker": True})
+        return self.engine.save_state(folder, self.engine.step, {"tinker": True})
 
     def save_weights(self, folder: Path) -> None:
         """The weights alone (a sampler's): adapters.safetensors and the description."""
