@@ -309,3 +309,20 @@ def test_malformed_requests_get_one_sentence_and_the_session_goes_on(server, ser
         sentence = answer.json()["detail"]
         assert sentence.endswith(".") and "\n" not in sentence and "Traceback" not in sentence
     assert step(training, data) < before
+
+
+def test_the_tinker_example_trains_saves_and_samples(server):
+    from conftest import REPO
+
+    env = {**os.environ, "TINKER_BASE_URL": server.url, "TINKER_API_KEY": server.key,
+           "TINKER_TELEMETRY": "0"}
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "tinker_sft.py"), "--steps",
+                           "8"], capture_output=True, text=True, timeout=600, env=env,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-2000:]
+    import re
+
+    per_token = [float(x) for x in re.findall(r"\(([\d.]+) per token\)", done.stdout)]
+    assert len(per_token) == 8 and per_token[-1] < per_token[0]
+    assert re.search(r"^saved tinker://\S+/weights/tinker-sft$", done.stdout, flags=re.M)
+    assert "answer: " in done.stdout
