@@ -326,3 +326,35 @@ def test_the_tinker_example_trains_saves_and_samples(server):
     assert len(per_token) == 8 and per_token[-1] < per_token[0]
     assert re.search(r"^saved tinker://\S+/weights/tinker-sft$", done.stdout, flags=re.M)
     assert "answer: " in done.stdout
+
+
+def test_a_training_client_that_wont_fit_is_refused_with_the_memory_verdict(server,
+                                                                           service_client):
+    future = service_client.create_lora_training_client(base_model="zyquo-tiny",
+                                                        rank=4_000_000)
+    with pytest.raises(tinker.RequestFailedError, match="won't fit in memory") as refused:
+        future.result()
+    assert "\n" not in str(refused.value).split(" for self.request_id")[0]
+    fine = new_training_client(service_client, seed=23)  # the server goes on
+    assert fine.get_info().lora_rank == 4
+
+
+def test_two_programs_at_once_do_not_move_each_others_training(server, service_client):
+    alone = new_training_client(service_client, seed=29)
+    data = [sft_datum(alone.get_tokenizer(), TEXTS[0])]
+    other_data = [sft_datum(alone.get_tokenizer(), TEXTS[1])]
+    expected = [step(alone, data) for _ in range(3)]
+    other_program = tinker.ServiceClient()
+    try:
+        again = new_training_client(service_client, seed=29)
+        other = new_training_client(other_program, seed=31)
+        losses = []
+        for _ in range(3):
+            losses.append(step(again, data))
+            step(other, other_data)
+            other.save_weights_and_get_sampling_client().result().sample(
+                types.ModelInput.from_ints([1, 2, 3]), 1,
+                types.SamplingParams(max_tokens=3, temperature=1.0)).result()
+        assert losses == pytest.approx(expected, rel=1e-6)
+    finally:
+        other_program.close("success").result(timeout=60)

@@ -179,6 +179,7 @@ class Service:
             from zyquo_tui.server.run_record import RunRecord
 
             try:
+                self._memory_gate(spec)
                 trained = TrainedModel.load(spec)
                 if loaded_from is not None:
                     trained.run_as_own(trained.load_state, *loaded_from)
@@ -193,6 +194,18 @@ class Service:
             return {"model_id": model_id, "type": "create_model"}
 
         return model_id, self._on_mlx(load)
+
+    def _memory_gate(self, spec: ModelSpec) -> None:
+        """The memory verdict runs get before they start, before a model is loaded: one that
+        won't fit this machine is refused with the verdict's sentence."""
+        from zyquo_tui.core.errors import UserError
+        from zyquo_tui.core.memory.advisor import MemoryAdvisor, gate
+        from zyquo_tui.server.trained_model import checked_run
+
+        try:
+            gate(checked_run(spec, None), MemoryAdvisor.for_machine(self.home))
+        except UserError as error:
+            raise RequestError(error.message) from None
 
     def _trained(self, model: TrainingModel) -> TrainedModel:
         """The loaded model, checked on the MLX thread (where its creation finished): a run
