@@ -358,3 +358,31 @@ def test_two_programs_at_once_do_not_move_each_others_training(server, service_c
         assert losses == pytest.approx(expected, rel=1e-6)
     finally:
         other_program.close("success").result(timeout=60)
+
+
+def test_a_program_that_vanishes_leaves_its_run_interrupted(tmp_path, sample_models,
+                                                           monkeypatch):
+    # A server of its own that waits 2 s for a heartbeat; the "program" is plain HTTP, so it
+    # can stop beating as a killed process would.
+    monkeypatch.setenv("ZYQUO_TINKER_HEARTBEAT_TIMEOUT", "2")
+    home = tmp_path / "home"
+    (home / "models").mkdir(parents=True)
+    shutil.copytree(sample_models["zyquo-tiny"], home / "models" / "zyquo-tiny")
+    quiet = start_server(home)
+    try:
+        session = quiet.post("create_session", '{"tags": [], "user_metadata": null, '
+                             '"sdk_version": "0.38.0"}').json()["session_id"]
+        created = quiet.post("create_model", f'{{"session_id": "{session}", "model_seq_id": 0, '
+                             '"base_model": "zyquo-tiny", "lora_config": {"rank": 2}}').json()
+        answer = quiet.post("retrieve_future", f'{{"request_id": "{created["request_id"]}"}}')
+        assert answer.json().get("model_id") == created["model_id"], answer.text
+        deadline = time.monotonic() + 60
+        while run_of(quiet, session)["state"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert run_of(quiet, session)["state"] == "interrupted"
+        late = quiet.post("optim_step", f'{{"model_id": "{created["model_id"]}", '
+                          '"adam_params": {"learning_rate": 0.001}}')
+        assert late.status_code == 410 and "no heartbeat" in late.json()["detail"]
+    finally:
+        os.killpg(quiet.process.pid, signal.SIGTERM)
+        quiet.process.wait(timeout=30)

@@ -42,6 +42,7 @@ class RunRecord:
         self.loss_since_step = 0.0
         self.tokens_since_step = 0
         self.trained_tokens = 0
+        self.step = 0  # optimizer steps applied
         self.last_step_time = time.monotonic()
         self.events.write(ev.STARTED, pid=os.getpid(), host=socket.gethostname(),
                           versions={"python": platform.python_version()}, device="mlx",
@@ -59,6 +60,7 @@ class RunRecord:
     def optim_step(self, step: int, learning_rate: float) -> None:
         import mlx.core as mx
 
+        self.step = step
         now = time.monotonic()
         seconds = max(now - self.last_step_time, 1e-9)
         self.trained_tokens += self.tokens_since_step

@@ -188,7 +188,8 @@ class Service:
             except BaseException as error:
                 model.error = f"Training model {model_id} could not be made: {error}"
                 raise
-            model.trained = trained
+            if model.error is None:  # not closed while it loaded
+                model.trained = trained
             if loaded_from is not None:  # answers the load_weights that made it
                 return {"model_id": model_id, "path": None, "type": "load_weights"}
             return {"model_id": model_id, "type": "create_model"}
@@ -217,7 +218,7 @@ class Service:
             model.error = (f"Run {model.record.run_id} was cancelled (zyquo-tui runs cancel, or "
                            "the dashboard): this training client takes no more requests; make "
                            "a new one, from a saved state to go on.")
-            model.record.end(RunState.CANCELLED, model.trained.engine.step)
+            model.record.end(RunState.CANCELLED, model.record.step)
             model.trained = None
         if model.error is not None:
             raise RequestError(model.error)
@@ -226,11 +227,9 @@ class Service:
 
     def _end_run(self, model: TrainingModel, state) -> None:
         """On the MLX thread, after the model's queued work: its run ends in `state`."""
-        record, trained = model.record, model.trained
-
-        def end() -> None:
-            if record is not None:
-                record.end(state, trained.engine.step if trained is not None else 0)
+        def end() -> None:  # read now: the model's loading may have finished since
+            if model.record is not None:
+                model.record.end(state, model.record.step)
 
         self._on_mlx(end)
 
