@@ -386,3 +386,30 @@ def test_a_program_that_vanishes_leaves_its_run_interrupted(tmp_path, sample_mod
     finally:
         os.killpg(quiet.process.pid, signal.SIGTERM)
         quiet.process.wait(timeout=30)
+
+
+def test_serve_detach_outlives_its_command_and_serves(tmp_path):
+    home = tmp_path / "home"
+    port = free_port()
+    done = subprocess.run([sys.executable, "-m", "zyquo_tui", "serve", "--detach", "--port",
+                           str(port)], capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL, env={**os.environ, "ZYQUO_HOME": str(home)})
+    assert done.returncode == 0, done.stderr
+    import re
+
+    pid = int(re.search(r"\(pid (\d+),", done.stdout).group(1))
+    try:
+        key = (home / "tinker_api_key").read_text().strip()
+        assert f"TINKER_API_KEY={key}" in done.stdout
+        assert os.getsid(pid) == pid  # a session of its own: a closed terminal does not end it
+        answer = httpx.get(f"http://127.0.0.1:{port}/api/v1/healthz",
+                           headers={"X-API-Key": key}, timeout=10)
+        assert answer.json() == {"status": "ok"}
+    finally:
+        os.killpg(pid, signal.SIGTERM)
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)

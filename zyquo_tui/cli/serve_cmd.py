@@ -8,6 +8,8 @@ command becomes.
     zyquo-tui serve                      # http://127.0.0.1:8765, this machine only
     zyquo-tui serve --host 0.0.0.0 --port 9000
     zyquo-tui serve --show-key           # print the key and exit
+    zyquo-tui serve --detach             # in the background, as a run trains: survives the
+                                         # terminal; its output goes to $ZYQUO_HOME/serve.log
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ def register(subparsers) -> None:
                              "only; 0.0.0.0 for every interface)")
     parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                         help="the TCP port (default: %(default)s)")
+    parser.add_argument("--detach", action="store_true",
+                        help="serve in the background, in a session of its own (it survives "
+                             "the terminal); prints the address, the key and the server's pid "
+                             "once it answers; its output goes to serve.log in the store")
     parser.add_argument("--show-key", action="store_true",
                         help="print the server's key (making it if there is none) and exit")
     parser.set_defaults(handler=cmd_serve)
@@ -54,10 +60,49 @@ def cmd_serve(args) -> int:
         raise UserError(f"`zyquo-tui serve` needs {', '.join(missing)}, not installed here: "
                         f"run {shlex.quote(sys.executable)} -m pip install 'zyquo-tui[serve]'.")
     check_can_listen(args.host, args.port)
-    load_or_create_key()  # a store that cannot hold the key fails here, in one sentence
+    key = load_or_create_key()  # a store that cannot hold the key fails here, in one sentence
     from zyquo_tui.core.system.entry_points import TINKER_SERVER, python_command
 
-    sys.stdout.flush()
     argv = python_command(TINKER_SERVER, "--host", args.host, "--port", str(args.port))
+    if args.detach:
+        return detach(argv, args.host, args.port, key)
+    sys.stdout.flush()
     os.execv(argv[0], argv)
     return 0  # not reached
+
+
+def detach(argv: list[str], host: str, port: int, key: str, wait: float = 180.0) -> int:
+    """Start the server in a session of its own and return once it answers."""
+    import subprocess
+    import time
+    import urllib.error
+    import urllib.request
+
+    from zyquo_tui.core.store.paths import zyquo_home
+
+    log = zyquo_home() / "serve.log"
+    with open(log, "ab") as output:
+        server = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=output,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    shown = f"[{host}]" if ":" in host else host
+    local = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+    health = f"http://{f'[{local}]' if ':' in local else local}:{port}/api/v1/healthz"
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise UserError(f"the server stopped as it started (exit status "
+                            f"{server.returncode}): {tail[0]} (all of it in {log}).")
+        try:
+            request = urllib.request.Request(health, headers={"X-API-Key": key})
+            with urllib.request.urlopen(request, timeout=5):
+                break
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.3)
+    else:
+        raise UserError(f"the server (pid {server.pid}) did not answer within {wait:.0f} s; "
+                        f"see {log}.")
+    print(f"zyquo-tui serve: Tinker API on http://{shown}:{port} (pid {server.pid}, output in "
+          f"{log})\n  export TINKER_BASE_URL=http://{shown}:{port}\n"
+          f"  export TINKER_API_KEY={key}")
+    return 0
