@@ -413,3 +413,19 @@ def test_serve_detach_outlives_its_command_and_serves(tmp_path):
             except ProcessLookupError:
                 break
             time.sleep(0.1)
+
+
+def test_waiting_on_a_forward_backward_before_its_step_gives_the_same_training(
+        server, service_client):
+    # Submitted together, the two run as one compiled step; waited on first, the
+    # forward_backward runs alone. Same losses either way.
+    together, apart = new_training_client(service_client, 37), new_training_client(
+        service_client, 37)
+    data = [sft_datum(together.get_tokenizer(), text) for text in TEXTS]
+    expected = [step(together, data) for _ in range(3)]
+    losses = []
+    for _ in range(3):
+        losses.append(apart.forward_backward(data, "cross_entropy").result()
+                      .metrics["loss:sum"])
+        apart.optim_step(ADAM).result()
+    assert losses == pytest.approx(expected, rel=1e-5)
