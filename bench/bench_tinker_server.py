@@ -6,7 +6,7 @@ completions, 4 a batch, every token trained), Adam at 1e-4, forward_backward the
 submitted before waiting. The client loop runs zyquo_tui.client in its own process; the
 server loop is a Tinker program (the official SDK) talking to a `zyquo-tui serve` subprocess on
 loopback. Runs alternate (client, server, client, ...) so the machine's drift hits both.
-Tokens per second: trained tokens over wall time per 10 steps, the first 10 left out
+Tokens per second: the rows' tokens (as the client counts them) over wall time per 10 steps, the first 10 left out
 (compilation). Target: server/client 0.9 or more.
 
     python bench/bench_tinker_server.py [--repeat 3] [--iters 60]
@@ -88,7 +88,7 @@ SERVER_LOOP = ROWS + textwrap.dedent("""
         result = training.forward_backward(batch, "cross_entropy")
         training.optim_step(adam).result()
         result.result()
-        tokens += sum(d.model_input.length for d in batch)
+        tokens += sum(d.model_input.length + 1 for d in batch)  # the rows' tokens
         if step % 10 == 0:
             now = time.perf_counter()
             rates.append(tokens / (now - tic))

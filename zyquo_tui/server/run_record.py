@@ -79,11 +79,21 @@ class RunRecord:
                           bytes=written["bytes"])
 
     def cancel_requested(self) -> bool:
+        """Whether a cancel was asked for (read again only when run.json changed: this is
+        asked before every operation)."""
         try:
-            run = self.store.get(self.run_id)
-        except Exception:  # noqa: BLE001 - a run deleted meanwhile: nothing asked
+            seen = self.store.run_dir(self.run_id).joinpath("run.json").stat()
+        except OSError:  # a run deleted meanwhile: nothing asked
             return False
-        return bool((run.process or {}).get("cancel_requested_at"))
+        key = (seen.st_mtime_ns, seen.st_size, seen.st_ino)
+        if key != getattr(self, "_seen", None):
+            try:
+                run = self.store.get(self.run_id)
+            except Exception:  # noqa: BLE001 - unreadable meanwhile: asked next time
+                return False
+            self._seen = key
+            self._cancelled = bool((run.process or {}).get("cancel_requested_at"))
+        return self._cancelled
 
     def end(self, state: RunState, step: int) -> None:
         if state is RunState.COMPLETED:
