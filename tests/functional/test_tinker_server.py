@@ -429,3 +429,23 @@ def test_waiting_on_a_forward_backward_before_its_step_gives_the_same_training(
                       .metrics["loss:sum"])
         apart.optim_step(ADAM).result()
     assert losses == pytest.approx(expected, rel=1e-5)
+
+
+def test_cross_entropy_through_the_server_is_the_clients_sft_sum(server, service_client):
+    # Before any step, LoRA adds nothing: both are the base model. The client's SFT loss is
+    # mlx-lm's mean over its mask, which also trains the prediction after a row's last token
+    # (its target the padding token 0): the same positions as a Datum whose last target is 0.
+    from zyquo_tui.client import TrainingBatch, TrainingClient
+    from zyquo_tui.trainer.encoding import encode_row
+
+    with TrainingClient.from_model(server.home / "models" / "zyquo-tiny", method="lora",
+                                   num_layers=-1) as client:
+        result = client.forward_backward(TrainingBatch([TEXTS[0]])).result()
+        tokens, _ = encode_row(client.tokenizer, TEXTS[0], None, False)
+    training = new_training_client(service_client, seed=41)
+    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens),
+                        loss_fn_inputs={"target_tokens": tokens[1:] + [0],
+                                        "weights": [1.0] * len(tokens)})
+    served = training.forward([datum], "cross_entropy").result().metrics["loss:sum"]
+    assert result.num_tokens == len(tokens)
+    assert served == pytest.approx(result.loss * result.num_tokens, rel=1e-5)
