@@ -26,7 +26,8 @@ class _Parser(argparse.ArgumentParser):
 COMMAND_MODULES = {"runs": "runs", "plan": "plan_cmd", "models": "models_cmd",
                    "data": "data_cmd", "sample": "sample", "doctor": "doctor",
                    "service": "service_cmd",
-                   "hosts": "hosts_cmd", "completion": "completion", "web": "web_cmd"}
+                   "hosts": "hosts_cmd", "completion": "completion", "web": "web_cmd",
+                   "serve": "serve_cmd"}
 
 
 def build_parser(command: str | None = None, action: str | None = None

@@ -17,6 +17,10 @@ through it, so a run and a hand-written loop take the same steps:
   `keep_on_non_finite`: such a step whose loss is not finite then leaves the weights and the
   optimizer's state as they were (the client discards that batch and goes on, as it does
   compiled apart; the run trainer stops the run instead);
+- the Tinker-compatible server (zyquo_tui/server) steps through it too, with its own rules
+  for a step: gradients summed over the forward-backward calls (`optim_step(average=False)`,
+  Tinker's losses are sums), a global norm to clip them to, and the optimizer's constants set
+  per call (`set_optimizer_constants`: Tinker's AdamParams come with every optim_step);
 - `save_state` / `load_state` write and read the trainer's checkpoint layout
   (trainer/checkpoints.py): weights, optimizer state, pending gradients, RNGs and the caller's
   metadata, so a run's checkpoint loads into a client and the other way round.
@@ -54,6 +58,9 @@ class StepEngine:
         self.grad_sum: Any = None  # gradients summed since the last update
         self.pending = 0  # forward-backward calls since the last update
         self._forward_backward: dict[Any, Callable] = {}
+        # The global gradient norm an update clips to (0: no clipping), compiled into the
+        # update; set with set_optimizer_constants.
+        self.clip_norm = 0.0
         self._update = self._compile_update()
         self._steps: dict[Any, Callable] = {}  # forward-backward and update, compiled together
         # Set by a caller that calls optim_step right after the next forward_backward.
@@ -95,8 +102,30 @@ class StepEngine:
         self.grad_sum, self.pending = saved
         self._applied = None
 
-    def optim_step(self) -> tuple[mx.array, mx.array]:
-        """Apply the pending gradients; (learning rate applied, gradient norm), unevaluated."""
+    def set_optimizer_constants(self, learning_rate: float | None = None,
+                                **constants: Any) -> None:
+        """Set the optimizer's hyperparameters for the next updates: the learning rate lives
+        in the optimizer's state (an input of the compiled update: no recompiling); the
+        others (an Adam's `betas`, `eps`, `weight_decay`; `clip_norm`, ours) are constants of
+        the compiled update, which is compiled again when one of them changes."""
+        if learning_rate is not None:
+            self.optimizer.learning_rate = learning_rate
+        changed = False
+        for name, value in constants.items():
+            owner = self if name == "clip_norm" else self.optimizer
+            if not hasattr(owner, name):
+                raise AttributeError(f"{type(owner).__name__} has no setting {name!r}")
+            if getattr(owner, name) != value:
+                setattr(owner, name, value)
+                changed = True
+        if changed:
+            self._update = self._compile_update()
+            self._steps.clear()
+
+    def optim_step(self, average: bool = True) -> tuple[mx.array, mx.array]:
+        """Apply the pending gradients; (learning rate applied, gradient norm), unevaluated.
+        `average`: divide their sum by the forward_backward calls that made them (mlx-lm's
+        accumulation rule); else apply the sum (Tinker's)."""
         if self.pending == 0:
             raise RuntimeError("optim_step needs gradients: call forward_backward first")
         if self._applied is not None:  # the forward-backward applied it already
@@ -104,7 +133,8 @@ class StepEngine:
             self.pending = 0
             self.step += 1
             return applied
-        norm = self._update(self.grad_sum, mx.array(self.pending, dtype=mx.float32))
+        count = self.pending if average else 1
+        norm = self._update(self.grad_sum, mx.array(count, dtype=mx.float32))
         learning_rate = self._applied_rate()
         self.grad_sum = None
         self.pending = 0
@@ -175,10 +205,15 @@ class StepEngine:
         return update
 
     def _apply(self, grad) -> mx.array:
-        """Apply the optimizer to the model with this gradient; the gradient's norm."""
+        """Apply the optimizer to the model with this gradient, clipped to `clip_norm` when
+        set; the gradient's norm before clipping."""
         squares = [mx.sum(mx.square(g.astype(mx.float32))) for _, g in tree_flatten(grad)]
+        norm = mx.sqrt(sum(squares))
+        if self.clip_norm > 0:
+            scale = mx.minimum(self.clip_norm / (norm + 1e-6), 1.0)
+            grad = tree_map(lambda g: g * scale.astype(g.dtype), grad)
         self.optimizer.update(self.model, grad)
-        return mx.sqrt(sum(squares))
+        return norm
 
     # -- weights -------------------------------------------------------------------------------
 

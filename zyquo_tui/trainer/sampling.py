@@ -121,3 +121,37 @@ def _decode(model, cache, inputs: mx.array, sampler, stops: set[int], max_tokens
         drawn, scores = upcoming
     return [Completion(tokenizer.decode(row), row, scores, reason, stop)
             for row, scores, reason, stop in zip(tokens, logprobs, finish, stopped_by)]
+def generate_until_stop(model, tokenizer, prompt_tokens: list[int], max_tokens: int,
+                        temperature: float = 1.0, top_p: float = 1.0, top_k: int = -1,
+                        stop: list[int] | list[str] | None = None) -> Completion:
+    """One completion as Tinker's sampler makes it (the server's `sample`): mlx-lm's own
+    generation step, with the stopping token kept at the end of `tokens` (a renderer reads
+    it), `stop` as Tinker takes it (None: the model's end-of-sequence tokens; token ids or
+    strings, which end the completion once its text holds one; [] never stops before
+    `max_tokens`), and top-k (-1: none). `logprobs` are the generated tokens' under the model
+    (temperature 1); the text is the tokens decoded whole."""
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    sampler = make_sampler(temp=temperature, top_p=top_p if 0 < top_p < 1 else 0.0,
+                           top_k=max(top_k, 0))
+    if stop is None:
+        stop_ids, stop_texts = set(tokenizer.eos_token_ids), []
+    else:
+        stop_ids = {s for s in stop if isinstance(s, int)}
+        stop_texts = [s for s in stop if isinstance(s, str)]
+    tokens: list[int] = []
+    logprobs: list[float] = []
+    finish = "length"
+    if max_tokens > 0:
+        steps = generate_step(mx.array(prompt_tokens), model, max_tokens=max_tokens,
+                              sampler=sampler)
+        for token, token_logprobs in steps:
+            token = int(token)
+            tokens.append(token)
+            logprobs.append(float(token_logprobs[token]))
+            if token in stop_ids or (stop_texts and any(s in tokenizer.decode(tokens)
+                                                        for s in stop_texts)):
+                finish = "stop"
+                break
+    return Completion(tokenizer.decode(tokens), tokens, logprobs, finish)

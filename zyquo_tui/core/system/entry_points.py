@@ -36,11 +36,15 @@ EXPORTER = EntryPoint("zyquo_tui.trainer.export",
 FILE_WORKER = EntryPoint("zyquo_tui.core.system.file_workers",
                          "works on one byte range of a file for its parent")
 
+TINKER_SERVER = EntryPoint("zyquo_tui.server",
+                           "serves the Tinker API (`zyquo-tui serve`): trains and samples for "
+                           "tinker programs")
+
 CLI = EntryPoint("zyquo_tui.__main__",
                  "the zyquo-tui command (the boot service runs `runs recover` with it)")
 
 ENTRY_POINTS = (TRAINER, PROBE, MEASURE, TOKEN_STATS, SAMPLE_BUILDER, RUNNER, FILE_WORKER,
-                TRY_GENERATE, EXPORTER, CLI)
+                TRY_GENERATE, EXPORTER, TINKER_SERVER, CLI)
 
 # The folder that holds the zyquo_tui package this process runs.
 _PACKAGE_PARENT = Path(__file__).resolve().parents[3]

@@ -1,0 +1,451 @@
+"""`zyquo-tui serve` driven by the official tinker SDK, as a Tinker program drives Tinker: a real
+server subprocess on loopback, the sample model, real training."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+tinker = pytest.importorskip("tinker")
+from tinker import types  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Server:
+    def __init__(self, home: Path, process: subprocess.Popen, url: str, key: str) -> None:
+        self.home, self.process, self.url, self.key = home, process, url, key
+
+    def post(self, path: str, content: bytes | str, key: str | None = "mine", **headers):
+        headers = dict(headers)
+        if key is not None:
+            headers["X-API-Key"] = self.key if key == "mine" else key
+        return httpx.post(f"{self.url}/api/v1/{path}", content=content, headers=headers,
+                          timeout=30)
+
+
+def start_server(home: Path) -> Server:
+    port = free_port()
+    env = {**os.environ, "ZYQUO_HOME": str(home)}
+    process = subprocess.Popen([sys.executable, "-m", "zyquo_tui", "serve", "--port", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    key_file = home / "tinker_api_key"
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read()
+        if key_file.is_file():
+            try:
+                key = key_file.read_text().strip()
+                if httpx.get(f"{url}/api/v1/healthz", headers={"X-API-Key": key},
+                             timeout=5).status_code == 200:
+                    return Server(home, process, url, key)
+            except httpx.TransportError:
+                pass
+        time.sleep(0.2)
+    raise AssertionError("the server did not answer within 120 s")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, sample_models):
+    home = tmp_path_factory.mktemp("tinker-home")
+    (home / "models").mkdir()
+    for name, folder in sample_models.items():
+        shutil.copytree(folder, home / "models" / name)
+    running = start_server(home)
+    yield running
+    if running.process.poll() is None:
+        os.killpg(running.process.pid, signal.SIGTERM)
+        try:
+            running.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(running.process.pid, signal.SIGKILL)
+            running.process.wait(timeout=10)
+
+
+@pytest.fixture
+def service_client(server, monkeypatch):
+    monkeypatch.setenv("TINKER_BASE_URL", server.url)
+    monkeypatch.setenv("TINKER_API_KEY", server.key)
+    monkeypatch.setenv("TINKER_TELEMETRY", "0")
+    client = tinker.ServiceClient()
+    yield client
+    client.close("success").result(timeout=60)
+
+
+def sft_datum(tokenizer, text: str) -> types.Datum:
+    ids = tokenizer.encode(text)
+    weights = [0.0] * 2 + [1.0] * (len(ids) - 3)  # the first tokens as a prompt: not trained
+    return types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
+                       loss_fn_inputs={"target_tokens": ids[1:], "weights": weights})
+
+
+TEXTS = ["The quick brown fox jumps over the lazy dog.", "Two plus two is four, not five."]
+
+
+def test_the_key_is_made_once_readable_by_its_owner_and_needed(server):
+    assert server.key.startswith("tml-")
+    assert (server.home / "tinker_api_key").stat().st_mode & 0o777 == 0o600
+    assert server.post("create_session", "{}", key=None).status_code == 401
+    assert server.post("create_session", "{}", key="tml-not-it").status_code == 401
+    refused = httpx.get(f"{server.url}/api/v1/get_server_capabilities", timeout=30)
+    assert refused.status_code == 401 and "TINKER_API_KEY" in refused.json()["detail"]
+
+
+def test_capabilities_list_the_library_models_by_name_and_folder(server, service_client):
+    names = [m.model_name for m in tinker.RestClient().get_server_capabilities().result()
+             .supported_models]
+    assert "zyquo-tiny" in names
+    assert str((server.home / "models" / "zyquo-tiny").resolve()) in names
+
+
+def test_a_supervised_loop_through_the_sdk_lowers_the_summed_loss(server, service_client):
+    training = service_client.create_lora_training_client(base_model="zyquo-tiny", rank=8,
+                                                          seed=3).result()
+    info = training.get_info()
+    assert info.lora_rank == 8 and info.model_data.model_name == "zyquo-tiny"
+    tokenizer = training.get_tokenizer()
+    data = [sft_datum(tokenizer, text) for text in TEXTS]
+    losses = []
+    for _ in range(10):
+        forward_backward = training.forward_backward(data, "cross_entropy")
+        step = training.optim_step(types.AdamParams(learning_rate=1e-2))
+        result = forward_backward.result()
+        assert step.result().metrics["learning_rate:mean"] == pytest.approx(1e-2)
+        losses.append(result.metrics["loss:sum"])
+        # Tinker's cross_entropy: the sum over tokens of -weight * log p(target), with each
+        # datum's per-token log-probabilities returned.
+        summed = 0.0
+        for datum, output in zip(data, result.loss_fn_outputs, strict=True):
+            logprobs = np.asarray(output["logprobs"].data)
+            weights = np.asarray(datum.loss_fn_inputs["weights"].data)
+            assert logprobs.shape == weights.shape and (logprobs <= 0).all()
+            summed += float(-(weights * logprobs).sum())
+        assert result.metrics["loss:sum"] == pytest.approx(summed, rel=1e-4)
+    assert losses[-1] < 0.8 * losses[0] and min(losses[5:]) < min(losses[:5]), losses
+
+
+def new_training_client(service_client, seed: int = 7):
+    return service_client.create_lora_training_client(base_model="zyquo-tiny", rank=4,
+                                                      seed=seed).result()
+
+
+ADAM = types.AdamParams(learning_rate=1e-2)
+
+
+def step(training, data, loss_fn="cross_entropy", config=None) -> float:
+    forward_backward = training.forward_backward(data, loss_fn, config)
+    training.optim_step(ADAM).result()
+    return forward_backward.result().metrics["loss:sum"]
+
+
+def test_an_rl_loop_samples_scores_and_trains_with_importance_sampling(server, service_client):
+    training = new_training_client(service_client)
+    tokenizer = training.get_tokenizer()
+    prompt = tokenizer.encode("Count: one two")
+    wanted = prompt[-1]  # the reward: how often the completion repeats the prompt's last token
+    for iteration in range(3):
+        sampler = training.save_weights_and_get_sampling_client().result()
+        result = sampler.sample(types.ModelInput.from_ints(prompt), 4,
+                                types.SamplingParams(max_tokens=6, temperature=1.0,
+                                                     seed=iteration, stop=[])).result()
+        assert len(result.sequences) == 4
+        rewards = [sum(t == wanted for t in s.tokens) / len(s.tokens) for s in result.sequences]
+        mean = sum(rewards) / len(rewards)
+        data, advantages_sum = [], 0.0
+        for sequence, reward in zip(result.sequences, rewards, strict=True):
+            assert len(sequence.tokens) == 6 and sequence.stop_reason == "length"
+            tokens = prompt + sequence.tokens
+            n = len(tokens) - 1
+            completion = len(sequence.tokens)
+            advantages = [0.0] * (n - completion) + [reward - mean + 0.25] * completion
+            advantages_sum += sum(advantages)
+            data.append(types.Datum(
+                model_input=types.ModelInput.from_ints(tokens[:-1]),
+                loss_fn_inputs={"target_tokens": tokens[1:],
+                                "logprobs": [0.0] * (n - completion) + sequence.logprobs,
+                                "advantages": advantages}))
+        loss = step(training, data, "importance_sampling")
+        # Sampled with the weights being trained: every ratio is 1 before the update, so the
+        # loss is minus the advantages' sum (the sampler's log-probabilities are the trainer's).
+        assert loss == pytest.approx(-advantages_sum, rel=1e-3, abs=1e-3)
+
+
+def test_a_state_saved_with_its_optimizer_goes_on_as_if_never_stopped(server, service_client):
+    training = new_training_client(service_client, seed=11)
+    data = [sft_datum(training.get_tokenizer(), text) for text in TEXTS]
+    for _ in range(3):
+        step(training, data)
+    path = training.save_state("after-3").result().path
+    assert path.startswith("tinker://") and path.endswith("/weights/after-3")
+    went_on = [step(training, data) for _ in range(2)]
+
+    resumed = service_client.create_training_client_from_state_with_optimizer(path).result()
+    assert [step(resumed, data) for _ in range(2)] == pytest.approx(went_on, rel=1e-5)
+    # Without the optimizer's moments the first step is a fresh Adam step: not the same.
+    fresh = service_client.create_training_client_from_state(path).result()
+    first = fresh.forward(data, "cross_entropy").result().metrics["loss:sum"]
+    assert first == pytest.approx(went_on[0], rel=1e-5)  # same weights...
+    step(fresh, data)
+    assert step(fresh, data) != pytest.approx(went_on[1], rel=1e-5)  # ...another optimizer
+
+
+def test_forward_backward_custom_trains_as_the_built_in_loss_it_restates(server,
+                                                                         service_client):
+    torch = pytest.importorskip("torch")
+    built_in, custom = new_training_client(service_client, 5), new_training_client(
+        service_client, 5)
+    data = [sft_datum(built_in.get_tokenizer(), text) for text in TEXTS]
+
+    def negative_log_likelihood(datums, logprobs):
+        loss = sum((-lp * torch.tensor(d.loss_fn_inputs["weights"].data)).sum()
+                   for d, lp in zip(datums, logprobs, strict=True))
+        return loss, {"custom:sum": float(loss)}
+
+    expected = step(built_in, data)
+    forward_backward = custom.forward_backward_custom(data, negative_log_likelihood)
+    custom.optim_step(ADAM).result()
+    result = forward_backward.result()
+    assert result.metrics["loss:sum"] == pytest.approx(expected, rel=1e-5)
+    after = [c.forward(data, "cross_entropy").result().metrics["loss:sum"]
+             for c in (built_in, custom)]
+    assert after[1] == pytest.approx(after[0], rel=1e-4) and after[0] < expected
+
+
+def test_a_sampling_client_from_saved_weights_samples_as_the_trained_model(server,
+                                                                         service_client):
+    training = new_training_client(service_client, seed=13)
+    tokenizer = training.get_tokenizer()
+    data = [sft_datum(tokenizer, text) for text in TEXTS]
+    for _ in range(4):
+        step(training, data)
+    prompt = types.ModelInput.from_ints(tokenizer.encode("The quick"))
+    greedy = types.SamplingParams(max_tokens=8, temperature=0.0, stop=[])
+    live = training.save_weights_and_get_sampling_client().result()
+    path = training.save_weights_for_sampler("four-steps").result().path
+    assert "/sampler_weights/four-steps" in path
+    step(training, data)  # later training changes neither sampler
+    saved = service_client.create_sampling_client(model_path=path).result()
+    base = service_client.create_sampling_client(base_model="zyquo-tiny").result()
+    answers = [s.sample(prompt, 1, greedy).result().sequences[0].tokens
+               for s in (live, saved, base)]
+    assert answers[0] == answers[1] and len(answers[0]) == 8
+    logprobs = [s.compute_logprobs(prompt).result() for s in (live, saved, base)]
+    assert logprobs[0][0] is None and logprobs[0][1:] == pytest.approx(logprobs[1][1:],
+                                                                       rel=1e-5)
+    assert logprobs[2][1:] != pytest.approx(logprobs[0][1:], rel=1e-3)
+
+
+def runs_cli(server, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "zyquo_tui", "runs", *args],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "ZYQUO_HOME": str(server.home)})
+
+
+def run_of(server, name_part: str) -> dict:
+    import json
+
+    listed = json.loads(runs_cli(server, "list", "--json").stdout)
+    rows = listed if isinstance(listed, list) else listed.get("runs", [])
+    return next(row for row in rows if name_part in row.get("name", ""))
+
+
+def test_each_training_client_is_a_run_with_its_steps_and_a_cancel_ends_it(server,
+                                                                          service_client):
+    from zyquo_tui.core.events.protocol import read_events
+
+    training = new_training_client(service_client, seed=17)
+    data = [sft_datum(training.get_tokenizer(), text) for text in TEXTS]
+    losses = [step(training, data) for _ in range(3)]
+    session = training.model_id.split(":")[0]
+    run = run_of(server, session)
+    assert run["state"] == "running"
+    events = read_events(server.home / "runs" / run["id"] / "events.jsonl")
+    train = [e for e in events if e["type"] == "train"]
+    assert [e["iteration"] for e in train] == [1, 2, 3]
+    assert [e["train_loss"] for e in train] == pytest.approx(losses, rel=1e-6)
+    assert all(e["learning_rate"] == pytest.approx(1e-2) for e in train)
+    path = training.save_state("kept").result().path
+    assert path == f"tinker://{run['id']}/weights/kept"
+    assert any(e["type"] == "checkpoint" for e in
+               read_events(server.home / "runs" / run["id"] / "events.jsonl"))
+
+    done = runs_cli(server, "cancel", run["id"])
+    assert done.returncode == 0, done.stderr
+    with pytest.raises(tinker.RequestFailedError, match="was cancelled"):
+        training.forward_backward(data, "cross_entropy").result()
+    assert run_of(server, session)["state"] == "cancelled"
+    # The server and other programs go on.
+    other = new_training_client(service_client, seed=18)
+    assert step(other, data) > 0
+
+
+def test_malformed_requests_get_one_sentence_and_the_session_goes_on(server, service_client):
+    training = new_training_client(service_client, seed=19)
+    data = [sft_datum(training.get_tokenizer(), text) for text in TEXTS]
+    before = step(training, data)
+    bodies = [("forward_backward", b"\xff\x00 not a protobuf"), ("optim_step", "{not json"),
+              ("optim_step", '{"model_id": 3}'), ("create_model", "[]"),
+              ("asample", '{"prompt": {"chunks": "x"}}'), ("retrieve_future", "null")]
+    for index in range(100):
+        path, body = bodies[index % len(bodies)]
+        answer = server.post(path, body, **{"Content-Type": "application/json"})
+        assert answer.status_code == 400, (path, answer.text)
+        sentence = answer.json()["detail"]
+        assert sentence.endswith(".") and "\n" not in sentence and "Traceback" not in sentence
+    assert step(training, data) < before
+
+
+def test_the_tinker_example_trains_saves_and_samples(server):
+    from conftest import REPO
+
+    env = {**os.environ, "TINKER_BASE_URL": server.url, "TINKER_API_KEY": server.key,
+           "TINKER_TELEMETRY": "0"}
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "tinker_sft.py"), "--steps",
+                           "8"], capture_output=True, text=True, timeout=600, env=env,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-2000:]
+    import re
+
+    per_token = [float(x) for x in re.findall(r"\(([\d.]+) per token\)", done.stdout)]
+    assert len(per_token) == 8 and per_token[-1] < per_token[0]
+    assert re.search(r"^saved tinker://\S+/weights/tinker-sft$", done.stdout, flags=re.M)
+    assert "answer: " in done.stdout
+
+
+def test_a_training_client_that_wont_fit_is_refused_with_the_memory_verdict(server,
+                                                                           service_client):
+    future = service_client.create_lora_training_client(base_model="zyquo-tiny",
+                                                        rank=4_000_000)
+    with pytest.raises(tinker.RequestFailedError, match="won't fit in memory") as refused:
+        future.result()
+    assert "\n" not in str(refused.value).split(" for self.request_id")[0]
+    fine = new_training_client(service_client, seed=23)  # the server goes on
+    assert fine.get_info().lora_rank == 4
+
+
+def test_two_programs_at_once_do_not_move_each_others_training(server, service_client):
+    alone = new_training_client(service_client, seed=29)
+    data = [sft_datum(alone.get_tokenizer(), TEXTS[0])]
+    other_data = [sft_datum(alone.get_tokenizer(), TEXTS[1])]
+    expected = [step(alone, data) for _ in range(3)]
+    other_program = tinker.ServiceClient()
+    try:
+        again = new_training_client(service_client, seed=29)
+        other = new_training_client(other_program, seed=31)
+        losses = []
+        for _ in range(3):
+            losses.append(step(again, data))
+            step(other, other_data)
+            other.save_weights_and_get_sampling_client().result().sample(
+                types.ModelInput.from_ints([1, 2, 3]), 1,
+                types.SamplingParams(max_tokens=3, temperature=1.0)).result()
+        assert losses == pytest.approx(expected, rel=1e-6)
+    finally:
+        other_program.close("success").result(timeout=60)
+
+
+def test_a_program_that_vanishes_leaves_its_run_interrupted(tmp_path, sample_models,
+                                                           monkeypatch):
+    # A server of its own that waits 2 s for a heartbeat; the "program" is plain HTTP, so it
+    # can stop beating as a killed process would.
+    monkeypatch.setenv("ZYQUO_TINKER_HEARTBEAT_TIMEOUT", "2")
+    home = tmp_path / "home"
+    (home / "models").mkdir(parents=True)
+    shutil.copytree(sample_models["zyquo-tiny"], home / "models" / "zyquo-tiny")
+    quiet = start_server(home)
+    try:
+        session = quiet.post("create_session", '{"tags": [], "user_metadata": null, '
+                             '"sdk_version": "0.38.0"}').json()["session_id"]
+        created = quiet.post("create_model", f'{{"session_id": "{session}", "model_seq_id": 0, '
+                             '"base_model": "zyquo-tiny", "lora_config": {"rank": 2}}').json()
+        answer = quiet.post("retrieve_future", f'{{"request_id": "{created["request_id"]}"}}')
+        assert answer.json().get("model_id") == created["model_id"], answer.text
+        deadline = time.monotonic() + 60
+        while run_of(quiet, session)["state"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert run_of(quiet, session)["state"] == "interrupted"
+        late = quiet.post("optim_step", f'{{"model_id": "{created["model_id"]}", '
+                          '"adam_params": {"learning_rate": 0.001}}')
+        assert late.status_code == 410 and "no heartbeat" in late.json()["detail"]
+    finally:
+        os.killpg(quiet.process.pid, signal.SIGTERM)
+        quiet.process.wait(timeout=30)
+
+
+def test_serve_detach_outlives_its_command_and_serves(tmp_path):
+    home = tmp_path / "home"
+    port = free_port()
+    done = subprocess.run([sys.executable, "-m", "zyquo_tui", "serve", "--detach", "--port",
+                           str(port)], capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL, env={**os.environ, "ZYQUO_HOME": str(home)})
+    assert done.returncode == 0, done.stderr
+    import re
+
+    pid = int(re.search(r"\(pid (\d+),", done.stdout).group(1))
+    try:
+        key = (home / "tinker_api_key").read_text().strip()
+        assert f"TINKER_API_KEY={key}" in done.stdout
+        assert os.getsid(pid) == pid  # a session of its own: a closed terminal does not end it
+        answer = httpx.get(f"http://127.0.0.1:{port}/api/v1/healthz",
+                           headers={"X-API-Key": key}, timeout=10)
+        assert answer.json() == {"status": "ok"}
+    finally:
+        os.killpg(pid, signal.SIGTERM)
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+
+
+def test_waiting_on_a_forward_backward_before_its_step_gives_the_same_training(
+        server, service_client):
+    # Submitted together, the two run as one compiled step; waited on first, the
+    # forward_backward runs alone. Same losses either way.
+    together, apart = new_training_client(service_client, 37), new_training_client(
+        service_client, 37)
+    data = [sft_datum(together.get_tokenizer(), text) for text in TEXTS]
+    expected = [step(together, data) for _ in range(3)]
+    losses = []
+    for _ in range(3):
+        losses.append(apart.forward_backward(data, "cross_entropy").result()
+                      .metrics["loss:sum"])
+        apart.optim_step(ADAM).result()
+    assert losses == pytest.approx(expected, rel=1e-5)
+
+
+def test_cross_entropy_through_the_server_is_the_clients_sft_sum(server, service_client):
+    # Before any step, LoRA adds nothing: both are the base model. The client's SFT loss is
+    # mlx-lm's mean over its mask, which also trains the prediction after a row's last token
+    # (its target the padding token 0): the same positions as a Datum whose last target is 0.
+    from zyquo_tui.client import TrainingBatch, TrainingClient
+    from zyquo_tui.trainer.encoding import encode_row
+
+    with TrainingClient.from_model(server.home / "models" / "zyquo-tiny", method="lora",
+                                   num_layers=-1) as client:
+        result = client.forward_backward(TrainingBatch([TEXTS[0]])).result()
+        tokens, _ = encode_row(client.tokenizer, TEXTS[0], None, False)
+    training = new_training_client(service_client, seed=41)
+    datum = types.Datum(model_input=types.ModelInput.from_ints(tokens),
+                        loss_fn_inputs={"target_tokens": tokens[1:] + [0],
+                                        "weights": [1.0] * len(tokens)})
+    served = training.forward([datum], "cross_entropy").result().metrics["loss:sum"]
+    assert result.num_tokens == len(tokens)
+    assert served == pytest.approx(result.loss * result.num_tokens, rel=1e-5)

@@ -1,0 +1,47 @@
+"""The server process: `python -m zyquo_tui.server --host H --port P` (`zyquo-tui serve`
+starts it). Prints where it listens and its key, then serves until stopped."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from zyquo_tui.core.errors import UserError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m zyquo_tui.server")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    args = parser.parse_args(argv)
+    try:
+        return serve(args.host, args.port)
+    except UserError as error:
+        print(f"zyquo-tui serve: {error.message}", file=sys.stderr)
+        return error.exit_status
+
+
+def serve(host: str, port: int) -> int:
+    import uvicorn
+
+    from zyquo_tui.core.store.paths import zyquo_home
+    from zyquo_tui.core.store.server_key import load_or_create_key
+    from zyquo_tui.server.app import make_app
+    from zyquo_tui.server.models import capabilities, resolve
+    from zyquo_tui.server.service import Service
+
+    home = zyquo_home()
+    key = load_or_create_key(home)
+    app = make_app(Service(home), key, resolve, capabilities)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"zyquo-tui serve: Tinker API on http://{shown}:{port}\n"
+          f"  export TINKER_BASE_URL=http://{shown}:{port}\n"
+          f"  export TINKER_API_KEY={key}", flush=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

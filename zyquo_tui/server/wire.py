@@ -1,0 +1,134 @@
+"""The Tinker SDK's protobuf messages in and out, with the SDK's own generated classes.
+
+The SDK sends a forward_backward as a `ForwardBackwardRequest` protobuf (its
+`tinker/proto/request_conv.py` writes it) and reads `ForwardBackwardOutput` and
+`SampleResponse` results as protobufs only (`tinker/proto/response_conv.py` reads them), so
+these are read and written here with `tinker.proto.tinker_public_pb2`, the SDK's own
+definitions: never a hand-written parser. Everything else on the wire is JSON, validated with
+the SDK's pydantic request types (server/app.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from google.protobuf.message import DecodeError
+from tinker.proto import tinker_public_pb2 as pb
+
+
+class WireError(ValueError):
+    """A request body that cannot be read: its message is the one sentence the 400 carries."""
+
+
+@dataclass
+class WireDatum:
+    tokens: np.ndarray  # (N,) int32: the model's input
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)  # loss_fn_inputs, dense
+
+
+@dataclass
+class ForwardBackwardCall:
+    model_id: str
+    seq_id: int
+    loss_fn: str
+    config: dict[str, float | str]
+    forward_only: bool
+    data: list[WireDatum]
+
+
+_DTYPES = {pb.DTYPE_FLOAT32: np.float32, pb.DTYPE_INT64: np.int64, pb.DTYPE_INT32: np.int32}
+
+
+def _tensor(message: pb.Tensor, where: str) -> np.ndarray:
+    dtype = _DTYPES.get(message.dtype)
+    if dtype is None:
+        raise WireError(f"{where} has a tensor dtype this server does not read "
+                        f"({message.dtype}); send float32 or int64.")
+    shape = [int(s) for s in message.shape]
+    try:
+        if message.HasField("sparse_csr"):
+            csr = message.sparse_csr
+            values = np.frombuffer(csr.values, dtype=dtype)
+            rows = np.frombuffer(csr.crow_indices, dtype=np.int64)
+            cols = np.frombuffer(csr.col_indices, dtype=np.int64)
+            dense = np.zeros(shape, dtype=dtype)
+            for row in range(len(rows) - 1):
+                dense[row, cols[rows[row]:rows[row + 1]]] = values[rows[row]:rows[row + 1]]
+            return dense
+        values = np.frombuffer(message.dense, dtype=dtype)
+        return values.reshape(shape) if shape else values
+    except (ValueError, IndexError) as error:
+        raise WireError(f"{where} does not match its shape {shape}: {error}.") from None
+
+
+def read_forward_backward(body: bytes) -> ForwardBackwardCall:
+    """A forward_backward request's datums as arrays; WireError when it cannot be read."""
+    message = pb.ForwardBackwardRequest()
+    try:
+        message.ParseFromString(body)
+    except DecodeError:
+        raise WireError("The forward_backward body is not a ForwardBackwardRequest protobuf "
+                        "(tinker/proto): send it with the tinker SDK.") from None
+    if not message.model_id:
+        raise WireError("The forward_backward request names no model_id.")
+    config: dict[str, float | str] = {}
+    for key, value in message.loss_fn_config.items():
+        config[key] = float(value)
+    for key, value in message.loss_fn_config_v2.items():  # preferred when both are set
+        config[key] = value.text if value.WhichOneof("value") == "text" else float(value.number)
+    data = []
+    for index, datum in enumerate(message.data):
+        pieces = []
+        for chunk in datum.model_input:
+            if chunk.WhichOneof("chunk") != "encoded_text":
+                raise WireError(f"Datum {index} has a {chunk.WhichOneof('chunk')} chunk; this "
+                                "server reads token chunks (ModelInput.from_ints) only.")
+            pieces.append(np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32))
+        tokens = np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
+        inputs = {name: _tensor(tensor, f"Datum {index}'s {name}")
+                  for name, tensor in datum.loss_fn_inputs.items()}
+        data.append(WireDatum(tokens, inputs))
+    return ForwardBackwardCall(message.model_id, int(message.seq_id), message.loss_fn, config,
+                               bool(message.forward_only), data)
+
+
+def _batched(arrays: list[np.ndarray], dtype, proto_dtype) -> pb.BatchedTensor:
+    flat = [np.ascontiguousarray(a, dtype=dtype).reshape(-1) for a in arrays]
+    offsets = np.zeros(len(flat) + 1, dtype=np.int64)
+    np.cumsum([a.nbytes for a in flat], out=offsets[1:])
+    return pb.BatchedTensor(data=b"".join(a.tobytes() for a in flat), offsets=offsets.tobytes(),
+                            dtype=proto_dtype)
+
+
+def forward_backward_output(outputs: list[dict[str, np.ndarray]], metrics: dict[str, float]
+                            ) -> bytes:
+    """ForwardBackwardOutput protobuf bytes: one float32 array per datum and field."""
+    record = pb.ArrayRecord(type_tag="ArrayRecord", num_datums=len(outputs))
+    for name in (outputs[0] if outputs else {}):
+        record.fields[name].CopyFrom(_batched([o[name] for o in outputs], np.float32,
+                                              pb.DTYPE_FLOAT32))
+    message = pb.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord",
+                                       loss_fn_outputs=[record], metrics=metrics)
+    return message.SerializeToString()
+
+
+@dataclass
+class Sequence:
+    tokens: list[int]
+    logprobs: list[float]
+    stop_reason: str  # "stop" or "length"
+
+
+def sample_response(sequences: list[Sequence], prompt_logprobs: np.ndarray | None) -> bytes:
+    """SampleResponse protobuf bytes; prompt log-probabilities NaN where there is none."""
+    message = pb.SampleResponse()
+    for sequence in sequences:
+        item = message.sequences.add()
+        item.stop_reason = (pb.STOP_REASON_STOP if sequence.stop_reason == "stop"
+                            else pb.STOP_REASON_LENGTH)
+        item.tokens = np.asarray(sequence.tokens, dtype=np.int32).tobytes()
+        item.logprobs = np.asarray(sequence.logprobs, dtype=np.float32).tobytes()
+    if prompt_logprobs is not None:
+        message.prompt_logprobs = np.asarray(prompt_logprobs, dtype=np.float32).tobytes()
+    return message.SerializeToString()
