@@ -10,6 +10,8 @@ long the machine takes.
 
 from __future__ import annotations
 
+import shutil
+
 from conftest import SAMPLE_DATA
 from test_setup_flow import choose
 from test_setup_helpers import open_new_run, settle, type_into, until
@@ -18,6 +20,7 @@ from test_setup_helpers import setup_dashboard as dashboard
 from zyquo_tui.core.events.protocol import GRPO_METRICS, read_events
 from zyquo_tui.core.memory.advisor import Verdict
 from zyquo_tui.core.runs.run import RunState
+from zyquo_tui.core.runs.settings import SETTINGS
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.dashboard.screens.live_metrics_screen import LiveMetricsScreen
 from zyquo_tui.dashboard.widgets.completions_panel import CompletionsPanel
@@ -25,6 +28,7 @@ from zyquo_tui.dashboard.widgets.loss_chart import LossChart
 from zyquo_tui.dashboard.widgets.metric_sparkline import MetricSparkline
 
 RL = str(SAMPLE_DATA / "rl")
+COMPLETIONS = str(SAMPLE_DATA / "completions")
 # A few steps of two prompts, two answers each, of at most eight tokens: seconds of training.
 SHORT_GRPO = (("reward_functions", "exact_answer, length"), ("group_size", "2"),
               ("max_completion_tokens", "8"), ("iters", "6"), ("batch_size", "2"),
@@ -107,6 +111,45 @@ async def test_a_grpo_run_set_up_in_the_form_trains_and_shows_its_rewards(models
             assert panel.display and panel.step == 6
             last = [s for s in samples if s["iteration"] == 6]
             assert f"› {last[0]['prompt']}" in str(panel.text)
+        finally:
+            if run_id is not None and not app.service.store.get(run_id).state.is_terminal:
+                app.service.supervisor.cancel(run_id)
+
+
+async def test_a_distill_run_set_up_in_the_form_trains_from_the_sample_teacher(models,
+                                                                             teacher_model):
+    """The sample model and the shipped completions from the lists; → turns sft to distill,
+    the sample's teacher is typed by its name, a few steps are set: s starts it, and it
+    completes with the teacher's folder in its settings and a falling loss (the KL from the
+    teacher) in its events."""
+    installed = shutil.copytree(teacher_model, models["zyquo-tiny"].parent / teacher_model.name)
+    app = dashboard()
+    run_id = None
+    async with app.run_test(size=(120, 40)) as pilot:
+        try:
+            screen = await open_new_run(pilot)
+            await choose(pilot, "model", "zyquo-tiny")
+            await choose(pilot, "dataset", "completions")
+            await settle(pilot, screen)
+            assert screen.objective == "sft"
+            screen.query_one("#objective").focus()
+            await pilot.press("right")  # sft → distill
+            assert screen.objective == "distill"
+            for key, value in (("teacher", "zyquo-tiny-teacher"), ("iters", "4"),
+                               ("batch_size", "2"), ("learning_rate", "1e-3"),
+                               ("steps_per_report", "1"), ("steps_per_eval", "4"),
+                               ("save_every", "4"), ("val_batches", "1")):
+                await type_into(pilot, screen, key, value)
+            run_id = await start_from_the_form(pilot, screen)
+            run = RunStore().get(run_id)
+            assert run.objective == "distill" and run.data == COMPLETIONS
+            assert SETTINGS["teacher"].get(run.hyperparameters) == str(installed.resolve())
+
+            state = await until_ended(pilot, run_id)
+            assert state is RunState.COMPLETED, RunStore().get(run_id).failure
+            events = read_events(RunStore().run_dir(run_id) / "events.jsonl")
+            losses = [e["train_loss"] for e in events if e["type"] == "train"]
+            assert len(losses) == 4 and losses[-1] < losses[0]
         finally:
             if run_id is not None and not app.service.store.get(run_id).state.is_terminal:
                 app.service.supervisor.cancel(run_id)

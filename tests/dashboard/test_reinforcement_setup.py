@@ -11,6 +11,7 @@ this machine.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,60 @@ async def test_chat_rows_offer_sft_and_distill_and_distill_asks_for_its_teacher(
         assert run.hyperparameters.zyquo_tui == {
             "objective": "distill", "teacher": str(models["zyquo-tiny"]),
             "distill_temperature": 2.0}
+
+
+def other_tokenizer(model: Path, folder: Path) -> Path:
+    """A copy of `model` whose tokenizer maps two tokens to each other's ids: the same shapes
+    and files, another vocabulary."""
+    shutil.copytree(model, folder)
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    first, second = list(vocab)[-2:]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    return folder
+
+
+async def test_the_teacher_field_takes_a_models_name_and_refuses_another_tokenizer(
+        models, teacher_model, tmp_path):
+    """Distill on the chat sample: with no teacher the field is marked with the draft's
+    sentence; a copy of the sample model with another tokenizer is marked with the sentence
+    `runs new` refuses it with, and s is refused with it and focuses the field; the sample's
+    teacher typed by its name (as `zyquo-tui models` lists it) is taken, and the run saved
+    holds the teacher's folder."""
+    installed = Path(shutil.copytree(teacher_model, models["zyquo-tiny"].parent
+                                     / teacher_model.name))
+    other = other_tokenizer(models["zyquo-tiny"], tmp_path / "other-tokenizer")
+    model = models["zyquo-tiny"]
+    app = dashboard(lambda home: FixedSources(home, lengths=[60]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, model=str(model), data=CHAT)
+        await settle(pilot, screen)
+        screen.query_one("#objective", ChoicePicker).focus()
+        await pilot.press("right")  # sft → distill
+        assert screen.objective == "distill"
+        assert mark(screen, "teacher") == draft_sentence(model, CHAT, "teacher",
+                                                         objective="distill")
+
+        await type_into(pilot, screen, "teacher", str(other))
+        refusal = draft_sentence(model, CHAT, "teacher", objective="distill",
+                                 teacher=str(other))
+        assert "the teacher other-tokenizer has another tokenizer than the model " \
+               "zyquo-tiny" in refusal
+        assert mark(screen, "teacher") == refusal
+        await pilot.press("escape", "s")
+        await pilot.pause()
+        assert [n.message for n in app._notifications][-1] == refusal
+        assert screen.focused is screen.form.row("teacher").control
+        assert RunStore().list() == []
+
+        await type_into(pilot, screen, "teacher", "zyquo-tiny-teacher")
+        assert mark(screen, "teacher") is None and not screen.field_errors
+        await pilot.press("escape", "d")
+        await until(pilot, lambda: RunStore().list(), "the saved run")
+        run = RunStore().list()[0]
+        assert run.objective == "distill"
+        assert SETTINGS["teacher"].get(run.hyperparameters) == str(installed.resolve())
 
 
 async def test_each_reward_refusal_is_marked_at_its_field_in_the_drafts_words(
