@@ -22,6 +22,7 @@ from zyquo_tui.core.memory.advisor import Verdict
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.runs.settings import SETTINGS
 from zyquo_tui.core.store.store import RunStore
+from zyquo_tui.dashboard.messages import RunEnded
 from zyquo_tui.dashboard.screens.live_metrics_screen import LiveMetricsScreen
 from zyquo_tui.dashboard.widgets.completions_panel import CompletionsPanel
 from zyquo_tui.dashboard.widgets.loss_chart import LossChart
@@ -62,10 +63,10 @@ async def until_ended(pilot, run_id: str) -> RunState:
 async def test_a_grpo_run_set_up_in_the_form_trains_and_shows_its_rewards(models):
     """The sample model and the shipped prompts with answers (rl) from the lists: grpo is the
     objective; two rewards, groups of two, short answers and six steps typed into the fields;
-    s starts it. It completes; each step's event has the grpo figures (reward mean and
-    spread, each reward's mean, KL, answer length, clipped share), and the live metrics draw
-    the reward sparkline from them, chart the reward and show the last evaluation's
-    completions with their rewards."""
+    s starts it. It completes, and its notification gives its mean reward; each step's event
+    has the grpo figures (reward mean and spread, each reward's mean, KL, answer length,
+    clipped share), and the live metrics draw the reward sparkline from them, chart the
+    reward and show the last evaluation's completions with their rewards."""
     app = dashboard()
     run_id = None
     async with app.run_test(size=(120, 40)) as pilot:
@@ -96,6 +97,13 @@ async def test_a_grpo_run_set_up_in_the_form_trains_and_shows_its_rewards(models
                 assert 0 < train["completion_length"] <= 8 + 1  # the stop token counts
             samples = [e for e in events if e["type"] == "sample"]
             assert {s["iteration"] for s in samples} == {1, 3, 6}
+            # The notification says how it did by its reward (its validation loss is the
+            # GRPO objective, near 0 whatever it learnt). Asked for here, not awaited: a run
+            # that ends between two polls of the dashboard is not notified.
+            app.on_run_ended(RunEnded(run_id, "completed"))
+            await pilot.pause()
+            said = f"{run.name} completed 6 steps; mean reward {trains[-1]['reward_mean']:.4f}."
+            assert said in [n.message for n in app._notifications]
 
             feed = app.service.feed(run_id)
             await until(pilot, lambda: feed.loaded and feed.metrics.step == 6,

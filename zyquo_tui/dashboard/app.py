@@ -153,8 +153,17 @@ class ZyquoApp(App[None]):
             best = summary.get("best_val_loss")
             if best is None and loaded and feed.metrics.best_val() is not None:
                 best = feed.metrics.best_val()[1]
-            body = f"{run.name} completed" + (f" {step} steps" if step is not None else "") + (
-                f"; best validation loss {best:.4f}." if best is not None else ".")
+            reward = summary.get("reward_mean")
+            if reward is None and loaded:
+                reward = feed.metrics.series["reward_mean"].last
+            # A grpo run's validation loss is its objective, near 0 whatever it learnt: its
+            # mean reward is what says how it did.
+            if run.objective == "grpo" and reward is not None:
+                figure = f"; mean reward {reward:.4f}."
+            else:
+                figure = f"; best validation loss {best:.4f}." if best is not None else "."
+            body = f"{run.name} completed" + (f" {step} steps" if step is not None else "") \
+                + figure
             if summary.get("stop_message"):
                 body += " " + summary["stop_message"]
             self.service.apply_retention(run.id)
