@@ -16,7 +16,9 @@ def fmt_loss(value: float | None) -> str:
         return DASH
     if not math.isfinite(value):
         return str(value)
-    return f"{value:.4f}"
+    # A GRPO objective is near 0 from either side: -1e-9 reads as 0.0000, not -0.0000.
+    text = f"{value:.4f}"
+    return "0.0000" if text == "-0.0000" else text
 
 
 def fmt_reward(value: float | None) -> str:
