@@ -139,7 +139,8 @@ async def test_chat_rows_offer_sft_and_distill_and_distill_asks_for_its_teacher(
         assert screen.objective == "distill"
         assert rows_shown(screen) == GROUP_KEYS[DISTILLATION] | {"max_completion_tokens"}
         no_teacher = draft_sentence(models["zyquo-tiny"], CHAT, "teacher", objective="distill")
-        assert "needs a teacher" in no_teacher
+        assert "needs a teacher (--teacher): a model with the same tokenizer, by its name " \
+               "as `zyquo-tui models` lists it or by its folder." in no_teacher
         assert mark(screen, "teacher") == no_teacher
 
         await pilot.press("s")

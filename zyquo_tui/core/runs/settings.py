@@ -626,8 +626,10 @@ def _batch_splits_across_ranks(hp: Hyperparameters) -> list[Problem]:
 
 def _distillation_needs_a_teacher(hp: Hyperparameters) -> list[Problem]:
     if SETTINGS["objective"].get(hp) == "distill" and SETTINGS["teacher"].get(hp) is None:
-        return [Problem("teacher", "the distill objective needs a teacher: give --teacher "
-                                   "MODEL_FOLDER, a model with the same tokenizer.")]
+        # Said so that it reads at the form's Teacher field as well as after `runs new`.
+        return [Problem("teacher", "the distill objective needs a teacher (--teacher): a "
+                                   "model with the same tokenizer, by its name as `zyquo-tui "
+                                   "models` lists it or by its folder.")]
     return []
 
 
