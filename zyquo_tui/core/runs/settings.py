@@ -407,7 +407,7 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
             called="clip_epsilon"),
     # Distillation from a teacher that shares the student's tokenizer.
     Setting("teacher", f"{OWN_KEY}.teacher", FOLDER, None, "Teacher",
-            "the model folder whose distribution the run learns (same tokenizer)",
+            "the model whose distribution the run learns (same tokenizer): its name or folder",
             DISTILLATION, "--teacher", ModelFolder(), optional=True, objectives=("distill",),
             called="teacher"),
     Setting("distill_temperature", f"{OWN_KEY}.distill_temperature", FLOAT, 1.0,
