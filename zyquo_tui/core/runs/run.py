@@ -168,6 +168,12 @@ class Run:
         relaunched here: the program goes on from the state it saved."""
         return bool((self.process or {}).get("served_by"))
 
+    @property
+    def planned_steps(self) -> int | None:
+        """The optimizer steps the run is set to train; None for a served run, whose program
+        decides as it goes."""
+        return None if self.served else self.hyperparameters.iters
+
     def set_state(self, new: RunState) -> None:
         check_transition(self.state, new)
         self.state = new
