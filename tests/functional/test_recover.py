@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 
 import psutil
@@ -127,3 +128,42 @@ def test_a_bad_auto_resume_setting_is_one_sentence(isolated_home):
     assert done.returncode == 2
     assert "[runs] auto_resume must be true or false, not 'yes'" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_served_run_cut_off_with_its_server_is_marked_and_never_resumed(sample_models,
+                                                                          isolated_home,
+                                                                          monkeypatch):
+    """A run `zyquo-tui serve` trained for a Tinker program has no data of its own to train
+    on again: after a power cut, recover marks it interrupted and leaves it (the program
+    resumes it from its saved state), and `runs resume` says so."""
+    tinker = pytest.importorskip("tinker")
+    from test_tinker_server import ADAM, TEXTS, new_training_client, sft_datum, start_server
+
+    (isolated_home / "models").mkdir()
+    shutil.copytree(sample_models["zyquo-tiny"], isolated_home / "models" / "zyquo-tiny")
+    server = start_server(isolated_home)
+    try:
+        monkeypatch.setenv("TINKER_BASE_URL", server.url)
+        monkeypatch.setenv("TINKER_API_KEY", server.key)
+        monkeypatch.setenv("TINKER_TELEMETRY", "0")
+        training = new_training_client(tinker.ServiceClient())
+        data = [sft_datum(training.get_tokenizer(), text) for text in TEXTS]
+        training.forward_backward(data, "cross_entropy").result()
+        training.optim_step(ADAM).result()
+        training.save_state("one").result()
+    finally:  # the power cut: the server goes without a word
+        os.killpg(server.process.pid, signal.SIGKILL)
+        server.process.wait(timeout=30)
+    (run,) = RunStore(isolated_home).list()
+    assert run.state is RunState.RUNNING  # as the server left it
+
+    report = recover()
+
+    assert report["interrupted"] == [run.id] and report["resumed"] == []
+    (left,) = report["not_resumed"]
+    assert left["id"] == run.id and "zyquo-tui serve" in left["reason"]
+    assert RunStore(isolated_home).get(run.id).state is RunState.INTERRUPTED
+    refused = zyquo_cli("runs", "resume", run.id)
+    assert refused.returncode != 0 and "zyquo-tui serve" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert RunStore(isolated_home).get(run.id).state is RunState.INTERRUPTED

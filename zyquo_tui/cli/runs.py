@@ -259,7 +259,8 @@ def cmd_recover(args) -> int:
         if not any(report[key] for key in ("interrupted", "resumed", "not_resumed",
                                            "queue_started")):
             print("Nothing to recover.")
-    return EXIT_PROBLEMS if report["not_resumed"] and supervisor.settings.auto_resume else 0
+    failed = [skipped for skipped in report["not_resumed"] if not skipped.get("served")]
+    return EXIT_PROBLEMS if failed and supervisor.settings.auto_resume else 0
 
 
 def cmd_dequeue(args) -> int:

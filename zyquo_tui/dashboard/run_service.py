@@ -268,7 +268,7 @@ class RunService:
         row = RunRow(
             id=run.id, state=run.state.value, name=run.name, method=run.method.value,
             objective=run.objective, model=run.model, data=run.data, step=summary.get("step"),
-            iters=run.hyperparameters.iters, train_loss=summary.get("last_train_loss"),
+            iters=run.planned_steps, train_loss=summary.get("last_train_loss"),
             reward_mean=summary.get("reward_mean"), val_loss=summary.get("last_val_loss"),
             tokens_per_second=summary.get("tokens_per_second"),
             elapsed=self.elapsed(run), queue_position=self.queue_position(run.id),

@@ -303,6 +303,11 @@ class Supervisor:
         if not run.state.can_resume:
             raise UserError(f"Run {run_id} is {run.state.value}; only a cancelled, failed or "
                             "interrupted run can be resumed.")
+        if run.served:
+            raise UserError(f"Run {run_id} was trained by zyquo-tui serve for a Tinker program, "
+                            "which holds its data: go on from the program, with "
+                            "create_training_client_from_state_with_optimizer and a tinker:// "
+                            "path it saved.")
         saved = list_checkpoints(self.store.adapters_dir(run_id))
         checkpoints = [c for c in saved if c.resumable]
         if not saved and step is None:
@@ -376,7 +381,8 @@ class Supervisor:
         Runs marked active whose trainer and runner are gone become interrupted; those that
         no runner saw end (`lost_at`: they died with the machine) are resumed exactly from
         their latest checkpoint when config.toml's `auto_resume` allows (else left for the
-        user); then the queue goes on. Idempotent: each lost run is claimed (`recovered_at`,
+        user; a run served to a Tinker program is always left, `served`); then the queue goes
+        on. Idempotent: each lost run is claimed (`recovered_at`,
         under its lock) by one recover only, and a live run is never touched.
         """
         report: dict = {"interrupted": [], "resumed": [], "not_resumed": [],
@@ -396,6 +402,12 @@ class Supervisor:
         for run_id in lost:
             if not self._claim_lost(run_id):
                 continue  # another recover took it
+            if self.store.get(run_id).served:  # by rule, not a problem
+                report["not_resumed"].append({
+                    "id": run_id, "served": True,
+                    "reason": "trained by zyquo-tui serve for a Tinker program, which goes on "
+                              "from the state it saved"})
+                continue
             if not self.settings.auto_resume:
                 report["not_resumed"].append({"id": run_id, "reason": "auto_resume is off in "
                                               "config.toml"})

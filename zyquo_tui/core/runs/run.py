@@ -161,6 +161,19 @@ class Run:
     def is_preference(self) -> bool:
         return self.objective in PREFERENCE_OBJECTIVES
 
+    @property
+    def served(self) -> bool:
+        """Trained by `zyquo-tui serve` for a Tinker program (run.json's `process.served_by`).
+        The program holds its data and drives its steps, so such a run is never resumed or
+        relaunched here: the program goes on from the state it saved."""
+        return bool((self.process or {}).get("served_by"))
+
+    @property
+    def planned_steps(self) -> int | None:
+        """The optimizer steps the run is set to train; None for a served run, whose program
+        decides as it goes."""
+        return None if self.served else self.hyperparameters.iters
+
     def set_state(self, new: RunState) -> None:
         check_transition(self.state, new)
         self.state = new

@@ -254,7 +254,7 @@ class LiveMetricsScreen(RunViewScreen):
                 values, formatting(current), key=(feed.version, smoothing))
         title, train, val = CHART_VIEWS[self.chart_view]
         chart.set_data(feed.display[train], feed.display[val],
-                       metrics.iters or run.hyperparameters.iters, smoothing, feed.version,
+                       metrics.iters or run.planned_steps, smoothing, feed.version,
                        title=title)
         if self.grpo:
             self.query_one(RewardMeans).show(metrics.reward_means)

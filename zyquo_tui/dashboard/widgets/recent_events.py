@@ -47,7 +47,9 @@ def describe(event: dict[str, Any]) -> str:
         if resumed is not None:
             return f"resumed from step {resumed} of {event.get('iters', '?')}"
         rows = f", {dataset.get('train')} train rows" if dataset.get("train") else ""
-        return f"started {event.get('iters', '?')} steps{rows}"
+        if event.get("iters") is None:  # a served run: its program decides the steps
+            return f"started{rows}"
+        return f"started {event['iters']} steps{rows}"
     if kind == ev.TRAIN:
         return (f"step {step}  train loss {fmt_loss(event.get('train_loss'))}"
                 f"{_rewards(event)}  {fmt_rate(event.get('tokens_per_second'))} tok/s")

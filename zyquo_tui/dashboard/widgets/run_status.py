@@ -40,16 +40,16 @@ class RunStatus(LiveText):
         first.append("  ")
         first.append(run.name, style="bold")
         objective = f" {run.objective}" if run.objective != "sft" else ""
-        first.append(f"  {run.method.value}{objective} · {basename(run.model)} · "
-                     f"{basename(run.data)}"
+        data = f" · {basename(run.data)}" if run.data else ""  # a served run has none
+        first.append(f"  {run.method.value}{objective} · {basename(run.model)}{data}"
                      f" · {run.id}", style="dim")
 
-        iters = run.hyperparameters.iters
+        iters = run.planned_steps
         step = metrics.step if metrics is not None and metrics.started else \
             (run.summary or {}).get("step", 0)
         second = Text()
         fraction = min(1.0, step / iters) if iters else None
-        second.append(f"step {step}/{iters} ")
+        second.append(f"step {step}/{iters or '?'} ")
         filled, empty = progress_bar(fraction, 20)
         second.append(filled, style="green" if run.state.is_active else "")
         second.append(empty, style="dim")
