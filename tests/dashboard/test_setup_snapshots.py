@@ -271,7 +271,7 @@ class TestDatasetsScreen:
     @BOTH
     def test_a_dataset_with_its_validation_token_statistics_and_preview(
             self, snap_compare, world, size):
-        """support-chat highlighted (second row; broken-chat first, then the four shipped
+        """support-chat highlighted (second row; broken-chat first, then the five shipped
         samples). Below: its path and "chat · train 225 · valid 40 · test 40 rows · ✓ valid",
         "Tokenize with zyquo-tiny", after t a table of the three splits (rows, min, median,
         p95, max, tokens, cut 0), and train.jsonl line 1 as training sees it: the chat

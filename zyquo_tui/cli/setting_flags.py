@@ -62,6 +62,17 @@ def _metavar(key: str) -> str:
     return _METAVARS.get(setting.kind, "VALUE")
 
 
+class _ExtendNames(argparse.Action):
+    """A list flag given again adds its names to the earlier ones; an empty text (the default,
+    None) or text kept for the check to name replaces them, as a single flag would give it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        earlier = getattr(namespace, self.dest, None)
+        if isinstance(earlier, list) and isinstance(values, list):
+            values = earlier + values
+        setattr(namespace, self.dest, values)
+
+
 def add_setting_flags(parser: argparse.ArgumentParser, keys: Iterable[str] | None = None
                       ) -> None:
     """A flag for each setting (those of `keys` alone when given), in the definition's order."""
@@ -76,7 +87,7 @@ def add_setting_flags(parser: argparse.ArgumentParser, keys: Iterable[str] | Non
         elif setting.kind == NAMES:
             # A list of names, comma-separated or the flag repeated (--reward a --reward b).
             parser.add_argument(setting.flag, dest=_dest(key), default=argparse.SUPPRESS,
-                                action="extend", type=setting.parse, metavar=_metavar(key),
+                                action=_ExtendNames, type=setting.parse, metavar=_metavar(key),
                                 help=f"{_help(key)} (repeatable)")
         else:
             parser.add_argument(setting.flag, dest=_dest(key), default=argparse.SUPPRESS,
