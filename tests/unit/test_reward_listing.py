@@ -9,7 +9,7 @@ from zyquo_tui.cli.main import main
 from zyquo_tui.core.formatting import fmt_reward
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
-from zyquo_tui.core.store.index import listing_rows
+from zyquo_tui.core.store.index import INDEX_FILE, INDEX_VERSION, listing_rows
 from zyquo_tui.core.store.store import RunStore
 
 
@@ -51,9 +51,10 @@ def test_listing_rows_cached_before_rewards_were_listed_are_read_again(capsys):
     store = RunStore().ensure()
     stored_run(store, "sums grpo", "grpo", {"step": 100, "reward_mean": 0.5})
     listing_rows(store)
-    index = store.runs_root / ".index.json"
+    index = store.runs_root / INDEX_FILE
     written = index.read_text()
-    assert '"version":2' in written and ',"reward_mean":0.5' in written
-    index.write_text(written.replace('"version":2', '"version":1').replace(
-        ',"reward_mean":0.5', ""))
+    assert written.startswith(f"zyquo-tui runs index {INDEX_VERSION}\n")
+    assert ', "reward_mean": 0.5' in written
+    index.write_text(written.replace(f"runs index {INDEX_VERSION}", "runs index 2").replace(
+        ', "reward_mean": 0.5', ""))
     assert listing_rows(store)[0]["reward_mean"] == 0.5

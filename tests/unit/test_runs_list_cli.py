@@ -45,3 +45,29 @@ def test_a_mistyped_action_is_told_every_action(capsys):
         build_parser("runs", "lst").parse_args(["runs", "lst"])
     assert exited.value.code == 2
     assert "invalid choice: 'lst' (choose from 'list', 'new', 'start'" in capsys.readouterr().err
+
+
+def test_runs_list_from_a_fresh_index_imports_no_run_record_nor_settings(tmp_path):
+    """The run record and the settings definition cost `runs list` a third of its time; rows
+    served from the index need neither."""
+    from zyquo_tui.core.runs.run import Run, RunState
+    from zyquo_tui.core.store.store import RunStore
+
+    store = RunStore(tmp_path / "home").ensure()
+    run = Run.new(model="/models/tiny", data="/data/sums")
+    run.state = RunState.COMPLETED
+    store.create(run)
+    env = {**os.environ, "ZYQUO_HOME": str(tmp_path / "home")}
+    subprocess.run([sys.executable, "-m", "zyquo_tui", "runs", "list", "--json"], cwd=REPO,
+                   env=env, check=True, capture_output=True)  # writes the index
+    code = ("import contextlib, io, json, sys\n"
+            "from zyquo_tui.cli.main import main\n"
+            "out = io.StringIO()\n"
+            "with contextlib.redirect_stdout(out):\n"
+            "    status = main(['runs', 'list', '--json'])\n"
+            "print(json.dumps([status, [r['id'] for r in json.loads(out.getvalue())], "
+            "[m for m in ('zyquo_tui.core.runs.run', 'zyquo_tui.core.runs.settings') "
+            "if m in sys.modules]]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, env=env, check=True)
+    assert json.loads(done.stdout) == [0, [run.id], []]

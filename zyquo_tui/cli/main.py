@@ -45,7 +45,10 @@ def build_parser(command: str | None = None, action: str | None = None
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     names = [command] if command in COMMAND_MODULES else list(COMMAND_MODULES)
     for name in names:
-        module = importlib.import_module(f"{__package__}.{COMMAND_MODULES[name]}")
+        module_name = COMMAND_MODULES[name]
+        if name == "runs" and action == "list":
+            module_name = "runs_list"  # alone: `runs list` starts fast (runs_list.py says why)
+        module = importlib.import_module(f"{__package__}.{module_name}")
         if name == "runs":
             module.register(subparsers, action=action)
         else:

@@ -12,14 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zyquo_tui.cli.common import show_data, supervisor_for
-from zyquo_tui.cli.output import fmt_bytes, fmt_loss, print_json, print_table
+from zyquo_tui.cli.output import fmt_bytes, fmt_loss, print_json
+from zyquo_tui.cli.runs_list import add_list_parser, add_runs_parser
 from zyquo_tui.cli.setting_flags import add_setting_flags, settings_given
 from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
-from zyquo_tui.core.formatting import fmt_reward
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.runs.settings import Method
-from zyquo_tui.core.store.index import listing_row, listing_rows
-from zyquo_tui.core.store.queue import RunQueue
 from zyquo_tui.core.store.store import DamagedRun, RunStore
 
 if TYPE_CHECKING:
@@ -30,17 +28,12 @@ if TYPE_CHECKING:
 
 def register(subparsers, action: str | None = None) -> None:
     """The `runs` command and its actions; for `action` "list" only that one."""
-    runs = subparsers.add_parser("runs", help="create, start, watch and manage runs")
-    sub = runs.add_subparsers(dest="runs_command", metavar="ACTION",
-                              parser_class=type(runs))
-
-    p = sub.add_parser("list", help="every run with its state and progress")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_list)
+    sub = add_runs_parser(subparsers)
+    add_list_parser(sub)
     if action == "list":
         # Scripts call `runs list --json` over and over: the other actions' parsers (every
         # setting's flag) and the modules behind them (exports, checkpoints, try) cost it
-        # more than listing 10,000 runs does.
+        # more than listing 10,000 runs does. (main.py imports runs_list alone for it.)
         return
 
     p = sub.add_parser("new", help="configure a new run (prints its id)")
@@ -159,31 +152,6 @@ def _wait_for(supervisor, run_id: str, wanted: RunState) -> int:
 
 
 # -- commands -----------------------------------------------------------------------------------
-
-def cmd_list(args) -> int:
-    store = RunStore()
-    positions = {run_id: i + 1 for i, run_id in enumerate(RunQueue(store.home).ids())}
-    rows = listing_rows(store)
-    for i, row in enumerate(rows):
-        if row["state"] in (RunState.STARTING.value, RunState.RUNNING.value):
-            run = supervisor_for(store).refresh(store.get(row["id"]))  # is its trainer gone?
-            rows[i] = listing_row(run)
-        rows[i]["queue_position"] = positions.get(row["id"])
-    if args.json:
-        print_json(rows)
-        return 0
-    if not rows:
-        print("No runs yet. Create one with `zyquo-tui runs new --model PATH --data PATH`.")
-        return 0
-    print_table(
-        ["ID", "STATE", "NAME", "STEP", "TRAIN", "VAL", "Q"],
-        [[r["id"], r["state"], r["name"] or r.get("damaged"),
-          "" if r["state"] == "damaged" else f"{r['step']}/{r['iters']}",
-          fmt_reward(r["reward_mean"]) if r.get("reward_mean") is not None
-          else fmt_loss(r.get("last_train_loss")), fmt_loss(r.get("last_val_loss")),
-          r.get("queue_position") or ""] for r in rows])
-    return 0
-
 
 def cmd_new(args) -> int:
     from zyquo_tui.cli.run_drafts import draft_from_command_line

@@ -15,10 +15,9 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from zyquo_tui.core.errors import UserError
-from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.store.atomic import (
     TEMP_MARK,
     file_lock,
@@ -27,6 +26,9 @@ from zyquo_tui.core.store.atomic import (
     write_json_atomic,
 )
 from zyquo_tui.core.store.paths import ensure_dir, file_in_the_way, zyquo_home
+
+if TYPE_CHECKING:
+    from zyquo_tui.core.runs.run import Run
 
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
@@ -197,6 +199,10 @@ class RunStore:
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             return damaged("run.json is empty" if not raw.strip()
                            else f"run.json is not valid JSON ({error})")
+        # Imported here: the run record brings the settings definition, which a listing served
+        # from the index (core/store/index.py) never needs.
+        from zyquo_tui.core.runs.run import Run
+
         try:
             run = Run.from_dict(data)
         except ValueError as error:
