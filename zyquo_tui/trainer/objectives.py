@@ -320,8 +320,10 @@ class GrpoObjective(LossSlicing):
         self.sampler = grpo.Sampler(settings, model, tokenizer, reference)
         self.loss = partial(losses.grpo_objective, beta=beta, epsilon=epsilon)
         self.key = ("grpo", beta, epsilon)
-        self.metric_names = (*GRPO_METRICS, *(grpo.REWARD_MEAN_PREFIX + name
-                                              for name in self.sampler.reward_names))
+        # Without a reference (kl_beta 0) there is no KL to report: its train events have none.
+        reported = tuple(name for name in GRPO_METRICS if beta or name != "kl")
+        self.metric_names = (*reported, *(grpo.REWARD_MEAN_PREFIX + name
+                                          for name in self.sampler.reward_names))
         self.shape_report = grpo.shape_report
         self.samples: list[dict[str, Any]] = []  # the last validation's sample answers
         self.widest = 0  # the widest step's tokens a sequence (prompt + answer), so far
