@@ -324,6 +324,25 @@ async def test_a_run_ending_notifies_and_applies_retention(tmp_path):
         sleeper.wait()
 
 
+async def test_a_run_that_starts_and_ends_between_two_polls_notifies(tmp_path):
+    """A run made and ended before the dashboard's next read of the store (a short run, or
+    one from the CLI) still tells the user it ended; runs already ended when the dashboard
+    opened do not."""
+    store = RunStore(tmp_path / "home").ensure()
+    make(store, "20251129-090000-000-abcd", "old", RunState.COMPLETED, iters=10)
+    app = ZyquoApp(store, clock=lambda: NOW, notifications=QUIET, poll_interval=0.2)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await listed(pilot)
+        run_id = "20251129-100000-000-abcd"
+        make(store, run_id, "quick", RunState.COMPLETED, iters=10)
+        deadline = time.monotonic() + 20
+        while (run_id, "completed") not in app.ended_runs:
+            assert time.monotonic() < deadline, app.ended_runs
+            await pilot.pause(0.1)
+        assert app.ended_runs == [(run_id, "completed")]  # not the run ended before it opened
+        assert any("quick completed" in n.message for n in app._notifications)
+
+
 async def test_retention_chosen_for_a_completed_run_applies_now(tmp_path):
     """A run that has already completed has no end ahead to prune at: the policy chosen on its
     checkpoints screen (t) prunes now, and the list shows what is left."""

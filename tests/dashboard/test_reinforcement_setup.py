@@ -95,6 +95,7 @@ async def test_prompt_rows_offer_grpo_alone_and_the_form_makes_the_run_it_shows(
         assert screen.objective == "grpo" and picker.allowed == {"grpo"}
         assert screen.query_one("#objective-line").display
         assert "sft is not offered: prompt rows with answers train grpo" in note(screen)
+        assert "needs an sft run first" in note(screen)  # grpo cannot teach a blank model
         assert rows_shown(screen) == GROUP_KEYS[REINFORCEMENT] == {
             "reward_functions", "reward_weights", "group_size", "max_completion_tokens",
             "sampling_temperature", "kl_beta", "clip_epsilon"}
@@ -121,8 +122,8 @@ async def test_prompt_rows_offer_grpo_alone_and_the_form_makes_the_run_it_shows(
 
 async def test_chat_rows_offer_sft_and_distill_and_distill_asks_for_its_teacher(models):
     """The chat sample: sft (the default) and distill offered, the others struck through;
-    no objective fields for sft. → chooses distill: the teacher, its temperature, on-policy
-    and the answer length show, and the teacher field is marked with the draft's sentence
+    no objective fields for sft. → chooses distill: the teacher, its temperature and on-policy
+    show (the answer length only while on-policy is on), and the teacher field is marked with the draft's sentence
     until a model folder is given; s is refused meanwhile and focuses that field. Back to
     sft, no distillation setting is left in the run."""
     app = dashboard(lambda home: FixedSources(home, lengths=[60]))
@@ -137,7 +138,13 @@ async def test_chat_rows_offer_sft_and_distill_and_distill_asks_for_its_teacher(
         picker.focus()
         await pilot.press("right")  # sft → distill: dpo, orpo and grpo are skipped
         assert screen.objective == "distill"
+        # Off policy (the default) samples nothing: no answer length until on-policy is on.
+        assert rows_shown(screen) == GROUP_KEYS[DISTILLATION]
+        screen.form.row("on_policy").control.focus()
+        await pilot.press("space")
         assert rows_shown(screen) == GROUP_KEYS[DISTILLATION] | {"max_completion_tokens"}
+        await pilot.press("space")
+        assert rows_shown(screen) == GROUP_KEYS[DISTILLATION]
         no_teacher = draft_sentence(models["zyquo-tiny"], CHAT, "teacher", objective="distill")
         assert "needs a teacher (--teacher): a model with the same tokenizer, by its name " \
                "as `zyquo-tui models` lists it or by its folder." in no_teacher

@@ -7,7 +7,7 @@
   worker per run around Supervisor.follow_batches, folding each burst into the run's RunFeed
   and posting one MetricsReceived per burst (coalesced further by `can_replace`).
 - A run that leaves an active state while the dashboard watches posts RunEnded (notifications,
-  checkpoint retention).
+  checkpoint retention), as does one that starts and ends between two reads of the store.
 - Actions that start processes or may wait (start, cancel, resume, fork, building the sample)
   run in worker threads; their errors become notifications, never tracebacks.
 
@@ -203,7 +203,10 @@ class RunService:
             if not isinstance(record, Run):
                 continue
             before = self._states.get(run_id)
-            if before is not None and not before.is_terminal and record.state.is_terminal:
+            # A run first seen already ended, after the first read of the store, started and
+            # ended between two polls (a short run): it ended while the dashboard watched.
+            if record.state.is_terminal and (before is not None and not before.is_terminal
+                                             or before is None and self.loaded):
                 ended.append(record)
             self._states[run_id] = record.state
         for gone in set(self._states) - set(snapshot.runs):

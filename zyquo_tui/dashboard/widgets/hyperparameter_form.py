@@ -451,6 +451,8 @@ class HyperparameterForm(OneLayoutPass, Vertical):
         self._setting = False
         if "schedule" in changed:
             self._update_schedule_rows()
+        if "on_policy" in changed:
+            self._show_rows()
         if (self.values.get("schedule") != NO_SCHEDULE
                 and {"schedule", "schedule_arguments", "warmup", "warmup_init"} & set(changed)):
             self.query_one(f"#{SCHEDULE}", Collapsible).collapsed = False
@@ -498,8 +500,16 @@ class HyperparameterForm(OneLayoutPass, Vertical):
                                       if not spec.used_by(objective)}
         self._show_rows()
 
+    def _hidden_for_choices(self) -> set[str]:
+        """Rows another field makes moot: off-policy distillation samples no answers, so it
+        has no answer length."""
+        if self.objective == "distill" and not self.values.get("on_policy"):
+            return {"max_completion_tokens"}
+        return set()
+
     def _show_rows(self) -> None:
-        self._hidden = self._hidden_for_method | self._hidden_for_objective
+        self._hidden = (self._hidden_for_method | self._hidden_for_objective
+                        | self._hidden_for_choices())
         for key, row in self._rows.items():
             if key in ("schedule_arguments", "warmup", "warmup_init"):
                 continue  # the schedule decides those
@@ -529,6 +539,8 @@ class HyperparameterForm(OneLayoutPass, Vertical):
         self.touched.add(spec.key)
         if spec.key == "iters" and str(self.values.get("epochs") or "").strip():
             self._clear_quietly("epochs")  # iterations typed: they decide, not the epochs
+        if spec.key == "on_policy":
+            self._show_rows()
         if spec.key == "schedule":
             self._update_schedule_rows()
             if value != NO_SCHEDULE and not str(self.values.get("schedule_arguments")).strip():
