@@ -181,8 +181,7 @@ def load_preference_data(run: Run, tokenizer):
     a length is the longer side's."""
     from zyquo_tui.trainer import preference_data
 
-    return _load_rows(run, preference_data.PreferenceDataset, tokenizer,
-                      preference_data.tokenize_all)
+    return _load_rows(run, preference_data.PreferenceDataset, tokenizer, "pair")
 
 
 def load_prompt_data(run: Run, tokenizer):
@@ -190,12 +189,12 @@ def load_prompt_data(run: Run, tokenizer):
     prompt's."""
     from zyquo_tui.trainer import prompt_data
 
-    return _load_rows(run, prompt_data.PromptDataset, tokenizer, prompt_data.tokenize_all)
+    return _load_rows(run, prompt_data.PromptDataset, tokenizer, "prompt")
 
 
-def _load_rows(run: Run, dataset, tokenizer, tokenize):
+def _load_rows(run: Run, dataset, tokenizer, noun: str):
     """(train set, valid set or [], row counts, train and valid lengths) of rows that
-    `dataset(rows, tokenizer)` reads and `tokenize(set, path)` measures."""
+    `dataset(rows, tokenizer)` reads and measures (its `itemlen`); a `noun` is one row."""
     folder = Path(run.data)
     sets, sizes, lengths = {}, {}, {}
     for name in ("train", "valid"):
@@ -203,7 +202,7 @@ def _load_rows(run: Run, dataset, tokenizer, tokenize):
         rows = _read_rows(path) if path.is_file() else []
         sizes[name] = len(rows)
         sets[name] = dataset(rows, tokenizer) if rows else []
-        lengths[name] = tokenize(sets[name], path) if rows else []
+        lengths[name] = item_lengths(sets[name], path, noun) if rows else []
     if not sizes["train"]:
         raise fail("data", f"{folder / 'train.jsonl'} is empty or missing.")
     batch_size = run.hyperparameters.batch_size
@@ -211,6 +210,20 @@ def _load_rows(run: Run, dataset, tokenizer, tokenize):
         raise fail("data", f"{folder / 'train.jsonl'} has {sizes['train']} rows, fewer than the "
                    f"batch size ({batch_size}).", "add rows or lower batch_size")
     return sets["train"], sets["valid"], sizes, lengths["train"], lengths["valid"]
+
+
+def item_lengths(dataset, path: Path, noun: str) -> list[int]:
+    """Every item's length in tokens (its dataset's `itemlen`: a prompt's, a pair's longer
+    side's), rendered now so a bad row fails up front."""
+    lengths = []
+    for index in range(len(dataset)):
+        try:
+            lengths.append(dataset.itemlen(index))
+        except Exception as error:  # the tokenizer and its chat template raise many kinds
+            text = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise fail("data", f"{path}:{index + 1}: this {noun} cannot be used ({text})."
+                       ) from None
+    return lengths
 
 
 def tokenize_all(dataset, path: Path) -> list[int]:

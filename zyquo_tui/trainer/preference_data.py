@@ -9,7 +9,6 @@ rows, then their rejected sides, padded together: one forward pass scores both.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
@@ -17,7 +16,6 @@ import mlx.core as mx
 from zyquo_tui.core.library.rows import chat_pair_prefix
 from zyquo_tui.trainer.batches import BatchStream
 from zyquo_tui.trainer.encoding import encode_row, pad_rows
-from zyquo_tui.trainer.trainer_failure import fail
 
 Side = tuple[list[int], int]  # tokens and the offset where the response starts
 
@@ -84,15 +82,3 @@ def validation_batches(dataset: PreferenceDataset, batch_size: int, num_batches:
         pairs = [dataset[j] for j in range(b * batch_size, (b + 1) * batch_size)]
         tokens, lengths, _ = pair_batch(pairs, max_seq_length)
         yield tokens, lengths
-
-
-def tokenize_all(dataset: PreferenceDataset, path: Path) -> list[int]:
-    """Every pair's longer side in tokens, processed now so a bad row fails up front."""
-    lengths = []
-    for index in range(len(dataset)):
-        try:
-            lengths.append(dataset.itemlen(index))
-        except Exception as error:  # the tokenizer and its chat template raise many kinds
-            text = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise fail("data", f"{path}:{index + 1}: this pair cannot be used ({text}).") from None
-    return lengths

@@ -11,12 +11,10 @@ samples their answers (trainer/grpo.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from zyquo_tui.trainer.batches import BatchStream
 from zyquo_tui.trainer.encoding import prompt_tokens
-from zyquo_tui.trainer.trainer_failure import fail
 
 
 @dataclass(frozen=True)
@@ -88,16 +86,3 @@ def validation_rows(dataset: PromptDataset, batch_size: int, num_batches: int,
     for b in range(count):
         yield [cut(dataset[j], max_seq_length)
                for j in range(b * batch_size, (b + 1) * batch_size)]
-
-
-def tokenize_all(dataset: PromptDataset, path: Path) -> list[int]:
-    """Every prompt's length in tokens, rendered now so a bad row fails up front."""
-    lengths = []
-    for index in range(len(dataset)):
-        try:
-            lengths.append(dataset.itemlen(index))
-        except Exception as error:  # the tokenizer and its chat template raise many kinds
-            text = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise fail("data", f"{path}:{index + 1}: this prompt cannot be used ({text})."
-                       ) from None
-    return lengths
