@@ -19,10 +19,9 @@ import os
 import shlex
 import sys
 
-from zyquo_tui.cli.web_cmd import check_can_listen, port_number
+from zyquo_tui.cli.web_cmd import add_address_arguments, check_can_listen
 from zyquo_tui.core.errors import UserError
 
-DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 NEEDED = ("tinker", "starlette", "uvicorn")  # the serve extra
 
@@ -35,11 +34,7 @@ def register(subparsers) -> None:
                     "set TINKER_BASE_URL to the address and TINKER_API_KEY to the key it "
                     "prints (made on the first start, kept in the store, readable by you "
                     "only). Needs the serve extra: pip install 'zyquo-tui[serve]'.")
-    parser.add_argument("--host", default=DEFAULT_HOST,
-                        help="the address to listen on (default: %(default)s, this machine "
-                             "only; 0.0.0.0 for every interface)")
-    parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
-                        help="the TCP port (default: %(default)s)")
+    add_address_arguments(parser, DEFAULT_PORT)
     parser.add_argument("--detach", action="store_true",
                         help="serve in the background, in a session of its own (it survives "
                              "the terminal); prints the address, the key and the server's pid "

@@ -35,12 +35,17 @@ def register(subparsers) -> None:
                     "own; training goes on when a tab closes. There is no login: anyone who "
                     "reaches the address can start, cancel and delete runs, so it listens on "
                     "this machine only unless --host says otherwise.")
+    add_address_arguments(parser, DEFAULT_PORT)
+    parser.set_defaults(handler=cmd_web)
+
+
+def add_address_arguments(parser, default_port: int) -> None:
+    """--host (this machine only unless it says otherwise) and --port, for a server."""
     parser.add_argument("--host", default=DEFAULT_HOST,
                         help="the address to listen on (default: %(default)s, this machine "
                              "only; 0.0.0.0 for every interface)")
-    parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
+    parser.add_argument("--port", type=port_number, default=default_port,
                         help="the TCP port (default: %(default)s)")
-    parser.set_defaults(handler=cmd_web)
 
 
 def port_number(text: str) -> int:
