@@ -104,10 +104,7 @@ class TrainingClient:
         self._rng_key: int | None = None  # this client's MLX random key between operations
         self.engine = None
         self.tokenizer = None
-        self._others: dict[str, tuple[Any, Any]] = {}  # teachers by folder
-        # Each teacher's (backbone, output head), or None when its logits are not a plain
-        # projection of its last hidden states (trainer/chunked_loss.py), by folder.
-        self._teacher_heads: dict[str, tuple[Any, Any] | None] = {}
+        self._teachers: dict[str, Any] = {}  # trainer/teacher.py's Teacher by folder
         self._references: dict[str, Any] = {}  # DPO references by "base" or folder
         self._chunk_tokens: dict[tuple[int, int], int | str] = {}  # by batch shape
         self._sliced: dict[int, Any] = {}  # the chunked loss by tokens per slice
@@ -212,8 +209,7 @@ class TrainingClient:
         self._closed = True
         if self._last is not None and not worker.on_worker():
             concurrent.futures.wait([self._last])
-        self._others.clear()
-        self._teacher_heads.clear()
+        self._teachers.clear()
         self._references.clear()
         _open_clients.discard(self)
 
@@ -323,8 +319,8 @@ class TrainingClient:
         else:  # distill
             temperature = float(options["temperature"])
             if options["teacher"] is not None:
-                teacher, head = self._teacher_side(options["teacher"], tokens, temperature,
-                                                   self._sliced_loss(tokens) is not None)
+                teacher, head = self._teacher(options["teacher"]).side(
+                    tokens, temperature, self._sliced_loss(tokens) is not None)
                 objective = partial(losses.distill_objective, temperature=temperature,
                                     teacher_head=head)
                 key = ("distill", temperature, None if head is None else options["teacher"])
@@ -451,17 +447,17 @@ class TrainingClient:
         except UserError as error:
             raise ValueError(error.message) from None
 
-    def _other_model(self, path: str):
-        """A frozen teacher loaded beside the trained model, once."""
-        folder = self._resolved(path)
-        if folder not in self._others:
-            from mlx_lm import load
+    def _teacher(self, path: str):
+        """A frozen teacher loaded beside the trained model, once (a run's Teacher)."""
+        from zyquo_tui.trainer.teacher import Teacher, TeacherError
 
-            model, tokenizer = load(folder)
-            model.freeze()
-            model.eval()
-            self._others[folder] = (model, tokenizer)
-        return self._others[folder]
+        folder = self._resolved(path)
+        if folder not in self._teachers:
+            try:
+                self._teachers[folder] = Teacher(folder, self.tokenizer)
+            except TeacherError as error:
+                raise ValueError(f"{error} (Or give teacher_logprobs instead.)") from None
+        return self._teachers[folder]
 
     def _batch_chunk_tokens(self, tokens) -> int | str:
         """loss_chunk_tokens for a batch of this shape (rows as given: a preference batch's
@@ -499,36 +495,6 @@ class TrainingClient:
             self._references[key] = Reference(self.engine.model, self.run.model, key)
         return self._references[key].scores(tokens, lengths, variant,
                                             self._batch_chunk_tokens(tokens))
-
-    def _teacher_side(self, path: str, tokens, temperature: float, sliced: bool):
-        """What the distillation loss takes from the teacher, computed before the step with no
-        gradient: (its last hidden states, its output head) when the student's loss is sliced
-        and the teacher's logits are a plain projection of those states, so that the
-        teacher's full-vocabulary log-probabilities are made a slice at a time inside the step
-        (losses.distill_kl_from_hidden); else (its log-probabilities at `temperature` for the
-        whole batch, float32, None)."""
-        import mlx.core as mx
-
-        from zyquo_tui.trainer.chunked_loss import output_head
-
-        teacher, teacher_tokenizer = self._other_model(path)
-        if teacher_tokenizer.get_vocab() != self.tokenizer.get_vocab():
-            raise ValueError(f"The teacher {path} has another tokenizer than the student; "
-                             "distillation from a model needs the same tokenizer (or give "
-                             "teacher_logprobs instead).")
-        folder = self._resolved(path)
-        if sliced and folder not in self._teacher_heads:
-            self._teacher_heads[folder] = output_head(teacher)
-        pieces = self._teacher_heads.get(folder) if sliced else None
-        if pieces is not None:
-            backbone, head = pieces
-            hidden = mx.stop_gradient(backbone(tokens[:, :-1]))
-            mx.eval(hidden)
-            return hidden, head
-        logits = teacher(tokens[:, :-1]).astype(mx.float32) / temperature
-        logprobs = mx.stop_gradient(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
-        mx.eval(logprobs)
-        return logprobs, None
 
 
 _open_clients: weakref.WeakSet[TrainingClient] = weakref.WeakSet()

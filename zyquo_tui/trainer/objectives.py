@@ -35,6 +35,7 @@ from zyquo_tui.trainer import losses
 from zyquo_tui.trainer.batches import BatchStream
 from zyquo_tui.trainer.chunked_loss import loss_slicing
 from zyquo_tui.trainer.engine import StepEngine, adapters_disabled, has_adapters
+from zyquo_tui.trainer.trainer_failure import fail
 
 
 def loss_chunk_tokens_for(settings: Hyperparameters, method: str, model_path: str,
@@ -259,7 +260,7 @@ class DistillObjective(SftObjective):
 
     def __init__(self, settings: Hyperparameters, model, tokenizer,
                  chunk_tokens: int | str = OFF_TEXT) -> None:
-        from zyquo_tui.trainer.teacher import Teacher
+        from zyquo_tui.trainer.teacher import Teacher, TeacherError
 
         super().__init__(settings, model, chunk_tokens)
         self.model = model
@@ -267,7 +268,10 @@ class DistillObjective(SftObjective):
         self.temperature = float(SETTINGS["distill_temperature"].get(settings))
         self.on_policy = bool(SETTINGS["on_policy"].get(settings))
         self.max_completion_tokens = int(SETTINGS["max_completion_tokens"].get(settings))
-        self.teacher = Teacher(str(SETTINGS["teacher"].get(settings)), tokenizer)
+        try:
+            self.teacher = Teacher(str(SETTINGS["teacher"].get(settings)), tokenizer)
+        except TeacherError as error:
+            raise fail("config", str(error), error.suggestion) from None
 
     def _loss_and_arrays(self, tokens: mx.array, lengths: mx.array):
         """The objective with its constants bound, its compile key, and its arrays."""

@@ -1,8 +1,8 @@
 """A distillation run's teacher: a frozen model loaded once beside the trained one, which hands
 the loss its log-probabilities of a batch, computed before the step with no gradient.
 
-What it hands over is what the step-level client's teacher hands over (client/training_client.py
-`_teacher_side`), so a run's distillation loss is the client's on the same rows: when the
+The step-level client's distill batches use the same Teacher (client/training_client.py), so a
+run's distillation loss is the client's on the same rows: when the
 student's loss is sliced for the batch (trainer/chunked_loss.py) and the teacher's logits are a
 plain projection of its last hidden states, those hidden states and its output head (the
 loss makes the full-vocabulary log-probabilities a slice at a time); else its log-softmax at
@@ -16,7 +16,14 @@ from typing import Any
 import mlx.core as mx
 
 from zyquo_tui.trainer.chunked_loss import output_head
-from zyquo_tui.trainer.trainer_failure import fail
+
+
+class TeacherError(ValueError):
+    """A teacher that cannot be used: the sentence, and what to do (`suggestion`)."""
+
+    def __init__(self, message: str, suggestion: str) -> None:
+        super().__init__(message)
+        self.suggestion = suggestion
 
 
 class Teacher:
@@ -28,14 +35,15 @@ class Teacher:
         try:
             model, tokenizer = load(path)
         except (ValueError, FileNotFoundError) as error:
-            raise fail("config", f"The teacher in {path} could not be loaded: {error}.",
-                       "give --teacher the folder of an MLX model") from None
+            raise TeacherError(f"The teacher in {path} could not be loaded: {error}.",
+                               "give the folder of an MLX model as the teacher") from None
         # The draft refuses another tokenizer before the run starts (core/library/
         # tokenizer_identity.py, from the files); this is the check of what mlx-lm loaded.
         if tokenizer.get_vocab() != student_tokenizer.get_vocab():
-            raise fail("config", f"The teacher {path} has another tokenizer than the student; "
-                       "distillation needs the same tokenizer.",
-                       "choose a teacher of the student's family (the same vocabulary)")
+            raise TeacherError(f"The teacher {path} has another tokenizer than the student; "
+                               "distillation needs the same tokenizer.",
+                               "choose a teacher of the student's family (the same "
+                               "vocabulary)")
         model.freeze()
         model.eval()
         self.path = path
