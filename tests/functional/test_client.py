@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -733,6 +734,22 @@ def test_distilling_a_model_from_itself_has_kl_zero(tiny_model, client):
     batch = TrainingBatch(PROMPTS, ANSWERS, loss_type="distill",
                           extra={"teacher": str(tiny_model), "temperature": 2.0})
     assert client.forward_backward(batch).result().loss == pytest.approx(0, abs=1e-5)
+
+
+def test_a_teacher_with_another_tokenizer_is_refused_in_one_sentence(tiny_model, client,
+                                                                   tmp_path):
+    other = tmp_path / "other-vocabulary"
+    shutil.copytree(tiny_model, other)
+    tokenizer = json.loads((other / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    first, second = list(vocab)[-2:]
+    vocab[first], vocab[second] = vocab[second], vocab[first]  # same shapes, another vocabulary
+    (other / "tokenizer.json").write_text(json.dumps(tokenizer))
+    batch = TrainingBatch(PROMPTS, ANSWERS, loss_type="distill", extra={"teacher": str(other)})
+    with pytest.raises(ValueError, match=r"has another tokenizer than the student; .* \(Or "
+                                         r"give teacher_logprobs instead\.\)"):
+        client.forward_backward(batch).result()
+    assert client.forward_backward(sft_batch()).result().loss > 0  # the client goes on
 
 
 def test_distillation_uses_the_teachers_logprobs(tiny_model, client):
