@@ -82,17 +82,35 @@ def fake_service_manager(tmp_path, monkeypatch) -> Path:
     return log
 
 
+def built_once(tmp_path_factory, name: str, build) -> str:
+    """`build(folder)`'s result (text), made once for the whole test run: under pytest-xdist
+    the workers share one build (the first makes it while the others wait on a lock), so two
+    cores do not both spend a minute on the same model."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this run's folder, which every worker's own folder is in
+    folder = base / f"shared-{name}"
+    folder.mkdir(exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = folder / ".built"
+        if not result.exists():
+            text = build(folder)
+            result.write_text(text)
+        return result.read_text()
+
+
 @pytest.fixture(scope="session")
 def sample_models(tmp_path_factory) -> dict[str, Path]:
-    """The tiny sample model and its 4-bit copy, built once for the whole session (the
+    """The tiny sample model and its 4-bit copy, built once for the whole run (the
     distillation teacher, whose training takes longer, only where asked: `teacher_model`)."""
-    target = tmp_path_factory.mktemp("models")
-    done = subprocess.run(
-        [sys.executable, "-m", "zyquo_tui.trainer.sample_model", str(target), "--json",
-         "--no-teacher"],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, check=True,
-    )
-    made = json.loads(done.stdout)
+    def build(target: Path) -> str:
+        return subprocess.run(
+            [sys.executable, "-m", "zyquo_tui.trainer.sample_model", str(target / "models"),
+             "--json", "--no-teacher"],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, check=True).stdout
+
+    made = json.loads(built_once(tmp_path_factory, "sample-models", build))
     return {name: Path(path) for name, path in made["models"].items()}
 
 
@@ -107,15 +125,19 @@ def tiny_model_4bit(sample_models) -> Path:
 
 
 @pytest.fixture(scope="session")
-def teacher_model(sample_models) -> Path:
+def teacher_model(sample_models, tmp_path_factory) -> Path:
     """zyquo-tiny-teacher (the sample's distillation teacher, trained on the sample
     completions), built beside the session's sample models with their tokenizer, once."""
     tiny = sample_models["zyquo-tiny"]
     code = ("import sys; from zyquo_tui.trainer.sample_model import build_teacher; "
             "print(build_teacher(sys.argv[1], sys.argv[2]))")
-    done = subprocess.run([sys.executable, "-c", code, str(tiny.parent), str(tiny)],
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL, check=True)
-    return Path(done.stdout.strip().splitlines()[-1])
+
+    def build(_: Path) -> str:
+        return subprocess.run([sys.executable, "-c", code, str(tiny.parent), str(tiny)],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              check=True).stdout
+
+    return Path(built_once(tmp_path_factory, "teacher", build).strip().splitlines()[-1])
 
 
 def run_trainer(run_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
