@@ -468,7 +468,7 @@ async def test_preference_rows_offer_dpo_and_orpo_and_the_form_makes_the_run_it_
 
         def rows_shown() -> set[str]:
             return {key for key in ("beta", "dpo_loss", "reference")
-                    if screen.form.row(key).display}
+                    if screen.form.shows(key)}
         assert rows_shown() == {"beta", "dpo_loss", "reference"}
         await type_into(pilot, screen, "beta", "0.25")
         await choose(pilot, "hp-dpo_loss", "ipo")

@@ -135,6 +135,23 @@ def test_a_reward_returning_the_wrong_count_fails_the_run(tiny_model, tmp_path):
     assert "returned 1 values for 8 answers" in failed["message"], failed["message"]
 
 
+def test_a_run_whose_rewards_tell_no_answer_apart_is_warned_at_step_10(tiny_model, tmp_path):
+    """Equal rewards within every group: all advantages 0, nothing learnt. The run says so
+    once, at step 10, in a warning event (the dashboard's events list shows it)."""
+    rewards = tmp_path / "flat.py"
+    rewards.write_text("def flat(prompts, completions, answer, types=None):\n"
+                       "    return [0.5] * len(completions)\n")
+    store, run = grpo_run(tiny_model, iters=12, grpo={"reward_functions": [f"{rewards}:flat"],
+                                                      "group_size": 2,
+                                                      "max_completion_tokens": 4})
+    done = run_trainer(store.run_dir(run.id))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    warnings = [e for e in events_of(store, run)
+                if e["type"] == "warning" and e["code"] != "dataset"]  # the sample's repeats
+    assert [(w["code"], w["iteration"]) for w in warnings] == [("no_reward_signal", 10)]
+    assert "needs an sft warm-up first" in warnings[0]["message"]
+
+
 MLX_LM_LORA_REWARDS = textwrap.dedent("""
     # A reward file as mlx-lm-lora's users write them: its registry, its signature.
     from mlx_lm_lora.trainer.grpo_reward_functions import (

@@ -29,3 +29,26 @@ def test_divergence_needs_a_streak_far_above_the_lowest_loss():
 def test_a_small_loss_doubling_by_noise_is_not_divergence():
     watch = DivergenceWatch(factor=2.0, reports=2)
     assert not any(watch.observe(loss) for loss in (0.05, 0.2, 0.3, 0.25, 0.4))
+
+
+def test_a_grpo_run_without_reward_spread_for_ten_steps_is_pointed_out_once():
+    from zyquo_tui.core.runs.stopping import RewardSignalWatch
+
+    watch = RewardSignalWatch()
+    assert [watch.observe(step, 1, 0.0) for step in range(1, 10)] == [False] * 9
+    assert watch.observe(10, 1, 0.0)
+    assert "For 10 steps (to step 10) every answer in each group got the same reward" \
+        in watch.sentence(10)
+    assert not watch.observe(11, 1, 0.0)  # said once
+
+
+def test_reports_of_several_steps_count_every_step_and_a_spread_ends_the_watch():
+    from zyquo_tui.core.runs.stopping import RewardSignalWatch
+
+    resumed = RewardSignalWatch()  # resumed at step 40, reporting every 5 steps
+    assert not resumed.observe(45, 5, 0.0)
+    assert resumed.observe(50, 5, 0.0) and resumed.first_step == 41
+    learning = RewardSignalWatch()
+    assert not learning.observe(5, 5, 0.0)
+    assert not learning.observe(10, 5, 0.25)  # a group told its answers apart
+    assert not learning.observe(15, 5, 0.0)

@@ -33,8 +33,10 @@ from zyquo_tui.core.runs.settings import SETTINGS, Method
 from zyquo_tui.core.runs.stopping import (
     DIVERGED,
     EARLY_STOPPING,
+    NO_REWARD_SIGNAL,
     DivergenceWatch,
     EarlyStopping,
+    RewardSignalWatch,
 )
 from zyquo_tui.core.store.logs import rotate_if_large
 from zyquo_tui.core.store.store import CONFIG_FILE, EVENTS_FILE, LOG_FILE, RunStore
@@ -67,6 +69,7 @@ class TrainingSession:
         # Stopping before the last step by a rule the user chose (core/runs/stopping.py).
         self.early_stopping: EarlyStopping | None = None
         self.divergence = DivergenceWatch()
+        self.reward_signal = RewardSignalWatch()  # a grpo run that learns nothing, said once
         self.stop_on_divergence = False
         self.stop_reason: str | None = None
         self.stop_message = ""
@@ -102,6 +105,7 @@ class TrainingSession:
         if rss is not None:
             info = {**info, "peak_rss_bytes": rss}
         self.events.write(ev.TRAIN, **info)
+        steps_in_report = max(info["iteration"] - self.step, 1)
         self.step = info["iteration"]
         self.summary.update(step=self.step, last_train_loss=info["train_loss"],
                             tokens_per_second=info["tokens_per_second"],
@@ -114,6 +118,10 @@ class TrainingSession:
         print(f"step {info['iteration']}: train loss {info['train_loss']:.4f}, "
               f"lr {info['learning_rate']:.3g}, {info['tokens_per_second']:.0f} tok/s", flush=True)
         self._watch_divergence(info["iteration"], info["train_loss"])
+        if "reward_std" in info and self.reward_signal.observe(
+                info["iteration"], steps_in_report, info["reward_std"]):
+            self._warn(NO_REWARD_SIGNAL, self.reward_signal.sentence(info["iteration"]),
+                       iteration=info["iteration"])
 
     def _watch_divergence(self, step: int, loss: float) -> None:
         if not self.divergence.observe(loss):

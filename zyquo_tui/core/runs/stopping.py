@@ -8,6 +8,8 @@ trainer (trainer/session.py) acts on it. Plain Python, so the rules are tested w
 - Divergence: a train loss more than `factor` times its running minimum (and at least
   MIN_GAP above it) for `reports` reports in a row is a warning; config.toml decides whether
   it also stops the run (core/store/user_settings.py).
+- No reward signal: a grpo run whose every group's answers got equal rewards for its first
+  NO_SIGNAL_STEPS steps has learnt nothing (the advantages are all 0): a warning, once.
 """
 
 from __future__ import annotations
@@ -101,3 +103,39 @@ class DivergenceWatch:
                 f"{self.factor:g} times its lowest ({self.lowest:.4f}) for {self.streak} "
                 "reports: training may be diverging; a lower learning rate (or a warmup) "
                 "usually helps.")
+
+
+NO_REWARD_SIGNAL = "no_reward_signal"
+# Steps of a grpo run with no spread of rewards within any group before it is pointed out.
+NO_SIGNAL_STEPS = 10
+
+
+@dataclass
+class RewardSignalWatch:
+    """Flags a grpo run whose rewards have told no answer from another for NO_SIGNAL_STEPS
+    steps since it started (or resumed): GRPO learns only from the differences within a group,
+    so every step so far trained nothing. Typical of a model that cannot answer any prompt
+    yet. `observe` returns True once; the first step with a spread ends the watch."""
+
+    steps: int = NO_SIGNAL_STEPS
+    first_step: int | None = None  # the first step of the streak, from the first report
+    done: bool = False
+
+    def observe(self, step: int, steps_in_report: int, reward_std: float) -> bool:
+        if self.done:
+            return False
+        if reward_std > 0:
+            self.done = True
+            return False
+        if self.first_step is None:
+            self.first_step = step - steps_in_report + 1
+        if step - self.first_step + 1 >= self.steps:
+            self.done = True
+            return True
+        return False
+
+    def sentence(self, step: int) -> str:
+        return (f"For {step - self.first_step + 1} steps (to step {step}) every answer in each "
+                "group got the same reward, so grpo had nothing to learn from. A model that "
+                "cannot answer any prompt yet needs an sft warm-up first (the sample data's "
+                "README shows one); or add a reward that tells answers apart.")

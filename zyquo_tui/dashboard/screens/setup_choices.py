@@ -55,9 +55,7 @@ CONTROL_HELP = {
 SFT_NOT_OFFERED = {
     PREFERENCE: "sft is not offered: preference rows train dpo or orpo.",
     PROMPTS: "sft is not offered: prompt rows with answers train grpo (rewards of the "
-             "model's own answers), which learns only once the model answers some of them "
-             "right: a model that cannot yet needs an sft run first (a warm-up, as the "
-             "sample data's README shows).",
+             "model's own answers).",
 }
 
 

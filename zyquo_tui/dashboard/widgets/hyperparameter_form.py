@@ -241,8 +241,9 @@ class FieldRow(OneLayoutPass, Widget):
         return line
 
     def on_mount(self) -> None:
+        # is_mounted is still False here (Textual sets it after Mount): apply, do not wait.
         if self._wanted:
-            self.show_problem(*self._wanted)
+            self._apply_problem(self._wanted)
 
     def set_help(self, text: str) -> None:
         self.help_text = text
@@ -254,9 +255,13 @@ class FieldRow(OneLayoutPass, Widget):
         if not self.is_mounted:
             self._wanted = wanted
             return
+        self._apply_problem(wanted)
+
+    def _apply_problem(self, wanted: tuple[str, bool] | None) -> None:
         if wanted == self._problem:
             return
         self._problem = wanted
+        sentence, warning = wanted if wanted else (None, False)
         problem = self.query_one(".field-problem", Static)
         if sentence:
             update_static(problem, ("⚠ " if warning else "✗ ") + sentence,
@@ -289,8 +294,9 @@ GROUP_TITLES = {ADVANCED: "Advanced: optimizer, accumulation, LoRA, reports, see
 class HyperparameterForm(OneLayoutPass, Vertical):
     """Every hyperparameter of a run as a field (see the module docstring).
 
-    The folded groups are filled when first opened: a screen with fewer widgets opens and
-    lays out faster, and most runs never change those settings.
+    The folded groups are filled when first opened, and an objective's own rows when it is
+    first chosen: a screen with fewer widgets opens and lays out faster, and most runs never
+    change those settings.
     """
 
     DEFAULT_CSS = """
@@ -327,6 +333,7 @@ class HyperparameterForm(OneLayoutPass, Vertical):
             self.values.update(values)
         self.touched: set[str] = set()  # fields the user edited
         self._rows: dict[str, FieldRow] = {}  # the rows mounted so far
+        self._mounting: list[Any] = []  # an objective's rows being mounted (AwaitMount)
         self._problems: dict[str, tuple[str, bool]] = {}
         self._filled: set[str] = {BASIC}
         self._hidden: set[str] = set()  # lora-only rows for full fine-tuning, and so on
@@ -365,15 +372,32 @@ class HyperparameterForm(OneLayoutPass, Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("Hyperparameters", classes="form-heading")
-        # An objective's own settings first, where they matter most: shown only for the
-        # objectives that use them (beta for dpo and orpo; rewards, group size and the KL
-        # weight for grpo; the teacher for distill).
-        for group in OBJECTIVE_GROUPS + (BASIC,):
-            for spec in form_settings():
-                if spec.group == group:
-                    yield self._row(spec)
+        # An objective's own settings go first, where they matter most, and are mounted when
+        # an objective that uses them is chosen (set_objective): beta for dpo and orpo;
+        # rewards, group size and the KL weight for grpo; the teacher for distill. Mounting
+        # all of them with every form took a third of the time the setup screen takes to open.
+        for spec in form_settings():
+            if spec.group == BASIC:
+                yield self._row(spec)
         for group, title in GROUP_TITLES.items():
             yield Collapsible(title=title, id=group, collapsed=True)
+
+    def on_mount(self) -> None:
+        if self.objective is not None:  # chosen before the form was mounted
+            self._mount_objective_rows(self.objective)
+
+    def _mount_objective_rows(self, objective: str) -> None:
+        """Mount the rows of `objective`'s own settings not mounted yet, each in the form's
+        order: before the first mounted row that follows it (the basic rows always are)."""
+        order = [spec for group in OBJECTIVE_GROUPS + (BASIC,) for spec in form_settings()
+                 if spec.group == group]
+        for index, spec in enumerate(order):
+            if spec.key in self._rows or not spec.used_by(objective):
+                continue
+            after = next(self._rows[later.key] for later in order[index + 1:]
+                         if later.key in self._rows)
+            row = self._row(spec)
+            self._mounting.append(self.mount(row, before=after))
 
     @on(Collapsible.Expanded)
     async def _group_opened(self, event: Collapsible.Expanded) -> None:
@@ -396,6 +420,8 @@ class HyperparameterForm(OneLayoutPass, Vertical):
         if group in GROUP_TITLES:
             self.query_one(f"#{group}", Collapsible).collapsed = False
             await self.fill(group)
+        while self._mounting:  # an objective's rows, mounting since it was chosen
+            await self._mounting.pop()
         return self._rows[key]
 
     def open_group_of(self, key: str) -> None:
@@ -406,8 +432,14 @@ class HyperparameterForm(OneLayoutPass, Vertical):
     # -- reading and writing --------------------------------------------------------------------
 
     def row(self, key: str) -> FieldRow:
-        """The row of `key` (KeyError while its folded group was never opened)."""
+        """The row of `key` (KeyError while its folded group was never opened, or its
+        objective never chosen)."""
         return self._rows[key]
+
+    def shows(self, key: str) -> bool:
+        """Whether the field of `key` is on the form now (mounted and not hidden)."""
+        row = self._rows.get(key)
+        return row is not None and bool(row.display)
 
     def spec_of(self, widget: Widget | None) -> Setting | None:
         """The field a control belongs to (for the help line of the focused control)."""
@@ -498,6 +530,8 @@ class HyperparameterForm(OneLayoutPass, Vertical):
         self.objective = objective
         self._hidden_for_objective = {spec.key for spec in form_settings()
                                       if not spec.used_by(objective)}
+        if self.is_mounted:
+            self._mount_objective_rows(objective)
         self._show_rows()
 
     def _hidden_for_choices(self) -> set[str]:
