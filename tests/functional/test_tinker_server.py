@@ -510,3 +510,29 @@ def test_the_rest_client_lists_training_runs_and_checkpoints_and_deletes_them(
         rest.delete_checkpoint_from_tinker_path(f"tinker://{run_id}/external_weights/x"
                                                 ).result()
 
+
+def test_many_samples_of_one_prompt_keep_seed_stop_and_top_k(server, service_client):
+    # num_samples answers are decoded together; the same seed draws the same answers, stop
+    # and top_k hold for each of them.
+    sampler = service_client.create_sampling_client(base_model="zyquo-tiny").result()
+    tokenizer = new_training_client(service_client, seed=47).get_tokenizer()
+    prompt = types.ModelInput.from_ints(tokenizer.encode("The quick brown"))
+
+    def answers(count: int, **params) -> list:
+        return sampler.sample(prompt, count, types.SamplingParams(**params)).result().sequences
+
+    drawn = answers(5, max_tokens=8, temperature=1.0, seed=5, stop=[])
+    assert [s.tokens for s in answers(5, max_tokens=8, temperature=1.0, seed=5, stop=[])] == [
+        s.tokens for s in drawn]
+    assert len({tuple(s.tokens) for s in drawn}) > 1  # each answer a draw of its own
+    assert all(len(s.tokens) == len(s.logprobs) == 8 and s.stop_reason == "length"
+               for s in drawn)
+
+    greedy = answers(1, max_tokens=8, temperature=0.0, stop=[])[0]
+    for row in answers(3, max_tokens=8, temperature=1.0, seed=5, top_k=1, stop=[]):
+        assert row.tokens == greedy.tokens
+        assert row.logprobs == pytest.approx(greedy.logprobs, abs=1e-4)
+    stop_id = greedy.tokens[3]
+    ends = greedy.tokens.index(stop_id) + 1
+    for row in answers(3, max_tokens=8, temperature=0.0, stop=[stop_id]):
+        assert row.tokens == greedy.tokens[:ends] and row.stop_reason == "stop"
