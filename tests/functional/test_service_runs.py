@@ -145,3 +145,112 @@ def test_daemon_on_linux_is_refused_in_one_sentence():
     done = zyquo_cli("service", "install", "--daemon")
     assert done.returncode == 2 and "loginctl enable-linger" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_servers_systemd_unit_keeps_it_up_and_passes_systemd_analyze_verify(tmp_path):
+    plan = service.service_plan(platform="linux", user_home=tmp_path, python=sys.executable,
+                                store_home=tmp_path / "store", user="me",
+                                serve=("0.0.0.0", 9000))
+
+    assert plan.path == tmp_path / ".config/systemd/user/zyquo-tui-serve.service"
+    assert (f"ExecStart={sys.executable} -m zyquo_tui.__main__ serve --host 0.0.0.0 "
+            "--port 9000\n") in plan.content
+    assert "Restart=always\n" in plan.content and "RestartSec=5\n" in plan.content
+    assert f'Environment="ZYQUO_HOME={tmp_path}/store"' in plan.content
+    assert "KillMode" not in plan.content  # stopping the unit stops the server
+    assert plan.install_commands[-1] == ["systemctl", "--user", "enable", "--now",
+                                         service.SERVE_UNIT]
+    assert plan.uninstall_commands[0] == ["systemctl", "--user", "disable", "--now",
+                                          service.SERVE_UNIT]
+    assert any("--show-key" in note for note in plan.notes)
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed here")
+    unit = tmp_path / service.SERVE_UNIT
+    unit.write_text(plan.content)
+    done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0 and done.stdout + done.stderr == "", done.stderr
+    broken = tmp_path / "broken-serve.service"
+    broken.write_text(plan.content.replace("Restart=always", "Restart=allways"))
+    done = subprocess.run(["systemd-analyze", "verify", str(broken)], capture_output=True,
+                          text=True, check=False)
+    assert "allways" in done.stderr, "the check must be able to fail"
+
+
+@pytest.mark.parametrize("daemon", [False, True])
+def test_the_servers_launchd_job_is_kept_alive_with_its_address(tmp_path, daemon):
+    plan = service.service_plan(platform="darwin", daemon=daemon, user_home=tmp_path,
+                                python="/usr/bin/python3", store_home=tmp_path / "store",
+                                uid=501, user="me", serve=("127.0.0.1", 8765))
+
+    job = plistlib.loads(plan.content.encode())
+    assert job["Label"] == service.SERVE_LABEL == "com.zyquo-tui.serve"
+    assert job["ProgramArguments"] == ["/usr/bin/python3", "-m", "zyquo_tui.__main__", "serve",
+                                       "--host", "127.0.0.1", "--port", "8765"]
+    assert job["KeepAlive"] is True and job["RunAtLoad"] is True
+    assert job["StandardOutPath"] == str(tmp_path / "store" / "serve.log")
+    assert job["EnvironmentVariables"] == {"ZYQUO_HOME": str(tmp_path / "store")}
+    if daemon:
+        assert plan.path == Path("/Library/LaunchDaemons/com.zyquo-tui.serve.plist")
+        assert job["UserName"] == "me"
+        assert plan.uninstall_commands == [["launchctl", "bootout",
+                                            "system/com.zyquo-tui.serve"]]
+    else:
+        assert plan.path == tmp_path / "Library/LaunchAgents/com.zyquo-tui.serve.plist"
+        assert "UserName" not in job
+        assert plan.install_commands == [["launchctl", "bootstrap", "gui/501", str(plan.path)]]
+        assert plan.uninstall_commands == [["launchctl", "bootout",
+                                            "gui/501/com.zyquo-tui.serve"]]
+        assert "service install --serve --daemon" in plan.notes[0]
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="the systemd user unit is Linux's")
+def test_cli_serve_dry_run_prints_the_servers_unit_with_its_address_and_changes_nothing(
+        tmp_path, fake_service_manager):
+    home = tmp_path / "user"
+    home.mkdir()
+    done = service_cli(home, "install", "--serve", "--host", "0.0.0.0", "--port", "9000",
+                       "--dry-run")
+
+    assert done.returncode == 0, done.stderr
+    unit = home / ".config/systemd/user/zyquo-tui-serve.service"
+    assert done.stdout.startswith(f"would write {unit}:\n[Unit]\n")
+    assert " serve --host 0.0.0.0 --port 9000\n" in done.stdout
+    assert "Restart=always\n" in done.stdout
+    assert ("would run: systemctl --user enable --now zyquo-tui-serve.service\n"
+            in done.stdout)
+    assert not any(home.iterdir()) and calls(fake_service_manager) == []
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="the systemd user unit is Linux's")
+def test_cli_serve_install_status_and_uninstall_touch_the_servers_unit_only(
+        tmp_path, fake_service_manager):
+    installed = service_cli(tmp_path, "install", "--serve", "--port", "9001")
+
+    units = tmp_path / ".config/systemd/user"
+    assert installed.returncode == 0, installed.stderr
+    assert sorted(p.name for p in units.iterdir()) == [service.SERVE_UNIT]
+    assert " serve --host 127.0.0.1 --port 9001\n" in (units / service.SERVE_UNIT).read_text()
+    assert calls(fake_service_manager) == [
+        ["systemctl", "--user", "daemon-reload"],
+        ["systemctl", "--user", "enable", "--now", service.SERVE_UNIT]]
+    status = json.loads(service_cli(tmp_path, "status", "--serve", "--json").stdout)
+    assert status["path"] == str(units / service.SERVE_UNIT) and status["installed"] is True
+    assert calls(fake_service_manager)[-1][:4] == ["systemctl", "--user", "show",
+                                                   service.SERVE_UNIT]
+    recover = json.loads(service_cli(tmp_path, "status", "--json").stdout)
+    assert recover["installed"] is False  # the boot recovery is a service of its own
+
+    fake_service_manager.unlink()
+    removed = service_cli(tmp_path, "uninstall", "--serve")
+    assert removed.returncode == 0, removed.stderr
+    assert not (units / service.SERVE_UNIT).exists()
+    assert calls(fake_service_manager) == [
+        ["systemctl", "--user", "disable", "--now", service.SERVE_UNIT],
+        ["systemctl", "--user", "daemon-reload"]]
+
+
+def test_host_or_port_without_serve_is_refused_in_one_sentence(tmp_path):
+    done = service_cli(tmp_path, "install", "--port", "9000", "--dry-run")
+    assert done.returncode == 2 and "give them with --serve" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

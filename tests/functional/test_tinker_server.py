@@ -277,6 +277,7 @@ def test_each_training_client_is_a_run_with_its_steps_and_a_cancel_ends_it(serve
     session = training.model_id.split(":")[0]
     run = run_of(server, session)
     assert run["state"] == "running"
+    assert run["step"] >= 1  # the listing follows the program's steps (at most 2 s behind)
     events = read_events(server.home / "runs" / run["id"] / "events.jsonl")
     train = [e for e in events if e["type"] == "train"]
     assert [e["iteration"] for e in train] == [1, 2, 3]
@@ -286,6 +287,7 @@ def test_each_training_client_is_a_run_with_its_steps_and_a_cancel_ends_it(serve
     assert path == f"tinker://{run['id']}/weights/kept"
     assert any(e["type"] == "checkpoint" for e in
                read_events(server.home / "runs" / run["id"] / "events.jsonl"))
+    assert run_of(server, session)["step"] == 3  # a checkpoint writes the summary at once
 
     done = runs_cli(server, "cancel", run["id"])
     assert done.returncode == 0, done.stderr
@@ -451,3 +453,96 @@ def test_cross_entropy_through_the_server_is_the_clients_sft_sum(server, service
     served = training.forward([datum], "cross_entropy").result().metrics["loss:sum"]
     assert result.num_tokens == len(tokens)
     assert served == pytest.approx(result.loss * result.num_tokens, rel=1e-5)
+
+
+def test_the_rest_client_lists_training_runs_and_checkpoints_and_deletes_them(
+        server, service_client):
+    metadata = {"renderer_name": "role_colon"}  # what tinker-cookbook reads back
+    training = service_client.create_lora_training_client(
+        base_model="zyquo-tiny", rank=4, seed=43, user_metadata=metadata).result()
+    data = [sft_datum(training.get_tokenizer(), TEXTS[0])]
+    step(training, data)
+    state = training.save_state("first").result().path
+    sampled = training.save_weights_for_sampler("for-sampling").result().path
+    run_id = state.split("/")[2]
+    rest = tinker.RestClient()
+
+    run = rest.get_training_run_by_tinker_path(sampled).result()
+    assert (run.training_run_id, run.base_model, run.lora_rank, run.user_metadata) == (
+        run_id, "zyquo-tiny", 4, metadata)
+    assert run.last_checkpoint.tinker_path == state
+    assert run.last_sampler_checkpoint.tinker_path == sampled
+    assert rest.get_training_run(run_id).result().training_run_id == run_id
+
+    every = rest.list_training_runs(limit=100).result()
+    served = sorted(p.parent.parent.name for p in
+                    (server.home / "runs").glob("*/tinker/training_run.json"))
+    assert sorted(r.training_run_id for r in every.training_runs) == served
+    assert every.cursor.total_count == len(served) and run_id in served
+    newest = rest.list_training_runs(limit=1).result()  # newest first
+    assert [r.training_run_id for r in newest.training_runs] == [run_id]
+
+    listed = rest.list_checkpoints(run_id).result().checkpoints
+    assert sorted((c.checkpoint_type, c.tinker_path, c.checkpoint_id) for c in listed) == [
+        ("sampler", sampled, "sampler_weights/for-sampling"),
+        ("training", state, "weights/first")]
+    assert all(c.size_bytes > 0 for c in listed)
+    latest = rest.list_user_checkpoints(limit=2).result()
+    assert {c.tinker_path for c in latest.checkpoints} == {state, sampled}
+    assert latest.cursor.total_count >= 2  # with the other tests' checkpoints, when run
+    info = rest.get_weights_info_by_tinker_path(state).result()
+    assert (info.base_model, info.lora_rank) == ("zyquo-tiny", 4)
+
+    # Deleting removes the folder; the program trains on.
+    rest.delete_checkpoint_from_tinker_path(state).result()
+    assert not (server.home / "runs" / run_id / "tinker" / "weights" / "first").exists()
+    assert [c.tinker_path for c in rest.list_checkpoints(run_id).result().checkpoints] == [
+        sampled]
+    step(training, data)
+
+    # A path that names nothing gets Tinker's error type and one sentence.
+    with pytest.raises(tinker.NotFoundError, match=f"Run {run_id} has no checkpoint "
+                       "weights/first"):
+        rest.delete_checkpoint_from_tinker_path(state).result()
+    with pytest.raises(tinker.NotFoundError, match="No training run no-such-run"):
+        rest.get_training_run_by_tinker_path("tinker://no-such-run/weights/x").result()
+    with pytest.raises(tinker.BadRequestError, match="is not a checkpoint of this server"):
+        rest.delete_checkpoint_from_tinker_path(f"tinker://{run_id}/external_weights/x"
+                                                ).result()
+    # A run of `zyquo-tui runs` is no Tinker training run: neither listed nor read.
+    from zyquo_tui.core.runs.run import Run
+    from zyquo_tui.core.store.store import RunStore
+
+    own = RunStore(server.home).create(Run.new(model=str(server.home / "models" / "zyquo-tiny"),
+                                               data="sample_data/completions"))
+    assert own.id not in [r.training_run_id for r in
+                          rest.list_training_runs(limit=100).result().training_runs]
+    with pytest.raises(tinker.NotFoundError, match="not trained through this server"):
+        rest.list_checkpoints(own.id).result()
+
+
+def test_many_samples_of_one_prompt_keep_seed_stop_and_top_k(server, service_client):
+    # num_samples answers are decoded together; the same seed draws the same answers, stop
+    # and top_k hold for each of them.
+    sampler = service_client.create_sampling_client(base_model="zyquo-tiny").result()
+    tokenizer = new_training_client(service_client, seed=47).get_tokenizer()
+    prompt = types.ModelInput.from_ints(tokenizer.encode("The quick brown"))
+
+    def answers(count: int, **params) -> list:
+        return sampler.sample(prompt, count, types.SamplingParams(**params)).result().sequences
+
+    drawn = answers(5, max_tokens=8, temperature=1.0, seed=5, stop=[])
+    assert [s.tokens for s in answers(5, max_tokens=8, temperature=1.0, seed=5, stop=[])] == [
+        s.tokens for s in drawn]
+    assert len({tuple(s.tokens) for s in drawn}) > 1  # each answer a draw of its own
+    assert all(len(s.tokens) == len(s.logprobs) == 8 and s.stop_reason == "length"
+               for s in drawn)
+
+    greedy = answers(1, max_tokens=8, temperature=0.0, stop=[])[0]
+    for row in answers(3, max_tokens=8, temperature=1.0, seed=5, top_k=1, stop=[]):
+        assert row.tokens == greedy.tokens
+        assert row.logprobs == pytest.approx(greedy.logprobs, abs=1e-4)
+    stop_id = greedy.tokens[3]
+    ends = greedy.tokens.index(stop_id) + 1
+    for row in answers(3, max_tokens=8, temperature=0.0, stop=[stop_id]):
+        assert row.tokens == greedy.tokens[:ends] and row.stop_reason == "stop"

@@ -1,4 +1,5 @@
-"""`zyquo-tui service install|uninstall|status`: run `runs recover` at boot (docs/CLI.md).
+"""`zyquo-tui service install|uninstall|status`: run `runs recover` at boot, and with `--serve`
+keep `zyquo-tui serve` up (docs/CLI.md).
 
 Exit status: 0 done (status: installed and loaded, or its manager cannot be asked), 1 the file
 was written or removed but the service manager refused (its words are printed), or status found
@@ -11,6 +12,7 @@ import os
 import sys
 
 from zyquo_tui.cli.output import print_json
+from zyquo_tui.cli.web_cmd import port_number
 from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE, UserError
 from zyquo_tui.core.processes.service import (
     LAUNCHD_DAEMON,
@@ -25,7 +27,8 @@ from zyquo_tui.core.store.paths import zyquo_home
 
 def register(subparsers) -> None:
     service = subparsers.add_parser(
-        "service", help="resume interrupted runs and the queue at boot (launchd or systemd)")
+        "service", help="resume interrupted runs and the queue at boot, or (--serve) keep "
+                        "the Tinker server up (launchd or systemd)")
     sub = service.add_subparsers(dest="service_command", metavar="ACTION",
                                  parser_class=type(service))
     for name, handler, helptext in (
@@ -41,20 +44,51 @@ def register(subparsers) -> None:
         p.add_argument("--daemon", action="store_true",
                        help="macOS: a LaunchDaemon, which starts at boot without a login "
                             "(needs sudo)")
+        p.add_argument("--serve", action="store_true",
+                       help="the server's service instead: keeps `zyquo-tui serve` up "
+                            "(started again whenever it ends)")
+        if name == "install":
+            p.add_argument("--host", help="with --serve: the address the server listens on "
+                                          "(default: 127.0.0.1, this machine only)")
+            p.add_argument("--port", type=port_number,
+                           help="with --serve: its TCP port (default: 8765)")
         p.add_argument("--json", action="store_true")
         p.set_defaults(handler=handler)
+
+
+def _served_address(args) -> tuple[str, int] | None:
+    """(host, port) of the server's service, None for the boot recovery's."""
+    from zyquo_tui.cli.serve_cmd import DEFAULT_HOST, DEFAULT_PORT, NEEDED
+
+    host, port = getattr(args, "host", None), getattr(args, "port", None)
+    if not args.serve:
+        if host is not None or port is not None:
+            raise UserError("--host and --port are the server's: give them with --serve "
+                            "(`zyquo-tui service install --serve --port 9000`).", EXIT_USAGE)
+        return None
+    if args.service_command == "install":
+        import importlib.util
+
+        missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+        if missing:  # the service would start it again and again, failing each time
+            raise UserError(f"The server needs {', '.join(missing)}, not installed here: run "
+                            f"{sys.executable} -m pip install 'zyquo-tui[serve]', then "
+                            "install its service.", EXIT_USAGE)
+    return (host or DEFAULT_HOST, port or DEFAULT_PORT)
 
 
 def _plan(args) -> ServicePlan:
     if args.daemon and sys.platform != "darwin":
         raise UserError("--daemon is macOS's LaunchDaemon; on Linux the user unit starts at "
                         "boot once `loginctl enable-linger $USER` is set.", EXIT_USAGE)
-    plan = service_plan(daemon=args.daemon, store_home=zyquo_home().expanduser().resolve())
+    plan = service_plan(daemon=args.daemon, store_home=zyquo_home().expanduser().resolve(),
+                        serve=_served_address(args))
     if plan.kind == LAUNCHD_DAEMON and not getattr(args, "dry_run", False) \
             and os.geteuid() != 0 and args.service_command != "status":
+        serve = " --serve" if args.serve else ""
         raise UserError(f"The LaunchDaemon goes in {plan.path.parent}, which needs root: run "
                         f"`sudo {' '.join(sys.argv[:1] or ['zyquo-tui'])} service "
-                        f"{args.service_command} --daemon`.", EXIT_USAGE)
+                        f"{args.service_command}{serve} --daemon`.", EXIT_USAGE)
     return plan
 
 

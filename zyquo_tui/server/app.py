@@ -26,6 +26,7 @@ from tinker import types
 from zyquo_tui.core.store.server_key import key_matches
 from zyquo_tui.server.service import Service, UserFacing
 from zyquo_tui.server.trained_model import ModelSpec
+from zyquo_tui.server.training_runs import rest_routes
 from zyquo_tui.server.wire import WireError, read_forward_backward
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,8 @@ def make_app(service: Service, key: str, resolve: Callable[[str], ModelSpec],
         spec.rank, spec.seed = lora.rank, lora.seed
         spec.train_mlp, spec.train_attn = lora.train_mlp, lora.train_attn
         spec.train_unembed = lora.train_unembed
-        model_id, request_id = service.create_model(body.session_id, body.model_seq_id, spec)
+        model_id, request_id = service.create_model(body.session_id, body.model_seq_id, spec,
+                                                    user_metadata=body.user_metadata)
         return future(request_id, model_id=model_id)
 
     async def get_info(request: Request) -> dict:
@@ -184,7 +186,8 @@ def make_app(service: Service, key: str, resolve: Callable[[str], ModelSpec],
             if body.model_seq_id is None:
                 raise UserFacing(400, "load_weights with a session_id needs model_seq_id.")
             request_id = service.create_model_from_state(body.session_id, body.model_seq_id,
-                                                         body.path, body.optimizer)
+                                                         body.path, body.optimizer,
+                                                         user_metadata=body.user_metadata)
             return future(request_id)
         if body.model_id is None:
             raise UserFacing(400, "load_weights needs model_id, or session_id and "
@@ -271,6 +274,9 @@ def make_app(service: Service, key: str, resolve: Callable[[str], ModelSpec],
         route("retrieve_future", retrieve_future),
         route("cancel_future", cancel_future),
     ]
+    # The RestClient's training runs and checkpoints, from the run store.
+    routes += [route(path, handler, methods)
+               for path, handler, methods in rest_routes(service.home, json_body)]
 
     @contextlib.asynccontextmanager
     async def lifespan(app):

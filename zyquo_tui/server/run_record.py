@@ -11,10 +11,15 @@ Events: `started` when the model is made; at each optim_step a `train` event (th
 over the step's forward_backward calls, Tinker's sum, and the learning rate the step applied);
 a `checkpoint` at each save_state; `completed` when the program finishes its session,
 `cancelled` on a cancel. A program that goes quiet leaves its run `interrupted`.
+
+run.json's summary (what `runs list` shows: the step, the last loss) follows the steps, written
+at most every SUMMARY_PERIOD seconds and at each checkpoint: each write locks, reads and
+fsyncs the record, which a step every few milliseconds should not pay for.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import socket
@@ -25,9 +30,14 @@ from zyquo_tui.core.events import protocol as ev
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.store.store import RunStore
 
+SUMMARY_PERIOD = 2.0  # seconds between two writes of run.json's summary as the program trains
+TINKER_DIR = "tinker"  # runs/RUN/tinker/: the program's checkpoints, and what it asked for
+TRAINING_RUN_FILE = "training_run.json"
+
 
 class RunRecord:
-    def __init__(self, store: RunStore, run: Run, name: str) -> None:
+    def __init__(self, store: RunStore, run: Run, name: str, spec: dict | None = None,
+                 user_metadata: dict | None = None) -> None:
         from zyquo_tui.core.system.liveness import identity
 
         me = identity(os.getpid())
@@ -38,16 +48,34 @@ class RunRecord:
                        "host": me["host"], "served_by": "zyquo-tui serve"}
         self.store, self.run_id = store, run.id
         store.create(run)
+        if spec is not None:
+            self.describe(spec, user_metadata)
         self.events = ev.EventWriter(store.events_path(run.id))
         self.loss_since_step = 0.0
         self.tokens_since_step = 0
         self.trained_tokens = 0
         self.step = 0  # optimizer steps applied
         self.last_step_time = time.monotonic()
+        self.summary: dict = {}
+        self.summary_written = float("-inf")  # time.monotonic() of the last summary write
         self.events.write(ev.STARTED, pid=os.getpid(), host=socket.gethostname(),
                           versions={"python": platform.python_version()}, device="mlx",
                           parameters={}, dataset={"train": 0, "valid": 0}, iters=None,
                           resumed_from_step=None, config={}, world_size=1)
+
+    def describe(self, spec: dict, user_metadata: dict | None) -> None:
+        """What the program asked for (its base model by the name it gave, the LoRA settings,
+        its user_metadata), kept for the RestClient's get_training_run
+        (server/training_runs.py)."""
+        from zyquo_tui.core.store.atomic import write_atomic
+
+        folder = self.store.run_dir(self.run_id) / TINKER_DIR
+        folder.mkdir(mode=0o700, exist_ok=True)
+        about = {"base_model": spec["base_model"], "lora_rank": spec["rank"],
+                 **{key: spec.get(key) for key in ("train_mlp", "train_attn", "train_unembed")},
+                 "user_metadata": {str(k): str(v) for k, v in (user_metadata or {}).items()}
+                 or None}
+        write_atomic(folder / TRAINING_RUN_FILE, json.dumps(about, indent=2) + "\n")
 
     @property
     def adapters(self) -> Path:
@@ -69,7 +97,23 @@ class RunRecord:
                           tokens_per_second=self.tokens_since_step / seconds,
                           trained_tokens=self.trained_tokens,
                           peak_memory_bytes=int(mx.get_peak_memory()))
+        self.summary.update(step=step, last_train_loss=self.loss_since_step,
+                            tokens_per_second=self.tokens_since_step / seconds)
         self.loss_since_step, self.tokens_since_step, self.last_step_time = 0.0, 0, now
+        if now - self.summary_written >= SUMMARY_PERIOD:
+            self.write_summary()
+
+    def write_summary(self) -> None:
+        """run.json's summary as of the last step (what `runs list` and the runs table show)."""
+        self.summary_written = time.monotonic()
+        summary = dict(self.summary)
+
+        def change(run: Run) -> None:
+            run.summary = {**run.summary, **summary}
+        try:
+            self.store.update(self.run_id, change)
+        except Exception:  # noqa: BLE001 - deleted meanwhile: nothing to show it in
+            pass
 
     def checkpoint(self, step: int, written: dict) -> None:
         self.events.write(ev.CHECKPOINT, iteration=step,
@@ -77,6 +121,8 @@ class RunRecord:
                           latest=Path(written["latest"]).name,
                           state_files=[Path(p).name for p in written["state_files"]],
                           bytes=written["bytes"])
+        if self.summary:
+            self.write_summary()
 
     def cancel_requested(self) -> bool:
         """Whether a cancel was asked for (read again only when run.json changed: this is
@@ -105,7 +151,7 @@ class RunRecord:
         def settle(run: Run) -> None:
             if not run.state.is_terminal:
                 run.set_state(state)
-                run.summary = {**run.summary, "step": step}
+                run.summary = {**run.summary, **self.summary, "step": step}
         try:
             self.store.update(self.run_id, settle)
         except Exception:  # noqa: BLE001 - deleted meanwhile

@@ -178,8 +178,10 @@ class Service:
         return model
 
     def create_model(self, session_id: str, model_seq_id: int, spec: ModelSpec,
-                     loaded_from: tuple[Path, bool] | None = None) -> tuple[str, str]:
-        """(model id, request id); the model loads on the MLX thread."""
+                     loaded_from: tuple[Path, bool] | None = None,
+                     user_metadata: dict[str, Any] | None = None) -> tuple[str, str]:
+        """(model id, request id); the model loads on the MLX thread. `user_metadata` is the
+        program's, kept with its run for get_training_run."""
         session = self.session(session_id)
         model_id = f"{session_id}:train:{model_seq_id}"
         if model_id in self.models:
@@ -198,7 +200,8 @@ class Service:
                 if loaded_from is not None:
                     trained.run_as_own(trained.load_state, *loaded_from)
                 model.record = RunRecord(RunStore(self.home), trained.run,
-                                         f"tinker {spec.base_model} ({session_id})")
+                                         f"tinker {spec.base_model} ({session_id})",
+                                         spec.to_json(), user_metadata)
             except BaseException as error:
                 model.error = f"Training model {model_id} could not be made: {error}"
                 raise
@@ -411,11 +414,13 @@ class Service:
         return self._on_mlx(run)
 
     def create_model_from_state(self, session_id: str, model_seq_id: int, path: str,
-                                with_optimizer: bool) -> str:
+                                with_optimizer: bool,
+                                user_metadata: dict[str, Any] | None = None) -> str:
         folder = self.folder_of(path)
         spec = read_description(folder)
         _, request_id = self.create_model(session_id, model_seq_id, spec,
-                                          loaded_from=(folder, with_optimizer))
+                                          loaded_from=(folder, with_optimizer),
+                                          user_metadata=user_metadata)
         return request_id
 
     # -- sampling --------------------------------------------------------------------------------

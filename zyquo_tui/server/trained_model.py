@@ -28,6 +28,9 @@ from zyquo_tui.trainer.batches import PAD_TO
 ADAM_DEFAULTS = {"betas": [0.9, 0.95], "eps": 1e-12, "weight_decay": 0.0,
                  "bias_correction": True}
 DESCRIPTION_FILE = "tinker.json"  # beside a saved state: what model and adapters it fits
+# The most answers of one sample request decoded together (mlx-lm's batch generation's
+# default completion batch size); more are decoded in turns of this many.
+SAMPLE_ROWS = 32
 
 
 class RequestError(ValueError):
@@ -321,7 +324,7 @@ class TrainedModel:
                ) -> tuple[list[Sequence], np.ndarray | None]:
         """Completions of `prompt` with `weights` in place of the trained ones (None: as they
         are), which are put back after; training's random state is left as it was."""
-        from zyquo_tui.trainer.sampling import generate_until_stop
+        from zyquo_tui.trainer.sampling import complete_batch
 
         vocabulary = self.vocabulary_size()
         if not prompt or min(prompt) < 0 or max(prompt) >= vocabulary:
@@ -335,13 +338,19 @@ class TrainedModel:
                 self.engine.set_trainable_weights(weights)
             if params.get("seed") is not None:
                 mx.random.seed(int(params["seed"]) % (2 ** 63))
+            max_tokens = int(params.get("max_tokens") or 0)
             sequences = []
-            for _ in range(num_samples):
-                done = generate_until_stop(
-                    self.model, self.tokenizer, prompt, int(params.get("max_tokens") or 0),
-                    float(params.get("temperature", 1.0)), float(params.get("top_p", 1.0)),
-                    int(params.get("top_k", -1)), params.get("stop"))
-                sequences.append(Sequence(done.tokens, done.logprobs, done.finish_reason))
+            # The answers decode together, the prompt read once (complete_batch), at most
+            # SAMPLE_ROWS at a time: each row holds a KV cache of its own as it grows.
+            for first in range(0, num_samples, SAMPLE_ROWS):
+                done = complete_batch(
+                    self.model, self.tokenizer, [prompt], max_tokens,
+                    float(params.get("temperature", 1.0)), min(SAMPLE_ROWS, num_samples - first),
+                    float(params.get("top_p", 1.0)), int(params.get("top_k", -1)),
+                    params.get("stop"), keep_stop=True)
+                sequences += [Sequence(c.tokens, c.logprobs, c.finish_reason) for c in done]
+            if max_tokens < 1:  # complete_batch makes no answer then: empty ones
+                sequences = [Sequence([], [], "length") for _ in range(num_samples)]
             scored = None
             if prompt_logprobs:
                 tokens = mx.array([prompt])

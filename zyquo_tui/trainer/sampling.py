@@ -1,6 +1,6 @@
 """Generation: the one way text is generated, by the client's `sample()`, a run's sample answers
-(trainer/samples.py), `runs try` (trainer/generate.py) and a GRPO run's sampled answers
-(trainer/grpo.py).
+(trainer/samples.py), `runs try` (trainer/generate.py), a GRPO run's sampled answers
+(trainer/grpo.py) and the Tinker server's `sample` (server/trained_model.py).
 
 One prompt at a time (`complete`) it is mlx-lm's own `stream_generate` (what `mlx_lm generate`
 runs): the same tokens, and the text through mlx-lm's streaming detokenizer, so an answer reads
@@ -55,20 +55,31 @@ def complete(model, tokenizer, prompt_tokens: list[int], max_tokens: int,
 
 
 def complete_batch(model, tokenizer, prompts: list[list[int]], max_tokens: int,
-                   temperature: float = 0.0, copies: int = 1, top_p: float = 1.0
-                   ) -> list[Completion]:
+                   temperature: float = 0.0, copies: int = 1, top_p: float = 1.0,
+                   top_k: int = 0, stop: list[int] | list[str] | None = None,
+                   keep_stop: bool = False) -> list[Completion]:
     """`copies` completions of each prompt's tokens, all decoded together: row i * copies + j
     is prompt i's j-th. Each prompt is read once into its own cache, which its copies then
     share (merged into one batch cache, left-padded to the longest prompt); then one forward
     pass a token for every row until each has stopped or has `max_tokens`. The draws come
     from MLX's global random state, so the same state gives the same answers. Temperature 0
-    is greedy. The model is put in eval mode (no dropout) and back as it was."""
+    is greedy; top_k 0 (or less) and top_p 1 filter nothing. The model is put in eval mode
+    (no dropout) and back as it was.
+
+    A row stops at one of `stop`: None, the model's end-of-sequence tokens; token ids; or
+    strings, once the row's text holds one (as Tinker takes them; [] never stops before
+    `max_tokens`). With `keep_stop` the stopping token ends `tokens` (with its log-probability,
+    as Tinker's sampler returns it); without, it is left out and kept in `stop_token`."""
     if not prompts or copies < 1 or max_tokens < 1:
         return []
     if any(not prompt for prompt in prompts):
         raise ValueError("every prompt needs at least one token")
-    sampler = make_sampler(temp=temperature, top_p=top_p)
-    stops = set(tokenizer.eos_token_ids)
+    sampler = make_sampler(temp=temperature, top_p=top_p, top_k=top_k)
+    if stop is None:
+        stops, texts = set(tokenizer.eos_token_ids), []
+    else:
+        stops = {s for s in stop if isinstance(s, int)}
+        texts = [s for s in stop if isinstance(s, str) and s]
     was_training = model.training
     model.eval()
     try:
@@ -82,13 +93,37 @@ def complete_batch(model, tokenizer, prompts: list[list[int]], max_tokens: int,
         rows = [cache for cache in caches for _ in range(copies)]
         batch_cache = [layer.merge([row[i] for row in rows]) for i, layer in enumerate(rows[0])]
         last = mx.array([[prompt[-1]] for prompt in prompts for _ in range(copies)])
-        return _decode(model, batch_cache, last, sampler, stops, max_tokens, tokenizer)
+        return _decode(model, batch_cache, last, sampler, _Stops(stops, texts, tokenizer),
+                       max_tokens, tokenizer, keep_stop)
     finally:
         model.train(was_training)
 
 
-def _decode(model, cache, inputs: mx.array, sampler, stops: set[int], max_tokens: int,
-            tokenizer) -> list[Completion]:
+@dataclass
+class _Stops:
+    """What ends a row: one of `ids`, or its text coming to hold one of `texts`."""
+
+    ids: set[int]
+    texts: list[str]
+    tokenizer: object
+
+    def __post_init__(self) -> None:
+        # A stop text that has just appeared lies in the row's last tokens: each token adds at
+        # least one character, or a byte of one (four at most), so 4 tokens a character (and
+        # a few more for a character cut at the window's start) hold it; earlier ones would
+        # have stopped the row before. Decoding that window, not the whole row, keeps the
+        # check's cost flat as answers grow.
+        self.window = 4 * max((len(t) for t in self.texts), default=0) + 4
+
+    def by_text(self, tokens: list[int]) -> bool:
+        if not self.texts:
+            return False
+        text = self.tokenizer.decode(tokens[-self.window:])
+        return any(t in text for t in self.texts)
+
+
+def _decode(model, cache, inputs: mx.array, sampler, stops: _Stops, max_tokens: int,
+            tokenizer, keep_stop: bool) -> list[Completion]:
     def step(tokens: mx.array) -> tuple[mx.array, mx.array]:
         logits = model(tokens, cache=cache)[:, -1, :].astype(mx.float32)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
@@ -110,48 +145,17 @@ def _decode(model, cache, inputs: mx.array, sampler, stops: set[int], max_tokens
         for row, (token, score) in enumerate(zip(drawn.tolist(), scores.tolist())):
             if finish[row] == "stop":
                 continue
-            if token in stops:
+            if token in stops.ids:
                 finish[row] = "stop"
                 stopped_by[row] = token
-            else:
-                tokens[row].append(token)
-                logprobs[row].append(score)
+                if not keep_stop:
+                    continue
+            tokens[row].append(token)
+            logprobs[row].append(score)
+            if stops.by_text(tokens[row]):
+                finish[row] = "stop"
         if upcoming is None or all(reason == "stop" for reason in finish):
             break
         drawn, scores = upcoming
     return [Completion(tokenizer.decode(row), row, scores, reason, stop)
             for row, scores, reason, stop in zip(tokens, logprobs, finish, stopped_by)]
-def generate_until_stop(model, tokenizer, prompt_tokens: list[int], max_tokens: int,
-                        temperature: float = 1.0, top_p: float = 1.0, top_k: int = -1,
-                        stop: list[int] | list[str] | None = None) -> Completion:
-    """One completion as Tinker's sampler makes it (the server's `sample`): mlx-lm's own
-    generation step, with the stopping token kept at the end of `tokens` (a renderer reads
-    it), `stop` as Tinker takes it (None: the model's end-of-sequence tokens; token ids or
-    strings, which end the completion once its text holds one; [] never stops before
-    `max_tokens`), and top-k (-1: none). `logprobs` are the generated tokens' under the model
-    (temperature 1); the text is the tokens decoded whole."""
-    import mlx.core as mx
-    from mlx_lm.generate import generate_step
-
-    sampler = make_sampler(temp=temperature, top_p=top_p if 0 < top_p < 1 else 0.0,
-                           top_k=max(top_k, 0))
-    if stop is None:
-        stop_ids, stop_texts = set(tokenizer.eos_token_ids), []
-    else:
-        stop_ids = {s for s in stop if isinstance(s, int)}
-        stop_texts = [s for s in stop if isinstance(s, str)]
-    tokens: list[int] = []
-    logprobs: list[float] = []
-    finish = "length"
-    if max_tokens > 0:
-        steps = generate_step(mx.array(prompt_tokens), model, max_tokens=max_tokens,
-                              sampler=sampler)
-        for token, token_logprobs in steps:
-            token = int(token)
-            tokens.append(token)
-            logprobs.append(float(token_logprobs[token]))
-            if token in stop_ids or (stop_texts and any(s in tokenizer.decode(tokens)
-                                                        for s in stop_texts)):
-                finish = "stop"
-                break
-    return Completion(tokenizer.decode(tokens), tokens, logprobs, finish)

@@ -1,4 +1,5 @@
-"""The boot service: `zyquo-tui runs recover` when the machine starts, so runs outlive a reboot.
+"""The boot services: `zyquo-tui runs recover` when the machine starts, so runs outlive a
+reboot, and (`serve=`) `zyquo-tui serve` kept up, so Tinker programs find the server.
 
 On macOS a launchd agent (~/Library/LaunchAgents/com.zyquo-tui.recover.plist) that runs at
 load, or with `daemon=True` a LaunchDaemon (/Library/LaunchDaemons, run as the user, needs
@@ -7,6 +8,11 @@ files are generated here (`service_plan`) and checked against their formats in t
 (plistlib round trip; `systemd-analyze verify`). The runner that recover starts detaches into
 its own session, and the files say so to their managers (launchd's AbandonProcessGroup,
 systemd's KillMode=process), so training outlives the one-shot job that started it.
+
+The server's service is a second job of the same kind (com.zyquo-tui.serve.plist,
+zyquo-tui-serve.service) that runs `zyquo-tui serve --host H --port P` in the foreground and
+has its manager start it again whenever it ends (launchd's KeepAlive, systemd's
+Restart=always): the server is the job itself, so stopping the job stops the server.
 
 Every launchctl and systemctl call goes through `run_tool`, which fails soft (None when the tool
 is missing or fails), and its output is read by a parser tested against recorded outputs
@@ -33,6 +39,9 @@ from zyquo_tui.core.system.entry_points import CLI, python_command
 
 LABEL = "com.zyquo-tui.recover"
 UNIT = "zyquo-tui-recover.service"
+SERVE_LABEL = "com.zyquo-tui.serve"
+SERVE_UNIT = "zyquo-tui-serve.service"
+RESTART_SECONDS = 5  # between a server that ended and its next start (systemd; launchd: 10)
 LAUNCHD_AGENT = "launchd-agent"
 LAUNCHD_DAEMON = "launchd-daemon"
 SYSTEMD_USER = "systemd-user"
@@ -57,6 +66,10 @@ class ServicePlan:
 
 def recover_command(python: str) -> list[str]:
     return python_command(CLI, "runs", "recover", python=python)
+
+
+def serve_command(python: str, host: str, port: int) -> list[str]:
+    return python_command(CLI, "serve", "--host", host, "--port", str(port), python=python)
 
 
 def _environment(store_home: Path | None) -> dict[str, str]:
@@ -90,6 +103,26 @@ def launchd_plist(python: str, store_home: Path | None, log: Path,
     return job
 
 
+def launchd_serve_plist(python: str, store_home: Path | None, log: Path, host: str,
+                        port: int, user: str | None = None) -> dict:
+    """The server's job: started at load and again whenever it ends."""
+    job = {
+        "Label": SERVE_LABEL,
+        "ProgramArguments": serve_command(python, host, port),
+        "RunAtLoad": True,
+        "KeepAlive": True,
+        "StandardOutPath": str(log),
+        "StandardErrorPath": str(log),
+        # No ProcessType: "Background" would throttle the training it serves.
+    }
+    environment = _environment(store_home)
+    if environment:
+        job["EnvironmentVariables"] = environment
+    if user:
+        job["UserName"] = user
+    return job
+
+
 def systemd_unit(python: str, store_home: Path | None) -> str:
     """The systemd user unit (a one-shot job at the user manager's start)."""
     environment = "".join(f'Environment="{key}={value}"\n'
@@ -112,6 +145,28 @@ def systemd_unit(python: str, store_home: Path | None) -> str:
     )
 
 
+def systemd_serve_unit(python: str, store_home: Path | None, host: str, port: int) -> str:
+    """The server's systemd user unit: the server in the foreground, started again whenever
+    it ends."""
+    environment = "".join(f'Environment="{key}={value}"\n'
+                          for key, value in _environment(store_home).items())
+    command = " ".join(_systemd_quote(arg) for arg in serve_command(python, host, port))
+    return (
+        "[Unit]\n"
+        f"Description=zyquo-tui serve: the Tinker API on {host} port {port}, kept up\n"
+        "\n"
+        "[Service]\n"
+        "Type=exec\n"
+        f"ExecStart={command}\n"
+        f"{environment}"
+        "Restart=always\n"
+        f"RestartSec={RESTART_SECONDS}\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=default.target\n"
+    )
+
+
 def _systemd_quote(arg: str) -> str:
     if re.fullmatch(r"[A-Za-z0-9_@%+=:,./-]+", arg):
         return arg
@@ -121,40 +176,58 @@ def _systemd_quote(arg: str) -> str:
 def service_plan(*, platform: str = sys.platform, daemon: bool = False,
                  user_home: Path | None = None, python: str = sys.executable,
                  store_home: Path | None = None, uid: int | None = None,
-                 user: str | None = None) -> ServicePlan:
-    """The service for this platform (or the one given, for tests and to prepare a Mac's)."""
+                 user: str | None = None, serve: tuple[str, int] | None = None
+                 ) -> ServicePlan:
+    """The service for this platform (or the one given, for tests and to prepare a Mac's):
+    the boot recovery, or with `serve=(host, port)` the server kept up."""
     user_home = user_home or Path.home()
     uid = os.getuid() if uid is None else uid
+    label, unit = (SERVE_LABEL, SERVE_UNIT) if serve else (LABEL, UNIT)
+    flags = " --serve" if serve else ""
+    key_note = ["The server's key: `zyquo-tui serve --show-key` (programs need it as "
+                "TINKER_API_KEY)."] if serve else []
     if platform == "darwin":
         log_home = store_home or Path(os.environ.get(HOME_ENV) or user_home / ".zyquo")
-        log = log_home / "service.log"
+        log = log_home / ("serve.log" if serve else "service.log")
+
+        def plist(user: str | None) -> str:
+            job = (launchd_serve_plist(python, store_home, log, *serve, user) if serve
+                   else launchd_plist(python, store_home, log, user))
+            return plistlib.dumps(job).decode()
+
         if daemon:
             user = user or getpass.getuser()
-            path = Path("/Library/LaunchDaemons") / f"{LABEL}.plist"
-            content = plistlib.dumps(launchd_plist(python, store_home, log, user)).decode()
+            path = Path("/Library/LaunchDaemons") / f"{label}.plist"
             return ServicePlan(
-                LAUNCHD_DAEMON, path, content,
+                LAUNCHD_DAEMON, path, plist(user),
                 [["launchctl", "bootstrap", "system", str(path)]],
-                [["launchctl", "bootout", f"system/{LABEL}"]],
+                [["launchctl", "bootout", f"system/{label}"]],
                 [(f"A LaunchDaemon starts at boot with nobody logged in; it runs as {user} "
-                  "(UserName). Installing it needs root (sudo).")])
-        path = user_home / "Library" / "LaunchAgents" / f"{LABEL}.plist"
-        content = plistlib.dumps(launchd_plist(python, store_home, log)).decode()
+                  "(UserName). Installing it needs root (sudo)."), *key_note])
+        path = user_home / "Library" / "LaunchAgents" / f"{label}.plist"
         return ServicePlan(
-            LAUNCHD_AGENT, path, content,
+            LAUNCHD_AGENT, path, plist(None),
             [["launchctl", "bootstrap", f"gui/{uid}", str(path)]],
-            [["launchctl", "bootout", f"gui/{uid}/{LABEL}"]],
+            [["launchctl", "bootout", f"gui/{uid}/{label}"]],
             [("A LaunchAgent starts when its user logs in. On a headless Mac turn on "
               "automatic login (System Settings > Users & Groups; it needs FileVault off), or "
-              "install the LaunchDaemon variant (`sudo zyquo-tui service install --daemon`), "
-              "which starts at boot without a login.")])
-    path = user_home / ".config" / "systemd" / "user" / UNIT
+              f"install the LaunchDaemon variant (`sudo zyquo-tui service install{flags} "
+              "--daemon`), which starts at boot without a login."), *key_note])
+    path = user_home / ".config" / "systemd" / "user" / unit
+    if serve:  # started now as well as at every start of the user's manager
+        content = systemd_serve_unit(python, store_home, *serve)
+        enable, disable = ["enable", "--now", unit], ["disable", "--now", unit]
+        key_note.append(f"Its output: `journalctl --user -u {unit}`.")
+    else:
+        content = systemd_unit(python, store_home)
+        enable, disable = ["enable", unit], ["disable", unit]
     return ServicePlan(
-        SYSTEMD_USER, path, systemd_unit(python, store_home),
-        [["systemctl", "--user", "daemon-reload"], ["systemctl", "--user", "enable", UNIT]],
-        [["systemctl", "--user", "disable", UNIT], ["systemctl", "--user", "daemon-reload"]],
+        SYSTEMD_USER, path, content,
+        [["systemctl", "--user", "daemon-reload"], ["systemctl", "--user", *enable]],
+        [["systemctl", "--user", *disable], ["systemctl", "--user", "daemon-reload"]],
         [("A systemd user unit starts with the user's service manager, at login. To start "
-          f"it at boot without a login: `loginctl enable-linger {user or getpass.getuser()}`.")])
+          f"it at boot without a login: `loginctl enable-linger {user or getpass.getuser()}`."),
+         *key_note])
 
 
 # -- the commands: one small function each, failing soft ----------------------------------------
@@ -178,8 +251,8 @@ def launchctl_print(target: str) -> tuple[int, str] | None:
     return run_tool(["launchctl", "print", target])
 
 
-def systemctl_show() -> tuple[int, str] | None:
-    return run_tool(["systemctl", "--user", "show", UNIT,
+def systemctl_show(unit: str = UNIT) -> tuple[int, str] | None:
+    return run_tool(["systemctl", "--user", "show", unit,
                      "--property=LoadState,ActiveState,UnitFileState,ExecMainStatus"])
 
 
@@ -223,7 +296,7 @@ def service_status(plan: ServicePlan) -> dict:
     last exit), None then too: always there, so a script's `status["details"]` never fails."""
     installed = plan.path.is_file()
     if plan.kind == SYSTEMD_USER:
-        facts = parse_systemctl_show(systemctl_show())
+        facts = parse_systemctl_show(systemctl_show(plan.path.name))  # the unit's name
     else:
         target = plan.uninstall_commands[0][-1]  # gui/UID/LABEL or system/LABEL
         facts = parse_launchctl_print(launchctl_print(target))
