@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import json
 import logging
-from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 import pydantic
