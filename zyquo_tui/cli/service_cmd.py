@@ -58,7 +58,8 @@ def register(subparsers) -> None:
 
 def _served_address(args) -> tuple[str, int] | None:
     """(host, port) of the server's service, None for the boot recovery's."""
-    from zyquo_tui.cli.serve_cmd import DEFAULT_HOST, DEFAULT_PORT, NEEDED
+    from zyquo_tui.cli.serve_cmd import DEFAULT_PORT, NEEDED
+    from zyquo_tui.cli.web_cmd import DEFAULT_HOST
 
     host, port = getattr(args, "host", None), getattr(args, "port", None)
     if not args.serve:
