@@ -39,6 +39,11 @@ def serve(host: str, port: int) -> int:
           f"  export TINKER_BASE_URL=http://{shown}:{port}\n"
           f"  export TINKER_API_KEY={key}", flush=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    # Two threads share the interpreter: the event loop that answers requests and the MLX
+    # thread that builds each step's graph. A request that arrives while the other holds the
+    # interpreter waits for it to let go, up to the switch interval (5 ms by default, a
+    # tenth of a step of the sample model): 0.5 ms keeps that wait short.
+    sys.setswitchinterval(0.0005)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     return 0
 

@@ -27,7 +27,6 @@ from typing import Any, Callable
 from zyquo_tui.server.trained_model import (ModelSpec, RequestError, TrainedModel,
                                             read_description)
 
-PARK_GRACE = 0.05  # seconds a waited-on forward_backward waits for its optim_step
 LONG_POLL = 20.0  # seconds a retrieve_future waits for its result before "try_again"
 KEPT_RESULTS = 4096  # finished results kept for a late or repeated retrieve
 # A session whose program sends no heartbeat for this long is gone (the SDK sends one every
@@ -84,8 +83,6 @@ class Service:
         self.models: dict[str, TrainingModel] = {}
         self.samplers: dict[str, Sampler] = {}
         self.results: OrderedDict[str, asyncio.Future] = OrderedDict()
-        # forward_backward requests waiting for their optim_step, by request id
-        self.parked: dict[str, TrainingModel] = {}
         self._standalone: dict[tuple, TrainedModel] = {}  # sampler models by spec
 
     # -- futures ---------------------------------------------------------------------------------
@@ -109,13 +106,6 @@ class Service:
         if future is None:
             raise UserFacing(404, f"No request {request_id} is known to this server (it may "
                              "have restarted since): submit the request again.")
-        model = self.parked.pop(request_id, None)
-        if model is not None and not future.done():
-            # A forward_backward waiting for its optim_step: the program is waiting on it
-            # instead (or the optim_step is on its way: give it PARK_GRACE to come).
-            done, _ = await asyncio.wait({future}, timeout=PARK_GRACE)
-            if not done:
-                self._on_mlx(self._flush, model)
         try:
             payload = await asyncio.wait_for(asyncio.shield(future), LONG_POLL)
         except asyncio.TimeoutError:
@@ -225,16 +215,9 @@ class Service:
         except UserError as error:
             raise RequestError(error.message) from None
 
-    def _flush(self, model: TrainingModel) -> None:
-        """On the MLX thread: run the model's waiting forward_backward alone, if any."""
-        if model.trained is not None:
-            self._run_parked(model, model.trained, False)
-
-    def _trained(self, model: TrainingModel, keep_parked: bool = False) -> TrainedModel:
+    def _trained(self, model: TrainingModel) -> TrainedModel:
         """The loaded model, checked on the MLX thread (where its creation finished): a run
-        cancelled in the store ends it here, with the sentence the program gets. A waiting
-        forward_backward runs first, alone, unless `keep_parked` (the optim_step it
-        waits for)."""
+        cancelled in the store ends it here, with the sentence the program gets."""
         from zyquo_tui.core.runs.run import RunState
 
         if model.error is None and model.record is not None and \
@@ -243,22 +226,11 @@ class Service:
                            "the dashboard): this training client takes no more requests; make "
                            "a new one, from a saved state to go on.")
             model.record.end(RunState.CANCELLED, model.record.step)
-            self._fail_parked(model)
             model.trained = None
         if model.error is not None:
-            self._fail_parked(model)
             raise RequestError(model.error)
         assert model.trained is not None
-        if not keep_parked:
-            self._run_parked(model, model.trained, False)
         return model.trained
-
-    @staticmethod
-    def _fail_parked(model: TrainingModel) -> None:
-        if model.trained is not None and model.trained.parked is not None:
-            _, outcome = model.trained.parked
-            model.trained.parked = None
-            outcome.set_exception(RequestError(model.error))
 
     def _end_run(self, model: TrainingModel, state) -> None:
         """On the MLX thread, after the model's queued work: its run ends in `state`."""
@@ -270,64 +242,36 @@ class Service:
 
     def forward_backward(self, model_id: str, loss_fn: str, config: dict, data: list,
                          forward_only: bool) -> str:
-        """A forward_backward with no gradients pending waits on the MLX thread for the
-        model's next operation: an optim_step makes the two one compiled step, as a run's
-        step is (trainer/engine.py: less memory, less time); anything else, or the program
-        waiting on its result for PARK_GRACE, runs it alone first. Same values either way."""
+        """Runs on the MLX thread as soon as the work before it is done, not held for the
+        optim_step the program sends next: that request's round trip then overlaps this
+        computation instead of delaying it (compiled with its update it would wait for the
+        optim_step, and was no faster here: docs/tinker-server.md, "Throughput")."""
         model = self.model(model_id)
-        outcome: concurrent.futures.Future = concurrent.futures.Future()
-        request_id = self._register(outcome)
         call = (loss_fn, config, data, forward_only)
 
-        def run() -> None:
-            try:
-                trained = self._trained(model)
-            except BaseException as error:  # noqa: BLE001 - the program's future fails
-                outcome.set_exception(error)
-                return
-            if not forward_only and trained.engine.pending == 0:
-                trained.parked = (call, outcome)
-                self.parked[request_id] = model
-                return
-            self._settle(outcome, self._forward_backward, model, trained, call, False)
+        def run() -> bytes:
+            trained = self._trained(model)
+            return self._forward_backward(model, trained, call)
 
-        self._on_mlx(run)
-        return request_id
+        return self._on_mlx(run)
 
-    def _forward_backward(self, model: TrainingModel, trained: TrainedModel, call: tuple,
-                          with_update: bool) -> bytes:
+    def _forward_backward(self, model: TrainingModel, trained: TrainedModel, call: tuple
+                          ) -> bytes:
         from zyquo_tui.server.wire import forward_backward_output
 
         loss_fn, config, data, forward_only = call
         outputs, metrics = trained.run_as_own(trained.forward_backward, loss_fn, config, data,
-                                              forward_only, with_update)
+                                              forward_only)
         if not forward_only and model.record is not None:
             model.record.forward_backward(metrics["loss:sum"], trained.last_tokens)
         return forward_backward_output(outputs, metrics)
-
-    @staticmethod
-    def _settle(outcome: concurrent.futures.Future, fn: Callable, *args: Any) -> None:
-        try:
-            outcome.set_result(fn(*args))
-        except BaseException as error:  # noqa: BLE001 - raised to the program by its future
-            outcome.set_exception(error)
-
-    def _run_parked(self, model: TrainingModel, trained: TrainedModel,
-                    with_update: bool) -> None:
-        """On the MLX thread: the waiting forward_backward, alone or with its update."""
-        if trained.parked is None:
-            return
-        call, outcome = trained.parked
-        trained.parked = None
-        self._settle(outcome, self._forward_backward, model, trained, call, with_update)
 
     def optim_step(self, model_id: str, params: dict[str, float]) -> str:
         model = self.model(model_id)
 
         def run() -> dict[str, Any]:
-            trained = self._trained(model, keep_parked=True)
-            metrics = trained.run_as_own(trained.optim_step, **params,
-                                         parked=lambda: self._run_parked(model, trained, True))
+            trained = self._trained(model)
+            metrics = trained.run_as_own(trained.optim_step, **params)
             if model.record is not None:
                 model.record.optim_step(trained.engine.step, metrics["learning_rate:mean"])
             return {"metrics": metrics, "type": "optim_step"}

@@ -105,8 +105,6 @@ class TrainedModel:
     _rng_key: int | None = None
     _lora_keys: list[str] | None = field(default=None)
     last_tokens: int = 0  # the positions of the last forward_backward
-    # A forward_backward waiting for the next operation (server/service.py): (call, outcome)
-    parked: Any = None
 
     # -- making --------------------------------------------------------------------------------
 
@@ -199,11 +197,9 @@ class TrainedModel:
         return int(size) if size else len(self.tokenizer.get_vocab())
 
     def forward_backward(self, loss_fn: str, config: dict[str, Any], data: list[WireDatum],
-                         forward_only: bool, with_update: bool = False
-                         ) -> tuple[list[dict[str, np.ndarray]], dict]:
-        """Per-datum outputs (log-probabilities and per-token losses) and metrics; with
-        `forward_only` no gradient is kept; `with_update`, nothing pending: compiled with the
-        update of its own gradients, which the next optim_step reports (trainer/engine.py)."""
+                         forward_only: bool) -> tuple[list[dict[str, np.ndarray]], dict]:
+        """Per-datum outputs (log-probabilities and per-token losses) and metrics; its
+        gradients are added to the pending ones, unless `forward_only`."""
         try:
             objective, key = token_losses.objective_for(loss_fn, {
                 k: v for k, v in config.items()})
@@ -223,12 +219,8 @@ class TrainedModel:
             mx.eval(loss, metrics)
         else:
             before = engine.bookkeeping()
-            engine.update_with_next = with_update
-            try:
-                loss, _, metrics = engine.forward_backward(objective, *arrays, key=key)
-            finally:
-                engine.update_with_next = False
-            mx.eval(loss, metrics, engine.grad_sum, engine.state, engine.applied)
+            loss, _, metrics = engine.forward_backward(objective, *arrays, key=key)
+            mx.eval(loss, metrics, engine.grad_sum, engine.state)
         value = loss.item()
         if not math.isfinite(value):
             if not forward_only:
@@ -243,17 +235,9 @@ class TrainedModel:
         return outputs, {"loss:sum": value}
 
     def optim_step(self, learning_rate: float, beta1: float, beta2: float, eps: float,
-                   weight_decay: float, grad_clip_norm: float, parked=None
-                   ) -> dict[str, float]:
-        """Apply the pending gradients with these AdamParams; `parked`, when given, runs the
-        forward_backward waiting for this step, compiled with it (after the constants are
-        set: they are the update's)."""
+                   weight_decay: float, grad_clip_norm: float) -> dict[str, float]:
+        """Apply the pending gradients (their sum) with these AdamParams."""
         engine = self.engine
-        if parked is not None and self.parked is not None:
-            engine.set_optimizer_constants(learning_rate=learning_rate, betas=[beta1, beta2],
-                                           eps=eps, weight_decay=weight_decay,
-                                           clip_norm=grad_clip_norm)
-            parked()
         if engine.pending == 0:
             raise RequestError("optim_step has no gradients to apply: call forward_backward "
                                "first.")
