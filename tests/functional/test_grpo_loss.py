@@ -63,6 +63,25 @@ def _ours(model, prompts, answers, groups, advantages):
     return loss, ntoks, metrics, grads
 
 
+def _ours_shared(model, prompts, answers, groups, advantages):
+    """The same with each prompt computed once for its answers (trainer/shared_prompts.py),
+    as a grpo run steps when its model allows it."""
+    from zyquo_tui.trainer import losses
+    from zyquo_tui.trainer.engine import adapters_disabled
+    from zyquo_tui.trainer.shared_prompts import SharedPrompts, layout
+
+    shared = SharedPrompts.for_model(model)
+    assert shared is not None  # the sample model (llama) is one that can
+    group = groups.count(0)
+    arrays = layout(prompts, answers, group, pad_to=8)
+    with adapters_disabled(model):
+        ref_logps, _ = shared.answer_logprobs(*arrays)
+    objective = partial(losses.grpo_shared_objective, beta=BETA, epsilon=EPSILON, shared=shared)
+    (loss, ntoks, metrics), grads = nn.value_and_grad(model, objective)(
+        model, *arrays, advantages, mx.stop_gradient(ref_logps))
+    return loss, ntoks, metrics, grads
+
+
 def _theirs(model, reference, prompts, answers, groups, advantages):
     batch = (prompts, [[0]] * len(prompts), ["p"] * len(prompts), ["a"] * len(prompts), None)
     loss_fn = partial(grpo_trainer.grpo_loss, ref_model=reference, batch=batch,
@@ -73,14 +92,15 @@ def _theirs(model, reference, prompts, answers, groups, advantages):
     return loss, ntoks, metrics, grads
 
 
-def test_grpo_loss_and_gradients_equal_mlx_lm_lora(tiny_model):
+@pytest.mark.parametrize("ours", [_ours, _ours_shared], ids=["whole", "shared_prompts"])
+def test_grpo_loss_and_gradients_equal_mlx_lm_lora(tiny_model, ours):
     from mlx.utils import tree_flatten
     from mlx_lm import load
 
     model, tokenizer = _lora_model(tiny_model, moved=True)
     reference, _ = load(str(tiny_model))  # the base: what adapters-off gives ours
     rollout = _rollout(tokenizer, model.args.vocab_size)
-    loss, ntoks, metrics, grads = _ours(model, *rollout)
+    loss, ntoks, metrics, grads = ours(model, *rollout)
     their_loss, their_ntoks, their_metrics, their_grads = _theirs(model, reference, *rollout)
 
     assert loss.item() == pytest.approx(their_loss.item(), rel=1e-5, abs=1e-6)
@@ -96,14 +116,15 @@ def test_grpo_loss_and_gradients_equal_mlx_lm_lora(tiny_model):
         assert mx.abs(grad - theirs[name]).max().item() <= 1e-4 * scale, name
 
 
-def test_the_kl_term_is_zero_while_the_policy_is_its_reference(tiny_model):
+@pytest.mark.parametrize("ours", [_ours, _ours_shared], ids=["whole", "shared_prompts"])
+def test_the_kl_term_is_zero_while_the_policy_is_its_reference(tiny_model, ours):
     """Fresh adapters (B = 0) leave the model its base: at the first step the KL to the
     reference is 0 and the loss is the clipped term's alone, as it is with beta 0."""
     from zyquo_tui.trainer import losses
 
     model, tokenizer = _lora_model(tiny_model, moved=False)
     prompts, answers, groups, advantages = _rollout(tokenizer, model.args.vocab_size)
-    loss, _, metrics, _ = _ours(model, prompts, answers, groups, advantages)
+    loss, _, metrics, _ = ours(model, prompts, answers, groups, advantages)
     assert metrics["kl"].item() == 0.0
     logps = mx.array([[-1.0, -2.0, -0.5], [-0.3, -0.7, -4.0]])
     mask = mx.array([[True, True, False], [True, True, True]])
