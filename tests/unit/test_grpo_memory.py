@@ -64,5 +64,6 @@ def test_a_grpo_step_counts_its_answers_and_their_cost_beside_training():
     per_step, source = _tokens_per_step(hp, "/data", [17, 20], None)
     assert (per_step, source) == (4 * 4 * 65, "answers")
     share = grpo_share(hp, [17, 19])
-    assert share == pytest.approx(65 / ((18 + 65) * 4 / 3 + 65 / 3))
+    # Each prompt is computed once for its group of 4 answers.
+    assert share == pytest.approx(65 / ((18 / 4 + 65) * 4 / 3 + 65 / 3))
     assert grpo_share(grpo_hp(kl_beta=0.0), [18]) > share  # no reference's forward pass
