@@ -278,7 +278,15 @@ class TrainingConfig:
 
     @property
     def model_tokens(self) -> int:
-        """Tokens per row the model runs on (inputs are the row without its last token)."""
+        """Tokens per row the model runs on (inputs are the row without its last token). A
+        grpo step computes each prompt once for its group of answers
+        (trainer/shared_prompts.py; not with grad checkpointing): a row's tokens are its
+        answer's and its share of the prompt."""
+        if self.objective == "grpo" and not self.grad_checkpoint:
+            prompt = min(self.longest_row_tokens or self.max_seq_length, self.max_seq_length)
+            answer = GRPO_PAD * math.ceil((self.completion_tokens + 1) / GRPO_PAD)
+            prompt = GRPO_PAD * math.ceil(prompt / GRPO_PAD)
+            return answer + math.ceil(prompt / max(self.group_size, 1))
         return max(self.batch_width - 1, 1)
 
     def replace(self, **changes: Any) -> "TrainingConfig":
