@@ -243,10 +243,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{max(values):>8.3f} {len(values):>6}")
     ratio = statistics.median(times["ours"]) / statistics.median(times["mlx-lm-lora"])
     print(f"ratio ours / mlx-lm-lora: {ratio:.2f} (target 0.80 or less)")
-    print(f"phases, median s/step: {'  '.join(f'{name:>9}' for name in PHASES)}")
+    print("phases, median s/step")
+    print(f"{'trainer':<12} {' '.join(f'{name:>9}' for name in PHASES)}")
     for name, side in (("ours", ours), ("mlx-lm-lora", theirs)):
         medians = side.phases.medians(args.steps)
-        print(f"{name:<12} {' ' * 9}{'  '.join(f'{medians[p]:>9.3f}' for p in PHASES)}")
+        print(f"{name:<12} {' '.join(f'{medians[phase]:>9.3f}' for phase in PHASES)}")
     return 0
 
 

@@ -349,7 +349,8 @@ class GrpoObjective(LossSlicing):
         epsilon = float(SETTINGS["clip_epsilon"].get(settings))
         reference = Reference(model, base_path, "base", chunk_tokens) if beta else None
         # Each prompt computed once for its answers (trainer/shared_prompts.py), unless the
-        # model cannot, or its layers are checkpointed (their wrapper takes arrays only).
+        # model cannot, or its layers are checkpointed: a checkpointed layer differentiates
+        # its array arguments only, and the prompt's keys and values reach it in the cache.
         self.shared = (None if model is None or settings.grad_checkpoint
                        else SharedPrompts.for_model(model))
         self.sampler = grpo.Sampler(settings, model, tokenizer, reference,
