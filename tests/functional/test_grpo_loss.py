@@ -159,3 +159,37 @@ def test_group_advantages_are_normalised_within_each_group():
     advantages = grpo_advantages([1.0, 0.0, 1.0, 0.0, 0.5, 0.5, 0.5, 0.5], group_size=4)
     assert advantages[:4] == pytest.approx([1.0, -1.0, 1.0, -1.0], abs=1e-3)
     assert advantages[4:] == [0.0] * 4  # all equal: nothing to learn from that prompt
+
+
+def test_answers_sharing_prompts_give_the_same_loss_and_gradients_in_slices(tiny_model):
+    """The chunked loss (trainer/chunked_loss.py) on the shared prompts' hidden states: the
+    same loss and gradients as the whole batch's logits, and the reference's scores in slices
+    equal the whole batch's."""
+    from mlx.utils import tree_flatten
+
+    from zyquo_tui.trainer import losses
+    from zyquo_tui.trainer.chunked_loss import sliced_cross_entropy
+    from zyquo_tui.trainer.shared_prompts import SharedPrompts, layout
+
+    model, tokenizer = _lora_model(tiny_model, moved=True)
+    prompts, answers, groups, advantages = _rollout(tokenizer, model.args.vocab_size)
+    shared = SharedPrompts.for_model(model)
+    sliced = sliced_cross_entropy(model, 8)
+    arrays = layout(prompts, answers, groups.count(0), pad_to=8)
+    whole_logps, _ = shared.answer_logprobs(*arrays)
+    sliced_logps, _ = shared.answer_logprobs(*arrays, sliced=sliced.forward_of_hidden)
+    assert mx.allclose(whole_logps, sliced_logps, atol=1e-5).item()
+    ref_logps = mx.stop_gradient(whole_logps) - 0.05
+    results = []
+    for of_hidden in (None, sliced.of_hidden):
+        objective = partial(losses.grpo_shared_objective, beta=BETA, epsilon=EPSILON,
+                            shared=shared, sliced=of_hidden)
+        results.append(nn.value_and_grad(model, objective)(model, *arrays, advantages,
+                                                           ref_logps))
+    ((loss, _, _), grads), ((sliced_loss, _, _), sliced_grads) = results
+    assert sliced_loss.item() == pytest.approx(loss.item(), rel=1e-5)
+    ours, theirs = dict(tree_flatten(grads)), dict(tree_flatten(sliced_grads))
+    for name, grad in ours.items():
+        scale = mx.abs(grad).max().item()
+        assert scale > 0, name
+        assert mx.abs(grad - theirs[name]).max().item() <= 1e-4 * scale, name
