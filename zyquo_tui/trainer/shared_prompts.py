@@ -8,7 +8,9 @@ and values of a prompt are repeated for its G answers, which continue from them 
 generation continues from a KV cache; the output head runs only where a trained token is
 predicted: the prompt's last position and the answer's own. The positions (RoPE offsets per
 row), the masks and so the values are those of the whole sequences, and the gradient flows back
-into the prompt's part through the repeat (its G copies' gradients summed).
+into the prompt's part through the repeat (its G copies' gradients summed). With dropout (a
+LoRA dropout), a prompt's answers share the one draw of its prompt's part, where whole
+sequences would each draw their own.
 
 The layout of a batch (grpo.Sampler makes it): `prompts` (B, P) left-padded, `padding` (B,) the
 pad tokens before each prompt, `answers` (B x G, A) right-padded (row i answers prompt
