@@ -31,8 +31,8 @@ class _Continuation:
     """One attention layer's keys and values for a forward pass that continues `start`
     positions already held (none for the prompts), in the interface mlx-lm's attention layers
     call (`offset`, `update_and_fetch`, `make_mask`). Row r's first `padding[r]` positions are
-    padding: no query attends to them but the padding itself (a query that attends to nothing
-    would give NaN, which a backward pass spreads)."""
+    padding: no query attends to them but the padding itself, so that every query attends to
+    something (a softmax over nothing has no value, and a backward pass would spread it)."""
 
     def __init__(self, padding: mx.array, start: int = 0, keys: mx.array | None = None,
                  values: mx.array | None = None) -> None:
@@ -58,7 +58,8 @@ class _Continuation:
 
     def repeated(self, group: int) -> "_Continuation":
         """The same positions for `group` rows each, to continue from."""
-        return _Continuation(mx.repeat(self.padding, group, axis=0), self.start + self.keys.shape[2],
+        return _Continuation(mx.repeat(self.padding, group, axis=0),
+                             self.start + self.keys.shape[2],
                              mx.repeat(self.keys, group, axis=0),
                              mx.repeat(self.values, group, axis=0))
 
