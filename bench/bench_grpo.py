@@ -16,7 +16,8 @@ A second table splits each trainer's step into its phases (medians a step): samp
 answers, the rewards, the reference's log-probabilities, and the rest (the training forward and
 backward pass and the update). Each phase is timed around the function that does it (theirs:
 `generate_grpo`, `_rollout_rewards` and `_get_token_logps` of the reference, which is made to
-finish there; ours: `complete_batch`, the rewards and `Reference.token_logprobs`).
+finish there, one wait more a microbatch; ours: `complete_batch`, the rewards and the
+reference's `answer_logprobs`, or `token_logprobs` for whole sequences).
 
     python bench/bench_grpo.py [--hidden 128] [--layers 4] [--batch 4] [--group 4]
                                [--tokens 64] [--steps 6] [--rounds 3]
