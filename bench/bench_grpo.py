@@ -12,6 +12,13 @@ in both, the same work. Rounds alternate (ours, theirs, ours, ...); the first
 step of each round is left out (compilation, first allocations); medians over the rest.
 Target: ours takes at most 0.8 of its time.
 
+A second table splits each trainer's step into its phases (medians a step): sampling the
+answers, the rewards, the reference's log-probabilities, and the rest (the training forward and
+backward pass and the update). Each phase is timed around the function that does it (theirs:
+`generate_grpo`, `_rollout_rewards` and `_get_token_logps` of the reference, which is made to
+finish there, one wait more a microbatch; ours: `complete_batch`, the rewards and the
+reference's `answer_logprobs`, or `token_logprobs` for whole sequences).
+
     python bench/bench_grpo.py [--hidden 128] [--layers 4] [--batch 4] [--group 4]
                                [--tokens 64] [--steps 6] [--rounds 3]
 """
@@ -23,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,6 +38,37 @@ sys.path.insert(0, str(REPO))
 
 RL = REPO / "sample_data" / "rl"
 TEMPERATURE, BETA, EPSILON, LEARNING_RATE = 0.8, 0.1, 0.2, 1e-4
+PHASES = ("sampling", "rewards", "reference", "training")
+
+
+class Phases:
+    """Seconds each step spends in each phase: the timed functions add to the step in
+    progress; `end_step` closes it, the step's time not in a timed phase being training's."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, float] = defaultdict(float)
+        self.steps: list[dict[str, float]] = []
+
+    def timed(self, name: str, function, finish=None):
+        def wrapper(*args, **kwargs):
+            tic = time.perf_counter()
+            result = function(*args, **kwargs)
+            if finish is not None:
+                finish(result)
+            self.open[name] += time.perf_counter() - tic
+            return result
+
+        return wrapper
+
+    def end_step(self, seconds: float) -> None:
+        step = {name: self.open.get(name, 0.0) for name in PHASES[:-1]}
+        step["training"] = seconds - sum(step.values())
+        self.steps.append(step)
+        self.open.clear()
+
+    def medians(self, skip_first_of: int) -> dict[str, float]:
+        kept = [step for i, step in enumerate(self.steps) if i % skip_first_of]
+        return {name: statistics.median(step[name] for step in kept) for name in PHASES}
 
 
 def build(folder: Path, hidden: int, layers: int) -> Path:
@@ -91,6 +130,17 @@ class Ours:
                               for r in rows(tokenizer)], tokenizer)
         self.batches = self.objective.batches(data, World())
         self.model.train()
+        self.phases = Phases()
+        from zyquo_tui.trainer import grpo, objectives
+
+        grpo.complete_batch = self.phases.timed("sampling", grpo.complete_batch)
+        sampler = self.objective.sampler
+        sampler._score = self.phases.timed("rewards", sampler._score)
+        if sampler.reference is not None:
+            assert isinstance(sampler.reference, objectives.Reference)
+            for scoring in ("token_logprobs", "answer_logprobs"):
+                setattr(sampler.reference, scoring, self.phases.timed(
+                    "reference", getattr(sampler.reference, scoring)))
 
     def steps(self, count: int) -> list[float]:
         import mlx.core as mx
@@ -104,6 +154,7 @@ class Ours:
             self.engine.optim_step()
             mx.eval(self.engine.state, loss, metrics)
             times.append(time.perf_counter() - tic)
+            self.phases.end_step(times[-1])
         return times
 
 
@@ -120,6 +171,20 @@ class Theirs:
         self.dataset = [(r["tokens"], self.tokenizer.encode(r["answer"]), r["prompt"],
                          r["answer"]) for r in rows(self.tokenizer)]
         self.rewards = [exact_answer, length]
+        self.phases = phases = Phases()
+        import mlx.core as mx
+        from mlx_lm_lora.trainer import grpo_trainer as trainer
+
+        trainer.generate_grpo = phases.timed("sampling", trainer.generate_grpo)
+        trainer._rollout_rewards = phases.timed("rewards", trainer._rollout_rewards)
+        token_logps, timed_logps = trainer._get_token_logps, phases.timed(
+            "reference", trainer._get_token_logps, finish=mx.eval)
+        reference = self.reference
+
+        def get_token_logps(model, *args, **kwargs):
+            return (timed_logps if model is reference else token_logps)(model, *args, **kwargs)
+
+        trainer._get_token_logps = get_token_logps
 
     def steps(self, count: int) -> list[float]:
         import mlx.optimizers as optim
@@ -127,10 +192,12 @@ class Theirs:
         from mlx_lm_lora.trainer.grpo_trainer import GRPOTrainingArgs, train_grpo
 
         times: list[float] = []
+        phases = self.phases
 
         class Timer(TrainingCallback):
             def on_train_loss_report(self, info):
                 times.append(1 / info["iterations_per_second"])
+                phases.end_step(times[-1])
 
         a = self.args
         train_args = GRPOTrainingArgs(
@@ -177,6 +244,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{max(values):>8.3f} {len(values):>6}")
     ratio = statistics.median(times["ours"]) / statistics.median(times["mlx-lm-lora"])
     print(f"ratio ours / mlx-lm-lora: {ratio:.2f} (target 0.80 or less)")
+    print("phases, median s/step")
+    print(f"{'trainer':<12} {' '.join(f'{name:>9}' for name in PHASES)}")
+    for name, side in (("ours", ours), ("mlx-lm-lora", theirs)):
+        medians = side.phases.medians(args.steps)
+        print(f"{name:<12} {' '.join(f'{medians[phase]:>9.3f}' for phase in PHASES)}")
     return 0
 
 

@@ -63,6 +63,25 @@ def _ours(model, prompts, answers, groups, advantages):
     return loss, ntoks, metrics, grads
 
 
+def _ours_shared(model, prompts, answers, groups, advantages):
+    """The same with each prompt computed once for its answers (trainer/shared_prompts.py),
+    as a grpo run steps when its model allows it."""
+    from zyquo_tui.trainer import losses
+    from zyquo_tui.trainer.engine import adapters_disabled
+    from zyquo_tui.trainer.shared_prompts import SharedPrompts, layout
+
+    shared = SharedPrompts.for_model(model)
+    assert shared is not None  # the sample model (llama) is one that can
+    group = groups.count(0)
+    arrays = layout(prompts, answers, group, pad_to=8)
+    with adapters_disabled(model):
+        ref_logps, _ = shared.answer_logprobs(*arrays)
+    objective = partial(losses.grpo_shared_objective, beta=BETA, epsilon=EPSILON, shared=shared)
+    (loss, ntoks, metrics), grads = nn.value_and_grad(model, objective)(
+        model, *arrays, advantages, mx.stop_gradient(ref_logps))
+    return loss, ntoks, metrics, grads
+
+
 def _theirs(model, reference, prompts, answers, groups, advantages):
     batch = (prompts, [[0]] * len(prompts), ["p"] * len(prompts), ["a"] * len(prompts), None)
     loss_fn = partial(grpo_trainer.grpo_loss, ref_model=reference, batch=batch,
@@ -73,14 +92,15 @@ def _theirs(model, reference, prompts, answers, groups, advantages):
     return loss, ntoks, metrics, grads
 
 
-def test_grpo_loss_and_gradients_equal_mlx_lm_lora(tiny_model):
+@pytest.mark.parametrize("ours", [_ours, _ours_shared], ids=["whole", "shared_prompts"])
+def test_grpo_loss_and_gradients_equal_mlx_lm_lora(tiny_model, ours):
     from mlx.utils import tree_flatten
     from mlx_lm import load
 
     model, tokenizer = _lora_model(tiny_model, moved=True)
     reference, _ = load(str(tiny_model))  # the base: what adapters-off gives ours
     rollout = _rollout(tokenizer, model.args.vocab_size)
-    loss, ntoks, metrics, grads = _ours(model, *rollout)
+    loss, ntoks, metrics, grads = ours(model, *rollout)
     their_loss, their_ntoks, their_metrics, their_grads = _theirs(model, reference, *rollout)
 
     assert loss.item() == pytest.approx(their_loss.item(), rel=1e-5, abs=1e-6)
@@ -96,14 +116,15 @@ def test_grpo_loss_and_gradients_equal_mlx_lm_lora(tiny_model):
         assert mx.abs(grad - theirs[name]).max().item() <= 1e-4 * scale, name
 
 
-def test_the_kl_term_is_zero_while_the_policy_is_its_reference(tiny_model):
+@pytest.mark.parametrize("ours", [_ours, _ours_shared], ids=["whole", "shared_prompts"])
+def test_the_kl_term_is_zero_while_the_policy_is_its_reference(tiny_model, ours):
     """Fresh adapters (B = 0) leave the model its base: at the first step the KL to the
     reference is 0 and the loss is the clipped term's alone, as it is with beta 0."""
     from zyquo_tui.trainer import losses
 
     model, tokenizer = _lora_model(tiny_model, moved=False)
     prompts, answers, groups, advantages = _rollout(tokenizer, model.args.vocab_size)
-    loss, _, metrics, _ = _ours(model, prompts, answers, groups, advantages)
+    loss, _, metrics, _ = ours(model, prompts, answers, groups, advantages)
     assert metrics["kl"].item() == 0.0
     logps = mx.array([[-1.0, -2.0, -0.5], [-0.3, -0.7, -4.0]])
     mask = mx.array([[True, True, False], [True, True, True]])
@@ -138,3 +159,37 @@ def test_group_advantages_are_normalised_within_each_group():
     advantages = grpo_advantages([1.0, 0.0, 1.0, 0.0, 0.5, 0.5, 0.5, 0.5], group_size=4)
     assert advantages[:4] == pytest.approx([1.0, -1.0, 1.0, -1.0], abs=1e-3)
     assert advantages[4:] == [0.0] * 4  # all equal: nothing to learn from that prompt
+
+
+def test_answers_sharing_prompts_give_the_same_loss_and_gradients_in_slices(tiny_model):
+    """The chunked loss (trainer/chunked_loss.py) on the shared prompts' hidden states: the
+    same loss and gradients as the whole batch's logits, and the reference's scores in slices
+    equal the whole batch's."""
+    from mlx.utils import tree_flatten
+
+    from zyquo_tui.trainer import losses
+    from zyquo_tui.trainer.chunked_loss import sliced_cross_entropy
+    from zyquo_tui.trainer.shared_prompts import SharedPrompts, layout
+
+    model, tokenizer = _lora_model(tiny_model, moved=True)
+    prompts, answers, groups, advantages = _rollout(tokenizer, model.args.vocab_size)
+    shared = SharedPrompts.for_model(model)
+    sliced = sliced_cross_entropy(model, 8)
+    arrays = layout(prompts, answers, groups.count(0), pad_to=8)
+    whole_logps, _ = shared.answer_logprobs(*arrays)
+    sliced_logps, _ = shared.answer_logprobs(*arrays, sliced=sliced.forward_of_hidden)
+    assert mx.allclose(whole_logps, sliced_logps, atol=1e-5).item()
+    ref_logps = mx.stop_gradient(whole_logps) - 0.05
+    results = []
+    for of_hidden in (None, sliced.of_hidden):
+        objective = partial(losses.grpo_shared_objective, beta=BETA, epsilon=EPSILON,
+                            shared=shared, sliced=of_hidden)
+        results.append(nn.value_and_grad(model, objective)(model, *arrays, advantages,
+                                                           ref_logps))
+    ((loss, _, _), grads), ((sliced_loss, _, _), sliced_grads) = results
+    assert sliced_loss.item() == pytest.approx(loss.item(), rel=1e-5)
+    ours, theirs = dict(tree_flatten(grads)), dict(tree_flatten(sliced_grads))
+    for name, grad in ours.items():
+        scale = mx.abs(grad).max().item()
+        assert scale > 0, name
+        assert mx.abs(grad - theirs[name]).max().item() <= 1e-4 * scale, name

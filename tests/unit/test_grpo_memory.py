@@ -26,11 +26,26 @@ def test_a_grpo_step_trains_group_size_sequences_of_prompt_and_answer():
     config = TrainingConfig.from_hyperparameters(Method.LORA, grpo_hp(), longest_row_tokens=17)
     assert config.sequences_per_row == 4 and config.completion_tokens == 64
     assert config.batch_width == 88  # 17 + 64 + the stop token, padded to a multiple of 8
+    # The model reads the answers (up to 64 tokens, the stop token included) but their last
+    # token and, once for its 4 answers, the prompt (17 padded to 24): a quarter of it a row.
+    # The output head runs on the answers' positions only.
+    assert config.model_tokens == 63 + 24 // 4
+    assert config.predicted_tokens == 16 * 64
     model = facts()
     twice = TrainingConfig.from_hyperparameters(Method.LORA, grpo_hp(group_size=8),
                                                 longest_row_tokens=17)
-    for name in ("kept_hidden", "kept_mlp", "loss"):
-        assert features(model, twice)[name] == 2 * features(model, config)[name] > 0
+    assert twice.model_tokens == 63 + 24 // 8
+    for name in ("kept_hidden", "kept_mlp"):
+        assert features(model, config)[name] > 0
+        assert features(model, twice)[name] == pytest.approx(
+            features(model, config)[name] * (32 * 66) / (16 * 69))
+    assert features(model, twice)["loss"] == 2 * features(model, config)["loss"] > 0
+    # With grad checkpointing every sequence is prompt and answer whole.
+    hp = grpo_hp()
+    hp.grad_checkpoint = True
+    checkpointed = TrainingConfig.from_hyperparameters(Method.LORA, hp, longest_row_tokens=17)
+    assert checkpointed.model_tokens == 87
+    assert checkpointed.predicted_tokens == 16 * 87
 
 
 def test_the_kv_cache_of_every_answer_is_counted_and_only_for_grpo():
@@ -64,5 +79,6 @@ def test_a_grpo_step_counts_its_answers_and_their_cost_beside_training():
     per_step, source = _tokens_per_step(hp, "/data", [17, 20], None)
     assert (per_step, source) == (4 * 4 * 65, "answers")
     share = grpo_share(hp, [17, 19])
-    assert share == pytest.approx(65 / ((18 + 65) * 4 / 3 + 65 / 3))
+    # Each prompt is computed once for its group of 4 answers.
+    assert share == pytest.approx(65 / ((18 / 4 + 65) * 4 / 3 + 65 / 3))
     assert grpo_share(grpo_hp(kl_beta=0.0), [18]) > share  # no reference's forward pass

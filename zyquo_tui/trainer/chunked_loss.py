@@ -147,11 +147,20 @@ class SlicedCrossEntropy:
         return tokens.shape[0] * (tokens.shape[1] - 1) > self.chunk_tokens
 
     def __call__(self, inputs: mx.array, targets: mx.array, mask: mx.array) -> mx.array:
-        ce, _ = self._fused(self.backbone(inputs), targets)
-        return mx.where(mask, ce, 0)
+        return self.of_hidden(self.backbone(inputs), targets, mask)
 
     def forward(self, inputs: mx.array, targets: mx.array, mask: mx.array) -> mx.array:
-        hidden = self.backbone(inputs)
+        return self.forward_of_hidden(self.backbone(inputs), targets, mask)
+
+    def of_hidden(self, hidden: mx.array, targets: mx.array, mask: mx.array) -> mx.array:
+        """`__call__` from the backbone's last hidden states, already computed (a GRPO step's
+        answers, trainer/shared_prompts.py)."""
+        ce, _ = self._fused(hidden, targets)
+        return mx.where(mask, ce, 0)
+
+    def forward_of_hidden(self, hidden: mx.array, targets: mx.array, mask: mx.array
+                          ) -> mx.array:
+        """`forward` from the backbone's last hidden states."""
         parts = _in_slices(self.chunk_tokens, hidden, (targets,),
                            lambda h, t: (_slice_loss(self.head, h, t),))
         ce = mx.concatenate([part[0] for part in parts]).reshape(targets.shape)

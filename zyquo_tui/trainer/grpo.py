@@ -12,6 +12,10 @@ Each step (objectives.GrpoObjective's `forward_backward`, which trainer/loop.py 
    (the end-of-sequence token included), as it does any objective's, so checkpoints, cancel,
    resume and accumulation are the other runs'.
 
+Steps 3 and 4 compute each prompt once for its group of answers when the model allows it
+(trainer/shared_prompts.py: the same values, less work); else they score every prompt + answer
+as a whole sequence.
+
 The draws come from MLX's global random state, which checkpoints save and restore, so a run
 cancelled and resumed samples the answers the straight run samples.
 """
@@ -31,6 +35,7 @@ from zyquo_tui.trainer import losses
 from zyquo_tui.trainer.prompt_data import PromptRow
 from zyquo_tui.trainer.rewards import RewardError, Rewards
 from zyquo_tui.trainer.sampling import Completion, complete_batch
+from zyquo_tui.trainer.shared_prompts import layout
 from zyquo_tui.trainer.trainer_failure import fail
 
 # A metric name of one reward's mean, in the loop's running sums (the report regroups them).
@@ -43,8 +48,11 @@ class Sampler:
     """A grpo run's rollouts: its model answers a batch's prompts, its rewards judge them, its
     reference scores them (when kl_beta is not 0)."""
 
-    def __init__(self, settings: Hyperparameters, model, tokenizer, reference) -> None:
+    def __init__(self, settings: Hyperparameters, model, tokenizer, reference,
+                 shared: bool = False) -> None:
         self.model = model
+        # Whether the step's arrays are shared_prompts' layout (else whole sequences).
+        self.shared = shared
         self.tokenizer = tokenizer
         self.reference = reference
         self.group_size = int(SETTINGS["group_size"].get(settings))
@@ -59,13 +67,23 @@ class Sampler:
         completions = complete_batch(self.model, self.tokenizer, [row.tokens for row in rows],
                                      self.max_tokens, self.temperature, copies=self.group_size)
         scores = self._score(rows, completions)
-        advantages = losses.grpo_advantages(scores.totals, self.group_size)
-        tokens, lengths = self._sequences(rows, completions)
-        if self.reference is not None:
-            ref_logps = self.reference.token_logprobs(tokens, lengths)
+        advantages = mx.array(losses.grpo_advantages(scores.totals, self.group_size),
+                              dtype=mx.float32)
+        if self.shared:
+            sequences = layout([row.tokens for row in rows],
+                               [_answer_tokens(c) for c in completions], self.group_size,
+                               PAD_WIDTH)
+            score = self.reference.answer_logprobs if self.reference is not None else None
+            width = sequences[2].shape[1]  # the answers'
         else:
-            ref_logps = mx.zeros((tokens.shape[0], tokens.shape[1] - 1), mx.float32)
-        arrays = (tokens, lengths, mx.array(advantages, dtype=mx.float32), ref_logps)
+            sequences = self._sequences(rows, completions)
+            score = self.reference.token_logprobs if self.reference is not None else None
+            width = sequences[0].shape[1] - 1  # the predictions of the sequences' tokens
+        if score is not None:
+            ref_logps = score(*sequences)
+        else:
+            ref_logps = mx.zeros((len(completions), width), mx.float32)
+        arrays = (*sequences, advantages, ref_logps)
         return Rollout(rows, completions, scores, arrays, self.group_size)
 
     def _score(self, rows: list[PromptRow], completions: list[Completion]):
@@ -90,8 +108,7 @@ class Sampler:
         sequences, spans = [], []
         for i, completion in enumerate(completions):
             prompt = rows[i // self.group_size].tokens
-            answer = completion.tokens + ([completion.stop_token]
-                                          if completion.stop_token is not None else [])
+            answer = _answer_tokens(completion)
             sequences.append(prompt + answer)
             spans.append((len(prompt), len(prompt) + len(answer)))
         # As wide as the longest, rounded up a little: every padded position costs a forward
@@ -102,6 +119,12 @@ class Sampler:
         for row, sequence in enumerate(sequences):
             tokens[row, :len(sequence)] = sequence
         return mx.array(tokens), mx.array(spans)
+
+
+def _answer_tokens(completion: Completion) -> list[int]:
+    """What is trained of an answer: its tokens and the end-of-sequence token that stopped it."""
+    return completion.tokens + ([completion.stop_token]
+                                if completion.stop_token is not None else [])
 
 
 def shape_report(info: dict[str, Any]) -> dict[str, Any]:

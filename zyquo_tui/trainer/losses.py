@@ -361,3 +361,15 @@ def grpo_objective(model, tokens, lengths, advantages, ref_logps, beta, epsilon,
     logps, mask = token_logprobs(model, tokens, lengths, sliced)
     loss, metrics = grpo_loss(logps, ref_logps, mask, advantages, beta, epsilon)
     return loss, mask.sum(), metrics
+
+
+def grpo_shared_objective(model, prompts, padding, answers, lengths, advantages, ref_logps,
+                          beta, epsilon, shared, sliced=None):
+    """`grpo_objective` on a batch whose answers share their prompts, each prompt computed once
+    for its group (trainer/shared_prompts.py has the layout; `shared` is the model's
+    SharedPrompts): the same loss and gradients. `ref_logps` (B x G, A) are the reference's
+    log-probabilities of the answer tokens; `sliced`, a SlicedCrossEntropy's `of_hidden` (or
+    `forward_of_hidden` without the gradient)."""
+    logps, mask = shared.answer_logprobs(prompts, padding, answers, lengths, sliced)
+    loss, metrics = grpo_loss(logps, ref_logps, mask, advantages, beta, epsilon)
+    return loss, mask.sum(), metrics

@@ -35,6 +35,7 @@ from zyquo_tui.trainer import losses
 from zyquo_tui.trainer.batches import BatchStream
 from zyquo_tui.trainer.chunked_loss import loss_slicing
 from zyquo_tui.trainer.engine import StepEngine, adapters_disabled, has_adapters
+from zyquo_tui.trainer.shared_prompts import SharedPrompts
 from zyquo_tui.trainer.trainer_failure import fail
 
 
@@ -121,6 +122,7 @@ class Reference:
         self._loaded = None
         self._sliced: dict[tuple[int, int | str], Any] = {}
         self._compiled: dict[int, Any] = {}  # token_logprobs compiled, by model
+        self._shared: dict[int, Any] = {}  # answer_logprobs compiled, by model
 
     @property
     def needs_copy(self) -> bool:
@@ -185,6 +187,35 @@ class Reference:
                 logps = self._compiled_logprobs(model)(tokens, lengths)
             else:
                 logps, _ = losses.token_logprobs(model, tokens, lengths, sliced)
+        logps = mx.stop_gradient(logps)
+        mx.eval(logps)
+        return logps
+
+    def _compiled_answer_logprobs(self, model):
+        """SharedPrompts.answer_logprobs of `model` compiled (and its sliced form, when the
+        run slices its loss), as `_compiled_logprobs` is."""
+        if id(model) not in self._shared:
+            shared = SharedPrompts.for_model(model)
+            if shared is None:
+                raise RuntimeError("the reference cannot score answers that share prompts")
+            sliced = loss_slicing(model, self.chunk_tokens)[0]
+            self._shared[id(model)] = (
+                mx.compile(lambda *arrays: shared.answer_logprobs(*arrays)[0]),
+                sliced, partial(shared.answer_logprobs,
+                                sliced=sliced.forward_of_hidden if sliced else None))
+        return self._shared[id(model)]
+
+    def answer_logprobs(self, prompts: mx.array, padding: mx.array, answers: mx.array,
+                        lengths: mx.array) -> mx.array:
+        """`token_logprobs` of answers that share their prompts (trainer/shared_prompts.py's
+        layout): (B x G, A) log-probability of each answer token, 0 past its end."""
+        model = self._other() if self.needs_copy else self.model
+        with contextlib.nullcontext() if self.needs_copy else adapters_disabled(self.model):
+            whole, sliced, in_slices = self._compiled_answer_logprobs(model)
+            if sliced is not None and sliced.worth_it(answers):
+                logps, _ = in_slices(prompts, padding, answers, lengths)
+            else:
+                logps = whole(prompts, padding, answers, lengths)
         logps = mx.stop_gradient(logps)
         mx.eval(logps)
         return logps
@@ -321,9 +352,20 @@ class GrpoObjective(LossSlicing):
         beta = float(SETTINGS["kl_beta"].get(settings))
         epsilon = float(SETTINGS["clip_epsilon"].get(settings))
         reference = Reference(model, base_path, "base", chunk_tokens) if beta else None
-        self.sampler = grpo.Sampler(settings, model, tokenizer, reference)
-        self.loss = partial(losses.grpo_objective, beta=beta, epsilon=epsilon)
-        self.key = ("grpo", beta, epsilon)
+        # Each prompt computed once for its answers (trainer/shared_prompts.py), unless the
+        # model cannot, or its layers are checkpointed: a checkpointed layer differentiates
+        # its array arguments only, and the prompt's keys and values reach it in the cache.
+        self.shared = (None if model is None or settings.grad_checkpoint
+                       else SharedPrompts.for_model(model))
+        self.sampler = grpo.Sampler(settings, model, tokenizer, reference,
+                                    shared=self.shared is not None)
+        if self.shared is not None:
+            self.loss = partial(losses.grpo_shared_objective, beta=beta, epsilon=epsilon,
+                                shared=self.shared)
+            self.key = ("grpo", beta, epsilon, "shared")
+        else:
+            self.loss = partial(losses.grpo_objective, beta=beta, epsilon=epsilon)
+            self.key = ("grpo", beta, epsilon)
         # Without a reference (kl_beta 0) there is no KL to report: its train events have none.
         reported = tuple(name for name in GRPO_METRICS if beta or name != "kl")
         self.metric_names = (*reported, *(grpo.REWARD_MEAN_PREFIX + name
@@ -346,13 +388,27 @@ class GrpoObjective(LossSlicing):
         return PromptBatchStream(train_set, self.settings.batch_size,
                                  self.settings.max_seq_length, world.rank, world.size)
 
+    def _predicted(self, arrays) -> mx.array:
+        """The array whose shape says how many tokens a step predicts: the answers (shared
+        prompts) or the whole sequences."""
+        return arrays[2] if self.shared is not None else arrays[0]
+
+    def _sliced_loss(self, forward_only: bool = False):
+        """The loss computed a slice of tokens at a time (trainer/chunked_loss.py)."""
+        if self.shared is None:
+            return partial(self.loss, sliced=self.sliced.forward if forward_only else self.sliced)
+        return partial(self.loss, sliced=(self.sliced.forward_of_hidden if forward_only
+                                          else self.sliced.of_hidden))
+
     def forward_backward(self, engine: StepEngine, batch):
         rollout = self.sampler.rollout(batch)
         arrays = rollout.arrays
-        self.widest = max(self.widest, int(arrays[0].shape[1]))
-        if self._sliced_for(arrays[0]):
+        width = (arrays[0].shape[1] + arrays[2].shape[1] if self.shared is not None
+                 else arrays[0].shape[1])
+        self.widest = max(self.widest, int(width))
+        if self._sliced_for(self._predicted(arrays)):
             loss, ntoks, metrics = engine.forward_backward(
-                partial(self.loss, sliced=self.sliced), *arrays, key=(*self.key, "sliced"))
+                self._sliced_loss(), *arrays, key=(*self.key, "sliced"))
         else:
             loss, ntoks, metrics = engine.forward_backward(self.loss, *arrays, key=self.key)
         return loss, ntoks, {**metrics, **rollout.metrics()}
@@ -369,8 +425,9 @@ class GrpoObjective(LossSlicing):
         self.samples = []
         for rows in validation_rows(val_set, s.batch_size, s.val_batches, s.max_seq_length):
             rollout = self.sampler.rollout(rows)
-            sliced = self.sliced.forward if self._sliced_for(rollout.arrays[0]) else None
-            loss, _, _ = self.loss(model, *rollout.arrays, sliced=sliced)
+            loss_of = (self._sliced_loss(forward_only=True)
+                       if self._sliced_for(self._predicted(rollout.arrays)) else self.loss)
+            loss, _, _ = loss_of(model, *rollout.arrays)
             total_loss += loss.item()
             total_reward += rollout.reward_mean
             count += 1

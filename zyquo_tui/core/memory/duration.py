@@ -10,9 +10,12 @@ took, how long it took to start (imports and loading) and the rest of its time p
     + iters x the rest per step
 
 with its tokens per step from the dataset's rows (or the basis run's, for the same data and
-batch), and the speed scaled by the models' sizes when the basis is another model. `plan
---measure` replaces the speed with the one it measured. Without either, the duration is
-unknown (None), and the basis says why.
+batch), and the speed scaled by the models' sizes when the basis is another model. A grpo or
+distillation run whose basis run did not do the same work a step has the speed scaled by what
+its step adds to training: sampling the answers and the reference's forward pass
+(`grpo_share`), the teacher's forward pass and, on-policy, sampling (`distill_share`). `plan
+--measure` replaces the speed with the one it measured (its steps are the run's own, sampling
+and teacher included). Without either, the duration is unknown (None), and the basis says why.
 """
 
 from __future__ import annotations
@@ -173,9 +176,12 @@ def estimate_duration(store: RunStore, model: str, facts: ModelFacts, method: Me
         basis_facts = _facts(speed.run.model, cache)
         scale = model_size(basis_facts) / size if basis_facts is not None else 1.0
         rate, source = speed.tokens_per_second * scale, "history"
-        if SETTINGS["objective"].get(hp) == "grpo" \
+        objective = SETTINGS["objective"].get(hp)
+        if objective == "grpo" \
                 and SETTINGS["objective"].get(speed.run.hyperparameters) != "grpo":
             rate *= grpo_share(hp, lengths)
+        elif objective == "distill" and not _same_distillation(hp, speed.run.hyperparameters):
+            rate *= distill_share(hp, facts, _teacher_size(hp, cache), lengths)
     else:
         return DurationEstimate(None, {
             "source": None, "sentence": "unknown: no finished run on this machine to measure "
@@ -230,14 +236,50 @@ def grpo_share(hp: Hyperparameters, lengths: list[int] | None) -> float:
     """A grpo run's answer tokens a second, as a share of the tokens a second a run that
     only trains (SFT) reaches on the same model: an answer of N tokens after a prompt of P is
     N tokens of sampling (a forward pass each: a third of a training token's forward and
-    backward) and P + N tokens of training, plus the reference's forward pass of them (a
-    third more) unless kl_beta is 0. An estimate: sampling's one token at a time is slower a
-    token than a whole row's forward pass, so a grpo run's own speed, once one has finished
-    (or `--measure`), is the better basis."""
+    backward) and N tokens of training, plus its share of the prompt's P (computed once for
+    the group_size answers to it, trainer/shared_prompts.py), plus the reference's forward
+    pass of them (a third more) unless kl_beta is 0. An estimate: sampling's one token at a
+    time is slower a token than a whole row's forward pass, so a grpo run's own speed, once
+    one has finished (or `--measure`), is the better basis."""
     answer = int(SETTINGS["max_completion_tokens"].get(hp)) + 1
     prompt = sum(lengths) / len(lengths) if lengths else 0.0
+    group = max(int(SETTINGS["group_size"].get(hp)), 1)
     reference = 1 / 3 if float(SETTINGS["kl_beta"].get(hp)) else 0.0
-    return answer / ((prompt + answer) * (1 + reference) + answer / 3)
+    return answer / ((prompt / group + answer) * (1 + reference) + answer / 3)
+
+
+def distill_share(hp: Hyperparameters, student: ModelFacts, teacher_size: float | None,
+                  lengths: list[int] | None) -> float:
+    """A distillation run's trained tokens a second, as a share of the tokens a second SFT
+    reaches on the same model: each trained token also takes the teacher's forward pass (a
+    third of the student's forward and backward, times the teacher's size over the
+    student's; the student's size when the teacher's folder cannot be read); on-policy, the
+    student first samples each row's answer of up to max_completion_tokens (a forward pass a
+    token, a third of a training token) after its prompt (a row's tokens, counted as the
+    prompt's). An estimate, as grpo_share is: a distillation run's own speed is the better
+    basis."""
+    size = model_size(student)
+    teacher = (teacher_size or size) / (3 * size)
+    sampling = 0.0
+    if SETTINGS["on_policy"].get(hp):
+        answer = int(SETTINGS["max_completion_tokens"].get(hp)) + 1
+        prompt = sum(lengths) / len(lengths) if lengths else 0.0
+        sampling = answer / (prompt + answer) / 3
+    return 1 / (1 + teacher + sampling)
+
+
+def _teacher_size(hp: Hyperparameters, cache: dict[str, ModelFacts | None]) -> float | None:
+    teacher = SETTINGS["teacher"].get(hp)
+    facts = _facts(str(teacher), cache) if teacher else None
+    return model_size(facts) if facts is not None else None
+
+
+def _same_distillation(hp: Hyperparameters, then: Hyperparameters) -> bool:
+    """Whether a finished run distilled as the planned one does (the same teacher, on or off
+    policy): its speed then counts the teacher and the sampling already."""
+    return (SETTINGS["objective"].get(then) == "distill"
+            and SETTINGS["teacher"].get(then) == SETTINGS["teacher"].get(hp)
+            and bool(SETTINGS["on_policy"].get(then)) == bool(SETTINGS["on_policy"].get(hp)))
 
 
 def _has_validation(data: str | None, hp: Hyperparameters) -> bool:

@@ -278,8 +278,27 @@ class TrainingConfig:
 
     @property
     def model_tokens(self) -> int:
-        """Tokens per row the model runs on (inputs are the row without its last token)."""
+        """Tokens per row the model runs on (inputs are the row without its last token). A
+        grpo step computes each prompt once for its group of answers
+        (trainer/shared_prompts.py; not with grad checkpointing): a row's tokens are its
+        answer's and its share of the prompt."""
+        if self.objective == "grpo" and not self.grad_checkpoint:
+            # An answer has at most completion_tokens tokens, the stop token included; the
+            # model reads all of them but the last, after the prompt.
+            prompt = min(self.longest_row_tokens or self.max_seq_length, self.max_seq_length)
+            answer = GRPO_PAD * math.ceil(max(self.completion_tokens, 1) / GRPO_PAD)
+            prompt = GRPO_PAD * math.ceil(prompt / GRPO_PAD)
+            return answer - 1 + math.ceil(prompt / max(self.group_size, 1))
         return max(self.batch_width - 1, 1)
+
+    @property
+    def predicted_tokens(self) -> int:
+        """Tokens of a batch the output head runs on: every one the model reads, but for a
+        grpo step whose prompts are computed once (`model_tokens`), the answers' only."""
+        rows = self.batch_size * self.sequences_per_row
+        if self.objective == "grpo" and not self.grad_checkpoint:
+            return rows * GRPO_PAD * math.ceil(max(self.completion_tokens, 1) / GRPO_PAD)
+        return rows * self.model_tokens
 
     def replace(self, **changes: Any) -> "TrainingConfig":
         return dataclasses.replace(self, **changes)
@@ -575,7 +594,8 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
                          * dora_copy_bytes(model, config) if dora and n else 0),
         "dora_adapted": (max(layer.matrix_elements for layer in layers) * LORA_BYTES
                          if dora and n else 0),
-        "loss": tokens * model.vocab_size * s if loss_slice_tokens(config) is None else 0,
+        "loss": (config.predicted_tokens * model.vocab_size * s
+                 if loss_slice_tokens(config) is None else 0),
         "chunked_loss": chunked_loss_bytes(model, config),
         "update_lora": _rewritten_copies(config) * elements * trained_bytes if lora else 0,
         "update_full": _rewritten_copies(config) * elements * trained_bytes if not lora else 0,
