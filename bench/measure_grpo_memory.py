@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"GRPO peaks: llama {args.hidden}w {args.layers}L 4:2 heads, MLP {args.hidden * 2}, "
           f"vocab 512, float32; sample_data/rl; {args.iters} steps")
-    print(f"{'config':<18} {'measured MiB':>13} {'plan MiB':>9} {'error':>7}")
+    print(f"{'config':<18} {'measured MiB':>13} {'plan MiB':>9} {'error':>7} "
+          f"{'answer tokens (mean of the widest step / most)':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "model"
         build_model(model, hidden_size=args.hidden, num_layers=args.layers, num_heads=4,
@@ -78,9 +79,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: the run failed: {started.stderr.strip()}")
                 continue
             events = read_events(home / "runs" / run_id / "events.jsonl")
-            peak = max(e["peak_memory_bytes"] for e in events if e["type"] == "train")
+            trains = [e for e in events if e["type"] == "train"]
+            peak = max(e["peak_memory_bytes"] for e in trains)
+            # plan assumes every answer is max_completion_tokens long (+ its stop token); a
+            # step whose answers stop earlier is narrower than that.
+            longest = max(e["completion_length"] for e in trains)
             print(f"{name:<18} {peak / 2**20:>13.1f} {estimate / 2**20:>9.1f} "
-                  f"{(estimate - peak) / peak:>+7.1%}")
+                  f"{(estimate - peak) / peak:>+7.1%} {longest:>10.1f}/{config[3] + 1}")
     return 0
 
 
