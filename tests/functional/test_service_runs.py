@@ -26,20 +26,24 @@ def test_the_systemd_unit_passes_systemd_analyze_verify(tmp_path):
     assert f'Environment="ZYQUO_HOME={tmp_path}/store with space"' in plan.content
     assert "KillMode=process" in plan.content and "WantedBy=default.target" in plan.content
     assert "loginctl enable-linger me" in plan.notes[0]
+    assert_systemd_accepts(tmp_path / service.UNIT, plan.content, "Type=oneshot", "oneshoot")
+
+
+def assert_systemd_accepts(unit: Path, content: str, line: str, typo: str) -> None:
+    """systemd-analyze verifies the unit as written, and refuses it with `line`'s value
+    misspelt as `typo` (the check can fail). Skipped where systemd-analyze is missing."""
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze is not installed here")
-    unit = tmp_path / service.UNIT
-    unit.write_text(plan.content)
+    unit.write_text(content)
     done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True,
                           text=True, check=False)
     # verify exits 0 even for unknown keys and values it ignores: those print a line each.
     assert done.returncode == 0 and done.stdout + done.stderr == "", done.stderr
-
-    broken = tmp_path / "broken.service"
-    broken.write_text(plan.content.replace("Type=oneshot", "Type=oneshoot"))
+    broken = unit.with_name(f"broken-{unit.name}")
+    broken.write_text(content.replace(line, line.split("=")[0] + "=" + typo))
     done = subprocess.run(["systemd-analyze", "verify", str(broken)], capture_output=True,
                           text=True, check=False)
-    assert "oneshoot" in done.stderr, "the check must be able to fail"
+    assert typo in done.stderr, "the check must be able to fail"
 
 
 def test_cli_dry_run_prints_the_unit_and_changes_nothing(tmp_path):
@@ -163,18 +167,8 @@ def test_the_servers_systemd_unit_keeps_it_up_and_passes_systemd_analyze_verify(
     assert plan.uninstall_commands[0] == ["systemctl", "--user", "disable", "--now",
                                           service.SERVE_UNIT]
     assert any("--show-key" in note for note in plan.notes)
-    if shutil.which("systemd-analyze") is None:
-        pytest.skip("systemd-analyze is not installed here")
-    unit = tmp_path / service.SERVE_UNIT
-    unit.write_text(plan.content)
-    done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True,
-                          text=True, check=False)
-    assert done.returncode == 0 and done.stdout + done.stderr == "", done.stderr
-    broken = tmp_path / "broken-serve.service"
-    broken.write_text(plan.content.replace("Restart=always", "Restart=allways"))
-    done = subprocess.run(["systemd-analyze", "verify", str(broken)], capture_output=True,
-                          text=True, check=False)
-    assert "allways" in done.stderr, "the check must be able to fail"
+    assert_systemd_accepts(tmp_path / service.SERVE_UNIT, plan.content, "Restart=always",
+                           "allways")
 
 
 @pytest.mark.parametrize("daemon", [False, True])
