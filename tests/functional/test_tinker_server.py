@@ -278,6 +278,10 @@ def test_each_training_client_is_a_run_with_its_steps_and_a_cancel_ends_it(serve
     run = run_of(server, session)
     assert run["state"] == "running"
     assert run["step"] >= 1  # the listing follows the program's steps (at most 2 s behind)
+    assert run["iters"] is None  # the program decides how many: the table reads N/?
+    table = runs_cli(server, "list").stdout
+    assert f"{run['step']}/?" in next(line for line in table.splitlines()
+                                      if line.startswith(run["id"]))
     events = read_events(server.home / "runs" / run["id"] / "events.jsonl")
     train = [e for e in events if e["type"] == "train"]
     assert [e["iteration"] for e in train] == [1, 2, 3]

@@ -76,7 +76,7 @@ def cmd_list(args) -> int:
     print_table(
         ["ID", "STATE", "NAME", "STEP", "TRAIN", "VAL", "Q"],
         [[r["id"], r["state"], r["name"] or r.get("damaged"),
-          "" if r["state"] == "damaged" else f"{r['step']}/{r['iters']}",
+          "" if r["state"] == "damaged" else f"{r['step']}/{r['iters'] or '?'}",
           fmt_reward(r["reward_mean"]) if r.get("reward_mean") is not None
           else fmt_loss(r.get("last_train_loss")), fmt_loss(r.get("last_val_loss")),
           r.get("queue_position") or ""] for r in rows])

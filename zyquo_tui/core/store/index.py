@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 INDEX_FILE = ".index"
 # 3: one line per run holding its row as JSON text; 2 (.index.json): rows carry reward_mean
-INDEX_VERSION = 3
+INDEX_VERSION = 4
 _HEADER = f"zyquo-tui runs index {INDEX_VERSION}\n"
 _OLD_INDEX_FILES = (".index.json",)  # written by earlier versions; removed with the first write
 # The values of RunState.STARTING and RUNNING (a unit test holds them equal): a listing
@@ -54,7 +54,7 @@ def listing_row(item: Run | DamagedRun) -> dict[str, Any]:
         "id": item.id, "name": item.name, "state": item.state.value,
         "method": item.method.value, "model": item.model, "data": item.data,
         "created": item.created, "step": s.get("step", 0),
-        "iters": item.hyperparameters.iters,
+        "iters": item.planned_steps,  # None for a served run: its program decides
         "last_train_loss": s.get("last_train_loss"), "last_val_loss": s.get("last_val_loss"),
         "best_val_loss": s.get("best_val_loss"), "tokens_per_second": s.get("tokens_per_second"),
         # a grpo run's mean reward (its last train report's), shown where a loss would be
