@@ -13,8 +13,8 @@ from __future__ import annotations
 import shutil
 
 from conftest import SAMPLE_DATA
-from test_setup_flow import choose
-from test_setup_helpers import open_new_run, settle, type_into, until
+from test_setup_flow import form_on
+from test_setup_helpers import settle, type_into, until
 from test_setup_helpers import setup_dashboard as dashboard
 
 from zyquo_tui.core.events.protocol import GRPO_METRICS, read_events
@@ -71,10 +71,7 @@ async def test_a_grpo_run_set_up_in_the_form_trains_and_shows_its_rewards(models
     run_id = None
     async with app.run_test(size=(120, 40)) as pilot:
         try:
-            screen = await open_new_run(pilot)
-            await choose(pilot, "model", "zyquo-tiny")
-            await choose(pilot, "dataset", "rl")
-            await settle(pilot, screen)
+            screen = await form_on(pilot, "rl")
             assert screen.data_path == RL and screen.objective == "grpo"
             for key, value in SHORT_GRPO:
                 await type_into(pilot, screen, key, value)
@@ -135,10 +132,7 @@ async def test_a_distill_run_set_up_in_the_form_trains_from_the_sample_teacher(m
     run_id = None
     async with app.run_test(size=(120, 40)) as pilot:
         try:
-            screen = await open_new_run(pilot)
-            await choose(pilot, "model", "zyquo-tiny")
-            await choose(pilot, "dataset", "completions")
-            await settle(pilot, screen)
+            screen = await form_on(pilot, "completions")
             assert screen.objective == "sft"
             screen.query_one("#objective").focus()
             await pilot.press("right")  # sft → distill

@@ -50,6 +50,16 @@ def shown(screen, selector: str) -> str:
     return str(screen.query_one(selector).render())
 
 
+async def form_on(pilot, dataset: str):
+    """The new-run screen with the sample model and a shipped dataset picked from its lists
+    by keyboard, the dataset's check and row count done."""
+    screen = await open_new_run(pilot)
+    await choose(pilot, "model", "zyquo-tiny")
+    await choose(pilot, "dataset", dataset)
+    await settle(pilot, screen)
+    return screen
+
+
 async def choose(pilot, select_id: str, label_start: str) -> None:
     """Open a Select with the keyboard and pick the option whose label starts so."""
     screen = pilot.app.screen
@@ -113,10 +123,7 @@ async def test_a_dpo_run_set_up_in_the_form_trains_and_shows_its_rewards(models)
     run_id = None
     async with app.run_test(size=(120, 40)) as pilot:
         try:
-            screen = await open_new_run(pilot)
-            await choose(pilot, "model", "zyquo-tiny")
-            await choose(pilot, "dataset", "preference")
-            await settle(pilot, screen)
+            screen = await form_on(pilot, "preference")
             assert screen.objective == "dpo"
             for key, value in (("iters", "40"), ("learning_rate", "1e-3"), ("beta", "0.2"),
                                ("steps_per_report", "5"), ("steps_per_eval", "20"),
