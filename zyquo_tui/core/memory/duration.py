@@ -1,6 +1,7 @@
 """How long a run will take, from this machine's own measurements (`plan --iters`).
 
-The basis is the nearest finished run on this machine: the same model first, else the nearest
+The basis is the nearest finished run on this machine (not a served Tinker session, whose
+pace its program sets): the same model first, else the nearest
 model size, then the same method and the nearest max_seq_length. From its events come its
 training speed (tokens per second over its steps), its tokens per step, how long a validation
 took, how long it took to start (imports and loading) and the rest of its time per step
@@ -153,6 +154,8 @@ def estimate_duration(store: RunStore, model: str, facts: ModelFacts, method: Me
     candidates = []
     for run in store.iter_runs():
         if not isinstance(run, Run) or run.state is not RunState.COMPLETED:
+            continue
+        if run.served:  # a Tinker program's session: its pace is the program's, not a run's
             continue
         distance = _distance(run, model, size, method, hp.max_seq_length,
                              world_size_of(hp.zyquo_tui), cache)
