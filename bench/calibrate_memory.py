@@ -6,6 +6,7 @@
     python bench/calibrate_memory.py --measure --all # measure every config again
     python bench/calibrate_memory.py --markdown      # the table as Markdown (docs/memory.md)
     python bench/calibrate_memory.py --fit --markdown # the fit and the held-out table
+    python bench/calibrate_memory.py --fit-grpo      # grpo_shared_working, held out by family
     python bench/calibrate_memory.py --spread --measure ID..  # measure again: run-to-run spread
     python bench/calibrate_memory.py --spread        # the spread table (repeats.json)
     python bench/calibrate_memory.py --attention     # one attention's backward, in matrices
@@ -105,6 +106,10 @@ def spec_of(config: dict, model_path: Path) -> dict:
     }
     if config.get("objective"):  # a preference run: pairs, each side `seq` long
         hp["zyquo_tui"]["objective"] = config["objective"]
+    if config.get("objective") == "grpo":  # prompts `seq` long, `group` answers to each
+        hp["zyquo_tui"].update(group_size=config["group"],
+                               max_completion_tokens=config["answer"],
+                               kl_beta=config.get("kl_beta", 0.1))
     return {"model": str(model_path), "method": config.get("method", "lora"),
             "hyperparameters": hp, "synthetic_tokens": config["seq"],
             "steps": config.get("steps", 3)}
@@ -218,6 +223,8 @@ def describe(config: dict) -> str:
         parts.append(config["optimizer"])
     if config.get("objective"):
         parts.append(config["objective"])
+    if config.get("objective") == "grpo":
+        parts.append(f"g{config['group']} n{config['answer']}")
     return " ".join(parts)
 
 
@@ -360,13 +367,15 @@ class Table:
         )
 
         q = self.q
+        share = self.working_share(values)  # a grpo step's share of the layer's working memory
         kept = sum(values[name] * q[name] for name in _KEPT)
         checkpointed = q["_checkpointed"] > 0
         loss = values["loss"] * q["loss"] + q["chunked_loss"]
-        layer = sum(values[name] * q[name] for name in _WORKING)
+        layer = share * sum(values[name] * q[name] for name in _WORKING)
         overlap = values["loss_overlap"]
         attention = ((1 - overlap) * sum(values[name] * q[name] for name in _ATTENTION_KEPT)
-                     + overlap * sum(values[name] * q[name] for name in _ATTENTION_WORKING))
+                     + overlap * share * sum(values[name] * q[name]
+                                             for name in _ATTENTION_WORKING))
         loss_phase = kept + loss + overlap * layer - np.where(checkpointed, attention, 0.0)
         layer_branch = kept + layer >= loss_phase
         backward = np.maximum(kept + layer, loss_phase)
@@ -383,6 +392,14 @@ class Table:
                     step, magnitudes),
                 "step_top": (step > backward) & (step >= magnitudes),
                 "layer_branch": layer_branch, "dora": dora, "checkpointed": checkpointed}
+
+    def working_share(self, values: dict[str, float]) -> "np.ndarray":
+        """Each row's multiplier of the working_* terms: grpo_shared_working for a grpo step
+        whose prompts are computed once, else 1 (estimate.combine's `working_share`)."""
+        import numpy as np
+
+        shared = self.q.get("_grpo_shared", np.zeros(len(self.rows))) > 0
+        return np.where(shared, values.get("grpo_shared_working", 1.0), 1.0)
 
     def slopes(self, phases: dict, values: dict[str, float], names) -> "np.ndarray":
         """d total / d multiplier of each row in its backward phase (columns: names)."""
@@ -413,7 +430,9 @@ class Table:
                 columns.append(np.where(phases["dora"], 0.0, share * self.q[name]))
             else:
                 raise ValueError(f"{name}: not a fitted multiplier of the backward pass")
-        return np.stack(columns, axis=1)
+        share = self.working_share(values)
+        return np.stack([share * column if name in _WORKING else column
+                         for name, column in zip(names, columns)], axis=1)
 
     def errors(self, values: dict[str, float], where=None) -> "np.ndarray":
         """(estimate - measured) / measured of each row (of the rows `where` selects)."""
@@ -629,6 +648,59 @@ def fit(matrix: dict, stored: dict, models: dict, fixed: dict[str, float],
     print_family_table(held, markdown=markdown, matrix=matrix)
 
 
+def grpo_rows(matrix: dict, stored: dict, models: dict) -> list[Row]:
+    """The measured grpo configs of the matrix, with the estimate's quantities."""
+    from zyquo_tui.core.memory.estimate import features
+
+    return [Row(config["id"], config["model"],
+                features(ModelFacts_from(models, config), training_config(config)),
+                stored["measurements"][config["id"]]["peak_memory_bytes"])
+            for config in matrix["configs"]
+            if config.get("objective") == "grpo" and config["id"] in stored["measurements"]]
+
+
+# The values grpo_shared_working is chosen from: one multiplier, so a grid is exact enough.
+GRPO_GRID = [round(0.001 * i, 3) for i in range(1501)]
+
+
+def fit_grpo_step(rows: list[Row]) -> float:
+    """grpo_shared_working for these rows, every other multiplier held at the shipped ones: the
+    grid value with the smallest largest underestimate plus median absolute error (`_score`,
+    as `choose` judges a fit)."""
+    import numpy as np
+
+    return min(GRPO_GRID, key=lambda value: _score(np.array(
+        errors_of(rows, {"grpo_shared_working": value}))))
+
+
+def fit_grpo(matrix: dict, stored: dict, models: dict, markdown: bool = False) -> None:
+    """Fit grpo_shared_working to the grpo configs; print it, the errors and, per family, the
+    errors with the family left out of the fit (nothing of it in the value it is judged by)."""
+    import numpy as np
+
+    rows = grpo_rows(matrix, stored, models)
+    if not rows:
+        raise SystemExit("no grpo config measured yet (--measure its ids)")
+    value = fit_grpo_step(rows)
+    errors = np.array(errors_of(rows, {"grpo_shared_working": value}))
+    print(f"fitted: grpo_shared_working {value}")
+    print(f"in-sample ({len(rows)} configs): max {np.abs(errors).max() * 100:.1f}%, "
+          f"median {np.median(np.abs(errors)) * 100:.1f}%, lowest {errors.min() * 100:+.1f}%")
+    held: dict[str, dict[str, float]] = {}
+    for family in dict.fromkeys(row.family for row in rows):
+        others = [row for row in rows if row.family != family]
+        mine = [row for row in rows if row.family == family]
+        fitted = fit_grpo_step(others)
+        held[family] = dict(zip((row.id for row in mine),
+                                errors_of(mine, {"grpo_shared_working": fitted})))
+        print(f"  without {family}: grpo_shared_working {fitted}")
+    every = np.array([e for family in held.values() for e in family.values()])
+    print(f"{len(every)} configs of {len(held)} families held out: max "
+          f"{np.abs(every).max() * 100:.1f}%, median {np.median(np.abs(every)) * 100:.1f}%, "
+          f"lowest {every.min() * 100:+.1f}%")
+    print_family_table(held, markdown=markdown, matrix=matrix)
+
+
 def family_shape(shape: dict) -> str:
     """A model family's shape in a few words: width, layers, heads:kv, MLP, vocabulary, dtype."""
     bits = f"q{shape['quantize_bits']} " if shape.get("quantize_bits") else ""
@@ -759,6 +831,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-table", action="store_true", help="measure only")
     parser.add_argument("--fit", action="store_true",
                         help="fit the multipliers to the stored measurements and print them")
+    parser.add_argument("--fit-grpo", action="store_true",
+                        help="fit grpo_shared_working to the grpo configs (the SFT multipliers "
+                             "held) and print it with its held-out errors by family")
     parser.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
                         help="with --fit: hold a multiplier at a value")
     parser.add_argument("--replica", action="store_true",
@@ -875,6 +950,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{result['peak_memory_bytes'] / 2**20:.1f} MiB "
                   f"({time.perf_counter() - started:.0f} s)", flush=True)
 
+    if args.fit_grpo:
+        fit_grpo(matrix, stored, models, markdown=args.markdown)
+        return 0
     if args.fit:
         fixed = {k: float(v) for k, v in (item.split("=", 1) for item in args.fix)}
         fit(matrix, stored, models, fixed, markdown=args.markdown)

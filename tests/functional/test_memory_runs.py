@@ -409,6 +409,50 @@ def test_the_shipped_multipliers_are_the_fit_on_every_family():
                                         else 0.01 * MIB), name
 
 
+def _grpo_rows() -> list:
+    calibrate = _calibration_script()
+    matrix, measured, models = _calibration()
+    return calibrate.grpo_rows(matrix, {"measurements": measured}, models)
+
+
+def test_the_grpo_step_multiplier_is_the_fit_on_the_grpo_configs():
+    """grpo_shared_working is fitted on the grpo configs of the calibration matrix alone, the SFT
+    multipliers held; it sits below 1 (a grpo step peaks lower than an SFT step of its
+    tokens), and the rows evaluated at once agree with combine there too."""
+    calibrate = _calibration_script()
+    rows = _grpo_rows()
+    assert len({row.family for row in rows}) >= 5
+    value = calibrate.fit_grpo_step(rows)
+    assert CPU_COEFFICIENTS.grpo_shared_working == pytest.approx(value, abs=1e-9)
+    assert value < 1
+    table = calibrate.Table(rows)
+    values = {f.name: getattr(CPU_COEFFICIENTS, f.name) for f in dataclasses.fields(
+        CPU_COEFFICIENTS) if f.name not in ("held_out_error", "calibrated")}
+    for row, total in zip(rows, table.phases(values)["total"]):
+        assert total == pytest.approx(sum(combine(row.quantities, CPU_COEFFICIENTS).values()),
+                                      rel=1e-9), row.id
+
+
+def test_every_grpo_family_held_out_is_within_15_percent_as_docs_say():
+    """Each family's grpo configs estimated with grpo_shared_working fitted on the other
+    families' (bench/calibrate_memory.py --fit-grpo): within 15%, and docs/memory.md's table
+    is this one."""
+    calibrate = _calibration_script()
+    matrix, _, _ = _calibration()
+    rows = _grpo_rows()
+    held = {}
+    for family in dict.fromkeys(row.family for row in rows):
+        value = calibrate.fit_grpo_step([row for row in rows if row.family != family])
+        mine = [row for row in rows if row.family == family]
+        held[family] = dict(zip((row.id for row in mine),
+                                calibrate.errors_of(mine, {"grpo_shared_working": value})))
+        for config, error in held[family].items():
+            assert abs(error) <= 0.15, (config, error)
+    docs = (REPO / "docs" / "memory.md").read_text()
+    for line in calibrate.family_table_lines(held, markdown=True, matrix=matrix)[2:]:
+        assert line in docs, f"docs/memory.md lacks: {line}"
+
+
 def test_core_memory_imports_neither_mlx_nor_textual():
     code = ("import sys, zyquo_tui.core.memory, zyquo_tui.core.memory.budget;"
             "bad = [m for m in ('mlx', 'mlx_lm', 'textual', 'transformers') if m in sys.modules];"

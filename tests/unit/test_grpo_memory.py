@@ -9,7 +9,16 @@ import pytest
 from test_memory import facts
 
 from zyquo_tui.core.memory.duration import _tokens_per_step, grpo_share
-from zyquo_tui.core.memory.estimate import TrainingConfig, features, generation_bytes
+import dataclasses
+
+from zyquo_tui.core.memory.estimate import (
+    _WORKING,
+    CPU_COEFFICIENTS,
+    TrainingConfig,
+    combine,
+    features,
+    generation_bytes,
+)
 from zyquo_tui.core.memory.replica import plan_replica, why_no_replica
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 
@@ -82,3 +91,28 @@ def test_a_grpo_step_counts_its_answers_and_their_cost_beside_training():
     # Each prompt is computed once for its group of 4 answers.
     assert share == pytest.approx(65 / ((18 / 4 + 65) * 4 / 3 + 65 / 3))
     assert grpo_share(grpo_hp(kl_beta=0.0), [18]) > share  # no reference's forward pass
+
+
+def test_a_grpo_step_with_shared_prompts_scales_its_layers_working_memory_and_nothing_else():
+    model = facts()
+    shared = TrainingConfig.from_hyperparameters(Method.LORA, grpo_hp(), longest_row_tokens=17)
+    hp = grpo_hp()
+    hp.grad_checkpoint = True  # whole sequences: the SFT terms as they are
+    whole = TrainingConfig.from_hyperparameters(Method.LORA, hp, longest_row_tokens=17)
+    sft = TrainingConfig.from_hyperparameters(Method.LORA, Hyperparameters.from_dict(
+        {"batch_size": 4}), longest_row_tokens=80)
+    half = dataclasses.replace(CPU_COEFFICIENTS, grpo_shared_working=0.5)
+    for config, scaled in ((shared, True), (whole, False), (sft, False)):
+        quantities = features(model, config)
+        if scaled:  # the working terms halved, as if each of their multipliers were
+            every = {name: getattr(CPU_COEFFICIENTS, name) / 2 for name in _WORKING}
+            want = combine(quantities, dataclasses.replace(CPU_COEFFICIENTS, **every,
+                                                           grpo_shared_working=1.0))
+        else:
+            want = combine(quantities, CPU_COEFFICIENTS)
+        have = combine(quantities, half)
+        assert have == pytest.approx(want)
+        assert have["loss"] == pytest.approx(combine(quantities, CPU_COEFFICIENTS)["loss"])
+    unscaled = dataclasses.replace(CPU_COEFFICIENTS, grpo_shared_working=1.0)
+    assert sum(combine(features(model, shared), half).values()) < sum(
+        combine(features(model, shared), unscaled).values())

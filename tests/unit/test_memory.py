@@ -503,7 +503,8 @@ def test_the_overhead_is_fixed_plus_what_the_optimizer_step_needs_beyond_the_bac
 def test_every_fitted_quantity_has_a_multiplier_on_every_device():
     quantities = features(facts(), config(method=Method.DORA, grad_checkpoint=True))
     fields = {f.name for f in dataclasses.fields(CPU_COEFFICIENTS)} - {
-        "calibrated", "held_out_error", "loss_overlap"}  # not multipliers of a quantity
+        "calibrated", "held_out_error", "loss_overlap",  # not multipliers of a quantity
+        "grpo_shared_working"}  # of the working_* multipliers, for a grpo step
     fitted = {k for k in quantities if not k.startswith("_")} - {
         "base_weights", "trainable_parameters", "gradients", "optimizer_state",
         "reference",  # exact: a DPO reference's frozen copy of the weights

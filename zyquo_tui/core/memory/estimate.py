@@ -163,6 +163,15 @@ class Coefficients:
     update_lora: float
     update_full: float
     fixed_bytes: float
+    # x the working memory of the layer being differentiated (the working_* terms above) in a
+    # grpo step whose prompts are computed once for their answers (trainer/shared_prompts.py);
+    # 1 for every other step. Those terms were fitted on SFT steps, and a grpo step of the
+    # same tokens peaks lower (the calibration model at 2,080 tokens a step: 118.3 MiB above
+    # the weights against SFT's 131.7; a vocabulary 8 times larger moved the gap by 2 MiB of
+    # 13, so not the loss). Fitted on the grpo configs of 6 families, every other multiplier
+    # held (bench/calibrate_memory.py --fit-grpo). Scaling every layer term instead (kept
+    # ones too) left the held-out families at 14.4% at worst, this at 10.4% (docs/memory.md).
+    grpo_shared_working: float = 1.0
     # Not a multiplier: the largest underestimate of leave-one-family-out validation (each
     # model family estimated by multipliers fitted without it, from neutral starting values,
     # the fit's choices made without it too; docs/memory.md), how far below its real peak an
@@ -187,6 +196,7 @@ CPU_COEFFICIENTS = Coefficients(
     working_hidden=12.221, working_mlp=5.466, working_attention=2.25, checkpoint_attention=0.729,
     working_outputs=0.0, dora_weights=1.0, dora_adapted=1.0, loss=4.0, loss_overlap=0.5,
     update_lora=0.948, update_full=1.564, fixed_bytes=940297.0, held_out_error=0.16,
+    grpo_shared_working=0.594,
 )
 
 # Metal: not measured here (no Mac in CI). Since mlx PR 2054 (April 2025) MLX computes attention
@@ -604,6 +614,7 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
         "teacher": teacher_bytes(model, config, loss_slice_tokens(config),
                                  chunked_slices_at_once(config)),
         "generation": generation_bytes(model, config),
+        "_grpo_shared": 1.0 if config.objective == "grpo" and not config.grad_checkpoint else 0.0,
         "_elements": elements,
         "_trained_layers": n,
         "_checkpointed": 1.0 if checkpointed else 0.0,
@@ -653,14 +664,19 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
     breakdown = dict.fromkeys(TERMS, 0.0)
     for name in _EXACT:
         breakdown[name] += quantities[name]
+    working_share = coefficients.grpo_shared_working if quantities.get("_grpo_shared") else 1.0
+
+    def multiplier(name: str) -> float:
+        return getattr(coefficients, name) * (working_share if name in _WORKING else 1.0)
+
     kept = 0.0  # every trained layer's kept activations
     for name, term in _KEPT.items():
-        value = getattr(coefficients, name) * quantities[name]
+        value = multiplier(name) * quantities[name]
         breakdown[term] += value
         kept += value
     loss = breakdown["loss"] = (coefficients.loss * quantities["loss"]
                                 + quantities.get("chunked_loss", 0.0))
-    working = {name: getattr(coefficients, name) * quantities[name] for name in _WORKING}
+    working = {name: multiplier(name) * quantities[name] for name in _WORKING}
     layer = sum(working.values())
     in_loss_phase = kept + coefficients.loss_overlap * layer
     if quantities.get("_checkpointed"):
@@ -670,9 +686,9 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
         # attention of its backward comes after. (Counted whole, the 12-layer model at
         # 2 x 2,048 tokens was over-stated by 50% with full fine-tuning and 25% with LoRA.)
         in_loss_phase -= (1 - coefficients.loss_overlap) * sum(
-            getattr(coefficients, name) * quantities[name] for name in _ATTENTION_KEPT)
+            multiplier(name) * quantities[name] for name in _ATTENTION_KEPT)
         in_loss_phase -= coefficients.loss_overlap * sum(
-            getattr(coefficients, name) * quantities[name] for name in _ATTENTION_WORKING)
+            multiplier(name) * quantities[name] for name in _ATTENTION_WORKING)
     above_loss = max(layer - loss, in_loss_phase - kept)
     if above_loss >= 0:
         if layer > 0:
@@ -680,8 +696,7 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
                 breakdown[_WORKING[name]] += value * above_loss / layer
     elif kept > 0:  # the loss's phase of a checkpointed run: less than every kept array
         for name, term in _KEPT.items():
-            breakdown[term] += (getattr(coefficients, name) * quantities[name]
-                                * above_loss / kept)
+            breakdown[term] += multiplier(name) * quantities[name] * above_loss / kept
     backward = breakdown["activations"] + breakdown["attention"] + breakdown["loss"]
     dora_forward = kept + coefficients.dora_adapted * quantities["dora_adapted"]
     if dora_forward > backward:
