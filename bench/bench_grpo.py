@@ -5,7 +5,8 @@ the same prompts (sample_data/rl, rendered as every generation renders them), th
 (our exact_answer and length, which have mlx-lm-lora's signature), group size, answer length,
 temperature, KL weight and clip. Ours: the grpo objective's step as the training loop takes it
 (sampling every prompt's group at once, rewards, the reference with adapters off, one compiled
-forward-backward and update). Theirs: `mlx_lm_lora.trainer.grpo_trainer.train_grpo` itself,
+forward-backward and update), its loss sliced or whole as a run's loss_chunk_tokens auto
+decides (the table's header says which). Theirs: `mlx_lm_lora.trainer.grpo_trainer.train_grpo` itself,
 its reference a second copy of the base model (what it loads), its per-step time from its own
 report callback at steps_per_report 1. No token ends an answer: each is exactly --tokens long
 in both, the same work. Rounds alternate (ours, theirs, ours, ...); the first
@@ -113,7 +114,7 @@ class Ours:
         from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters
         from zyquo_tui.trainer.distributed import World
         from zyquo_tui.trainer.engine import StepEngine
-        from zyquo_tui.trainer.objectives import GrpoObjective
+        from zyquo_tui.trainer.objectives import GrpoObjective, loss_chunk_tokens_for
         from zyquo_tui.trainer.prompt_data import PromptDataset
 
         self.model, tokenizer = lora_model(path, args.layers)
@@ -124,10 +125,14 @@ class Ours:
                            "clip_epsilon": EPSILON,
                            "reward_functions": ["exact_answer", "length"]}.items():
             SETTINGS[key].set(hp, value)
-        self.objective = GrpoObjective(hp, self.model, str(path), "off", tokenizer)
+        prompts = rows(tokenizer)
+        # The loss sliced or whole as a run's trainer decides it (loss_chunk_tokens auto).
+        self.chunk_tokens = loss_chunk_tokens_for(
+            hp, "lora", str(path), max(len(row["tokens"]) for row in prompts))
+        self.objective = GrpoObjective(hp, self.model, str(path), self.chunk_tokens, tokenizer)
         self.engine = StepEngine(self.model, optim.Adam(learning_rate=LEARNING_RATE))
         data = PromptDataset([{"prompt": r["prompt"], "answer": r["answer"]}
-                              for r in rows(tokenizer)], tokenizer)
+                              for r in prompts], tokenizer)
         self.batches = self.objective.batches(data, World())
         self.model.train()
         self.phases = Phases()
@@ -237,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"GRPO step: llama hidden {args.hidden}, {args.layers} layers, LoRA rank 8; batch "
           f"{args.batch} prompts x group {args.group}, answers up to {args.tokens} tokens; "
           f"{args.rounds} rounds of {args.steps} steps, first of each left out; "
-          f"device {mx.default_device()}")
+          f"device {mx.default_device()}; our loss slices: {ours.chunk_tokens}")
     print(f"{'trainer':<12} {'median s/step':>14} {'min':>8} {'max':>8} {'steps':>6}")
     for name, values in times.items():
         print(f"{name:<12} {statistics.median(values):>14.3f} {min(values):>8.3f} "
