@@ -39,6 +39,7 @@ from zyquo_tui.dashboard.screens.live_metrics_screen import LiveMetricsScreen
 from zyquo_tui.dashboard.screens.models_screen import ModelsScreen, add_model_folder
 from zyquo_tui.dashboard.screens.new_run_screen import NewRunScreen
 from zyquo_tui.dashboard.widgets.choice_picker import ChoicePicker
+from zyquo_tui.dashboard.widgets.hyperparameter_form import ProblemLine
 from zyquo_tui.dashboard.widgets.loss_chart import LossChart
 from zyquo_tui.dashboard.widgets.method_picker import MethodPicker
 from zyquo_tui.dashboard.widgets.metric_sparkline import MetricSparkline
@@ -527,6 +528,45 @@ async def test_the_forms_data_checks_are_the_clis_with_the_same_sentences(models
         sentence = done.stderr.strip().removeprefix("zyquo-tui: The run was not created: ")
         assert marked[key] == (sentence, False), (marked, done.stderr)
     assert RunStore().list() == []
+
+
+async def test_a_marked_field_shows_its_sentence_without_restyling_its_row(models):
+    """A warning, then an error, then nothing under a field: the sentence shows in the
+    warning's or the error's colour and goes, the value turns red with the error, and no
+    widget of the row is matched against the stylesheet again (a match costs about a
+    millisecond a widget, in the key press that marks the field)."""
+    app = dashboard(FixedSources)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
+        await type_into(pilot, screen, "batch_size", "3")
+        await settle(pilot, screen)
+        row = screen.form.row("batch_size")
+        line = row.query_one(ProblemLine)
+        refused = row.control.get_component_rich_style("field-input--refused")
+        restyled = []
+        update_nodes = app.stylesheet.update_nodes
+
+        def counted(nodes, animate=False):
+            nodes = list(nodes)
+            restyled.extend(node for node in nodes if node is row or row in node.ancestors)
+            return update_nodes(nodes, animate)
+        app.stylesheet.update_nodes = counted
+
+        row.show_problem("more than the rows of train.jsonl", warning=True)
+        await pilot.pause()
+        assert restyled == []
+        assert line.display and str(line.content) == "⚠ more than the rows of train.jsonl"
+        assert line.render().style == line.get_component_rich_style("problem-line--warning")
+        row.show_problem("not a whole number")
+        await pilot.pause()
+        assert line.display and str(line.content) == "✗ not a whole number"
+        assert line.render().style == line.get_component_rich_style("problem-line--error")
+        assert restyled == [] and row.control.marked
+        assert [span.style for span in row.control._value.spans] == [refused]
+        row.show_problem(None)
+        await pilot.pause()
+        assert not line.display and not row.control.marked
+        assert row.control._value.spans == [] and restyled == []
 
 
 async def test_models_found_later_join_the_list_without_reopening_the_form(

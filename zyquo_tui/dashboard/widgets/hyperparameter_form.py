@@ -164,10 +164,30 @@ class FieldInput(Input):
     - It tells the form of a new value at once (`on_value`), in the same key press, not by a
       message a few hops later: what the value changes (the verdict) is then drawn in the
       same frame as the character typed.
+    - A value its field refuses is drawn in the error's colour by the field itself
+      (`marked`), not by a CSS class: a change of class would match the stylesheet again.
     """
 
+    COMPONENT_CLASSES = Input.COMPONENT_CLASSES | {"field-input--refused"}
+    DEFAULT_CSS = """
+    FieldInput > .field-input--refused { color: $text-error; text-style: bold; }
+    """
     on_value: Any = None  # callable(input, value), set by the form (a class default: the
     # watcher may run while Input.__init__ sets the first value)
+    marked = False  # the value is refused (see `mark`)
+
+    def mark(self, refused: bool) -> None:
+        """Draw the value in the error's colour (or not)."""
+        if refused != self.marked:
+            self.marked = refused
+            self.refresh()
+
+    @property
+    def _value(self) -> Text:
+        text = super()._value
+        if self.marked:
+            text.stylize(self.get_component_rich_style("field-input--refused"))
+        return text
 
     def refresh(self, *regions, repaint: bool = True, layout: bool = False,
                 recompose: bool = False) -> "FieldInput":
@@ -180,7 +200,30 @@ class FieldInput(Input):
 
 
 class ProblemLine(PanelText):
-    """The reason under a field that is wrong (hidden otherwise)."""
+    """The reason under a field that is wrong (hidden otherwise), in the colour of an error or
+    a warning.
+
+    The colour is the text's own style, not a CSS class: a change of class has Textual match
+    the stylesheet again for the widget and everything in it (about a millisecond a widget),
+    in the key press that marks or clears the field."""
+
+    COMPONENT_CLASSES = {"problem-line--error", "problem-line--warning"}
+    DEFAULT_CSS = """
+    ProblemLine > .problem-line--error { color: $text-error; }
+    ProblemLine > .problem-line--warning { color: $text-warning; }
+    """
+    warning = False
+
+    def show(self, sentence: str | None, warning: bool = False) -> None:
+        """Show `sentence` (None: hide the line)."""
+        self.warning = warning
+        update_static(self, (("⚠ " if warning else "✗ ") + sentence) if sentence else "",
+                      show=bool(sentence))
+
+    def render(self) -> Text:
+        # Styled when drawn, so a change of theme recolours it.
+        return Text(str(self.content), no_wrap=False, style=self.get_component_rich_style(
+            "problem-line--warning" if self.warning else "problem-line--error"))
 
 
 class FieldRow(OneLayoutPass, Widget):
@@ -198,11 +241,7 @@ class FieldRow(OneLayoutPass, Widget):
     FieldRow > .field-control { margin-left: 17; width: 18; }
     /* Fixed sizes: an Input with an auto dimension asks for a layout pass at every key. */
     FieldRow > Input.field-control { height: 1; }
-    FieldRow > Input.field-control.-invalid-value { color: $text-error; text-style: bold; }
-    FieldRow > .field-problem { display: none; color: $text-error; padding-left: 17;
-                                height: auto; }
-    FieldRow > .field-problem.-warning { color: $text-warning; }
-    FieldRow.-shown-problem > .field-problem { display: block; }
+    FieldRow > .field-problem { display: none; padding-left: 17; height: auto; }
     FieldRow > .field-row--label { color: $text; }
     FieldRow > .field-row--help { color: $text-muted; }
     """
@@ -262,13 +301,9 @@ class FieldRow(OneLayoutPass, Widget):
             return
         self._problem = wanted
         sentence, warning = wanted if wanted else (None, False)
-        problem = self.query_one(".field-problem", Static)
-        if sentence:
-            update_static(problem, ("⚠ " if warning else "✗ ") + sentence,
-                          show=problem.display)
-        problem.set_class(warning, "-warning")
-        self.set_class(bool(sentence), "-shown-problem")
-        self.control.set_class(bool(sentence) and not warning, "-invalid-value")
+        self.query_one(ProblemLine).show(sentence, warning)
+        if isinstance(self.control, FieldInput):  # a checkbox or a choice: its sentence alone
+            self.control.mark(bool(sentence) and not warning)
 
 
 def _help_with_default(spec: Setting, defaults: dict[str, Any]) -> str:
