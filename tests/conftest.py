@@ -273,22 +273,28 @@ def fixed_paths_turn():
 @pytest.fixture(scope="session")
 def trained_runs(tmp_path_factory, sample_models) -> dict[str, Path]:
     """A LoRA run of the float sample and a QLoRA run of the 4-bit one, trained once for the
-    session (40 steps, checkpoints at 10, 20, 30 and 40): their run folders, in a store of
-    their own. Copy one into a test's store with `copy_run` (helpers.py)."""
+    whole test run (40 steps, checkpoints at 10, 20, 30 and 40; under pytest-xdist the workers
+    share them, as `built_once` shares a build): their run folders, in a store of their own.
+    Never written: copy one into a test's store with `copy_run` (helpers.py)."""
     from helpers import make_run
 
     from zyquo_tui.core.store.store import RunStore
 
-    home = tmp_path_factory.mktemp("trained-home")
-    folders = {}
-    for key, model, method in (("float", sample_models["zyquo-tiny"], "lora"),
-                               ("4bit", sample_models["zyquo-tiny-4bit"], "qlora")):
-        store, run = make_run(model, SAMPLE_DATA / "completions", method=method,
-                              store=RunStore(home))
-        done = run_trainer(store.run_dir(run.id))
-        assert done.returncode == 0, done.stderr
-        folders[key] = store.run_dir(run.id)
-    return folders
+    def train(folder: Path) -> str:
+        home = folder / "trained-home"
+        home.mkdir(exist_ok=True)
+        folders = {}
+        for key, model, method in (("float", sample_models["zyquo-tiny"], "lora"),
+                                   ("4bit", sample_models["zyquo-tiny-4bit"], "qlora")):
+            store, run = make_run(model, SAMPLE_DATA / "completions", method=method,
+                                  store=RunStore(home))
+            done = run_trainer(store.run_dir(run.id))
+            assert done.returncode == 0, done.stderr
+            folders[key] = str(store.run_dir(run.id))
+        return json.dumps(folders)
+
+    made = json.loads(built_once(tmp_path_factory, "trained-runs", train))
+    return {key: Path(folder) for key, folder in made.items()}
 
 
 def cancel_mid_run_then_resume(store, run_id: str, step: int) -> None:
