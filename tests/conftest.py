@@ -103,7 +103,8 @@ def built_once(tmp_path_factory, name: str, build) -> str:
 @pytest.fixture(scope="session")
 def sample_models(tmp_path_factory) -> dict[str, Path]:
     """The tiny sample model and its 4-bit copy, built once for the whole run (the
-    distillation teacher, whose training takes longer, only where asked: `teacher_model`)."""
+    distillation teacher, whose training takes longer, only where asked: `teacher_model`,
+    `full_sample_build`)."""
     def build(target: Path) -> str:
         return subprocess.run(
             [sys.executable, "-m", "zyquo_tui.trainer.sample_model", str(target / "models"),
@@ -125,19 +126,27 @@ def tiny_model_4bit(sample_models) -> Path:
 
 
 @pytest.fixture(scope="session")
-def teacher_model(sample_models, tmp_path_factory) -> Path:
+def full_sample_build(tmp_path_factory) -> dict:
+    """`python -m zyquo_tui.trainer.sample_model DIR --json` with the teacher, run once for the
+    whole test run: its JSON. The teacher's training is the longest build of the sample, so the
+    teacher's tests and tests/functional/test_sample_model.py read this one build (none writes
+    into it). Its tokenizer is the session's sample models' byte for byte: the build is
+    deterministic (test_sample_model.py's rebuild test checks that)."""
+    def build(target: Path) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "zyquo_tui.trainer.sample_model", str(target / "models"),
+             "--json"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    return json.loads(built_once(tmp_path_factory, "sample-models-with-teacher", build))
+
+
+@pytest.fixture(scope="session")
+def teacher_model(full_sample_build) -> Path:
     """zyquo-tiny-teacher (the sample's distillation teacher, trained on the sample
-    completions), built beside the session's sample models with their tokenizer, once."""
-    tiny = sample_models["zyquo-tiny"]
-    code = ("import sys; from zyquo_tui.trainer.sample_model import build_teacher; "
-            "print(build_teacher(sys.argv[1], sys.argv[2]))")
-
-    def build(_: Path) -> str:
-        return subprocess.run([sys.executable, "-c", code, str(tiny.parent), str(tiny)],
-                              capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                              check=True).stdout
-
-    return Path(built_once(tmp_path_factory, "teacher", build).strip().splitlines()[-1])
+    completions), with the tokenizer of the session's sample models."""
+    return Path(full_sample_build["models"]["zyquo-tiny-teacher"])
 
 
 def run_trainer(run_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -264,22 +273,28 @@ def fixed_paths_turn():
 @pytest.fixture(scope="session")
 def trained_runs(tmp_path_factory, sample_models) -> dict[str, Path]:
     """A LoRA run of the float sample and a QLoRA run of the 4-bit one, trained once for the
-    session (40 steps, checkpoints at 10, 20, 30 and 40): their run folders, in a store of
-    their own. Copy one into a test's store with `copy_run` (helpers.py)."""
+    whole test run (40 steps, checkpoints at 10, 20, 30 and 40; under pytest-xdist the workers
+    share them, as `built_once` shares a build): their run folders, in a store of their own.
+    Never written: copy one into a test's store with `copy_run` (helpers.py)."""
     from helpers import make_run
 
     from zyquo_tui.core.store.store import RunStore
 
-    home = tmp_path_factory.mktemp("trained-home")
-    folders = {}
-    for key, model, method in (("float", sample_models["zyquo-tiny"], "lora"),
-                               ("4bit", sample_models["zyquo-tiny-4bit"], "qlora")):
-        store, run = make_run(model, SAMPLE_DATA / "completions", method=method,
-                              store=RunStore(home))
-        done = run_trainer(store.run_dir(run.id))
-        assert done.returncode == 0, done.stderr
-        folders[key] = store.run_dir(run.id)
-    return folders
+    def train(folder: Path) -> str:
+        home = folder / "trained-home"
+        home.mkdir(exist_ok=True)
+        folders = {}
+        for key, model, method in (("float", sample_models["zyquo-tiny"], "lora"),
+                                   ("4bit", sample_models["zyquo-tiny-4bit"], "qlora")):
+            store, run = make_run(model, SAMPLE_DATA / "completions", method=method,
+                                  store=RunStore(home))
+            done = run_trainer(store.run_dir(run.id))
+            assert done.returncode == 0, done.stderr
+            folders[key] = str(store.run_dir(run.id))
+        return json.dumps(folders)
+
+    made = json.loads(built_once(tmp_path_factory, "trained-runs", train))
+    return {key: Path(folder) for key, folder in made.items()}
 
 
 def cancel_mid_run_then_resume(store, run_id: str, step: int) -> None:

@@ -399,19 +399,23 @@ OPEN_CLIENTS_AT_EXIT = textwrap.dedent("""
 def test_a_script_that_leaves_clients_open_exits_0_every_time(tiny_model):
     """mlx 0.32 aborts the process at exit (134, "terminate called without an active
     exception") when the clients' MLX thread still runs, or ends too late: the exit hook closes
-    the clients and joins the thread. 20 runs, two at a time."""
+    the clients and joins the thread. Eight runs, two at a time: on a busy 2-core machine this
+    script aborted in 37 of 48 runs without the exit hook (2 of 6 in the worst batch), and in
+    every run without the thread's clear_streams (32 of 32) or without the join (6 of 6). Eight
+    runs miss a missing hook about once in 10^5 at that rate (once in 25 at the worst
+    batch's)."""
     def start():
         return subprocess.Popen([sys.executable, "-c", OPEN_CLIENTS_AT_EXIT, str(tiny_model)],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
 
     outcomes = []
-    for _ in range(10):
+    for _ in range(4):
         pair = [start(), start()]
         for process in pair:
             out, err = process.communicate(timeout=300)
             outcomes.append((process.returncode, out.strip(), err.strip()[-300:]))
-    assert [code for code, _, _ in outcomes] == [0] * 20, outcomes
+    assert [code for code, _, _ in outcomes] == [0] * 8, outcomes
     assert all(out == "done" and "terminate" not in err for _, out, err in outcomes)
 
 

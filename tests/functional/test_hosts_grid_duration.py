@@ -10,6 +10,7 @@ import pytest
 from conftest import SAMPLE_DATA, our_processes, zyquo_cli
 from helpers import FAST, make_run
 
+from zyquo_tui.cli.main import main as cli_main
 from zyquo_tui.core.events.protocol import read_events
 from zyquo_tui.core.processes.supervisor import Supervisor
 from zyquo_tui.core.runs.run import RunState
@@ -97,20 +98,20 @@ def test_a_bad_value_in_a_grid_makes_no_run(tiny_model, isolated_home):
 # -- duration -------------------------------------------------------------------------------
 
 
-def plan_json(*args: str) -> dict:
-    done = zyquo_cli("plan", *args, "--json", "--no-replica")
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+def plan_json(capsys, *args: str) -> dict:
+    """`plan --json` in this process (the tests here read its duration, not its process)."""
+    assert cli_main(["plan", *args, "--json", "--no-replica"]) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
 
 
-def test_without_a_finished_run_the_duration_is_unknown(tiny_model):
-    planned = plan_json("--model", str(tiny_model), "--num-layers", "-1", "--iters", "50")
+def test_without_a_finished_run_the_duration_is_unknown(tiny_model, capsys):
+    planned = plan_json(capsys, "--model", str(tiny_model), "--num-layers", "-1", "--iters", "50")
     assert planned["duration_seconds"] is None
     assert planned["duration_basis"]["source"] is None
     assert "no finished run" in planned["duration_basis"]["sentence"]
 
 
-def test_after_one_run_the_plan_reckons_the_next_from_that_runs_events(tiny_model):
+def test_after_one_run_the_plan_reckons_the_next_from_that_runs_events(tiny_model, capsys):
     """The basis run's events split its wall time into start-up, training steps, validations
     and the rest: planned again with the same settings, it takes what it took; planned three
     times as long, its steps and the rest take three times as long. (How close a plan comes to
@@ -125,8 +126,8 @@ def test_after_one_run_the_plan_reckons_the_next_from_that_runs_events(tiny_mode
     took = read_events(store.events_path(first.id))[-1]["time"] - done.process["requested_at"]
 
     def plan(iters: int) -> dict:
-        return plan_json("--model", str(tiny_model), "--data", str(data), "--iters", str(iters),
-                         "--num-layers", str(FAST["num_layers"]),
+        return plan_json(capsys, "--model", str(tiny_model), "--data", str(data),
+                         "--iters", str(iters), "--num-layers", str(FAST["num_layers"]),
                          "--batch-size", str(FAST["batch_size"]),
                          "--steps-per-eval", str(FAST["steps_per_eval"]),
                          "--val-batches", str(FAST["val_batches"]))
@@ -146,7 +147,7 @@ def test_after_one_run_the_plan_reckons_the_next_from_that_runs_events(tiny_mode
                                      "validation_seconds", "other_seconds")), abs=0.5)
     assert basis["tokens_per_step_from"] == "basis" and "give --data" not in basis["sentence"]
     # By epochs, the duration is the iterations they make: 225 rows at this batch, one pass.
-    by_epochs = plan_json("--model", str(tiny_model), "--data", str(data), "--epochs", "1",
+    by_epochs = plan_json(capsys, "--model", str(tiny_model), "--data", str(data), "--epochs", "1",
                           "--num-layers", str(FAST["num_layers"]),
                           "--batch-size", str(FAST["batch_size"]),
                           "--steps-per-eval", str(FAST["steps_per_eval"]),
@@ -158,7 +159,7 @@ def test_after_one_run_the_plan_reckons_the_next_from_that_runs_events(tiny_mode
 
     # Without the dataset a step's tokens are a guess from the basis run's rows (scaled by the
     # batch), and the sentence says so: the memory verdict beside it assumes max_seq_length.
-    unseen = plan_json("--model", str(tiny_model), "--iters", "20",
+    unseen = plan_json(capsys, "--model", str(tiny_model), "--iters", "20",
                        "--batch-size", str(2 * FAST["batch_size"]))["duration_basis"]
     assert unseen["tokens_per_step_from"] == "basis_batch_scaled"
     assert unseen["tokens_per_step"] == pytest.approx(2 * basis["tokens_per_step"], abs=0.2)
@@ -166,8 +167,9 @@ def test_after_one_run_the_plan_reckons_the_next_from_that_runs_events(tiny_mode
 
     # A speed measured without the dataset is measured on rows of max_seq_length tokens: the
     # step's tokens are those rows', not another run's (speed and tokens from the same rows).
-    measured = plan_json("--model", str(tiny_model), "--iters", "20", "--max-seq-length", "64",
-                         "--batch-size", str(FAST["batch_size"]), "--measure")["duration_basis"]
+    measured = plan_json(capsys, "--model", str(tiny_model), "--iters", "20",
+                         "--max-seq-length", "64", "--batch-size", str(FAST["batch_size"]),
+                         "--measure")["duration_basis"]
     assert measured["source"] == "measured"
     assert measured["tokens_per_step_from"] == "max_seq_length"
     assert measured["tokens_per_step"] == FAST["batch_size"] * 63

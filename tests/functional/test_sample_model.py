@@ -1,12 +1,14 @@
 """The sample datasets and the tiny offline models built from them.
 
-Self-contained: builds its own models in subprocesses (this process never imports mlx).
+The models are built in subprocesses (this process never imports mlx): the session's one build
+with the teacher (conftest.py's full_sample_build), and the builds these tests make themselves.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -65,10 +67,11 @@ def _read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> dict:
-    models_dir = tmp_path_factory.mktemp("sample-models")
-    return {"dir": models_dir, "out": _build(models_dir)}
+@pytest.fixture
+def built(full_sample_build) -> dict:
+    """The session's one build with the teacher (conftest.py): read, never written."""
+    models = full_sample_build["models"]
+    return {"dir": Path(models["zyquo-tiny"]).parent, "out": full_sample_build}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,8 +223,9 @@ def test_the_teacher_shares_the_tokenizer_and_has_learned_the_sample(built):
     assert info[teacher]["loss"] < 0.5 * info[tiny]["loss"], info
 
 
-def test_rebuild_is_byte_identical_and_clean(built):
-    models_dir = built["dir"]
+def test_rebuild_is_byte_identical_and_clean(built, tmp_path):
+    models_dir = tmp_path / "models"  # a copy of the first build: the session's stays as it is
+    shutil.copytree(built["dir"], models_dir)
     before = {p.relative_to(models_dir): p.read_bytes()
               for p in sorted(models_dir.rglob("*")) if p.is_file()}
     assert len(before) == 3 * len(MODEL_FILES)
