@@ -5,12 +5,12 @@ tokens, slower a token than training alone."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from test_memory import facts
 
 from zyquo_tui.core.memory.duration import _tokens_per_step, grpo_share
-import dataclasses
-
 from zyquo_tui.core.memory.estimate import (
     _WORKING,
     CPU_COEFFICIENTS,

@@ -166,7 +166,7 @@ class Coefficients:
     # x the working memory of the layer being differentiated (the working_* terms above) in a
     # grpo step whose prompts are computed once for their answers (trainer/shared_prompts.py);
     # 1 for every other step. Those terms were fitted on SFT steps, and a grpo step of the
-    # same tokens peaks lower (the calibration model at 2,080 tokens a step: 118.3 MiB above
+    # same tokens peaks lower (the w128-l4-f32 model at 2,080 tokens a step: 118.3 MiB above
     # the weights against SFT's 131.7; a vocabulary 8 times larger moved the gap by 2 MiB of
     # 13, so not the loss). Fitted on the grpo configs of 6 families, every other multiplier
     # held (bench/calibrate_memory.py --fit-grpo). Scaling every layer term instead (kept
@@ -614,7 +614,8 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
         "teacher": teacher_bytes(model, config, loss_slice_tokens(config),
                                  chunked_slices_at_once(config)),
         "generation": generation_bytes(model, config),
-        "_grpo_shared": 1.0 if config.objective == "grpo" and not config.grad_checkpoint else 0.0,
+        # a grpo step whose prompts are computed once (not with grad checkpointing)
+        "_grpo_shared": float(config.objective == "grpo" and not config.grad_checkpoint),
         "_elements": elements,
         "_trained_layers": n,
         "_checkpointed": 1.0 if checkpointed else 0.0,
