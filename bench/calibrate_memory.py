@@ -673,6 +673,19 @@ def fit_grpo_step(rows: list[Row]) -> float:
         errors_of(rows, {"grpo_shared_working": value}))))
 
 
+def grpo_held_out(rows: list[Row]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Each family's grpo configs estimated with grpo_shared_working fitted on the other
+    families' alone: ({family: {config: error}}, {family: the value it was estimated with})."""
+    held: dict[str, dict[str, float]] = {}
+    values: dict[str, float] = {}
+    for family in dict.fromkeys(row.family for row in rows):
+        values[family] = fit_grpo_step([row for row in rows if row.family != family])
+        mine = [row for row in rows if row.family == family]
+        held[family] = dict(zip((row.id for row in mine),
+                                errors_of(mine, {"grpo_shared_working": values[family]})))
+    return held, values
+
+
 def fit_grpo(matrix: dict, stored: dict, models: dict, markdown: bool = False) -> None:
     """Fit grpo_shared_working to the grpo configs; print it, the errors and, per family, the
     errors with the family left out of the fit (nothing of it in the value it is judged by)."""
@@ -686,13 +699,8 @@ def fit_grpo(matrix: dict, stored: dict, models: dict, markdown: bool = False) -
     print(f"fitted: grpo_shared_working {value}")
     print(f"in-sample ({len(rows)} configs): max {np.abs(errors).max() * 100:.1f}%, "
           f"median {np.median(np.abs(errors)) * 100:.1f}%, lowest {errors.min() * 100:+.1f}%")
-    held: dict[str, dict[str, float]] = {}
-    for family in dict.fromkeys(row.family for row in rows):
-        others = [row for row in rows if row.family != family]
-        mine = [row for row in rows if row.family == family]
-        fitted = fit_grpo_step(others)
-        held[family] = dict(zip((row.id for row in mine),
-                                errors_of(mine, {"grpo_shared_working": fitted})))
+    held, values = grpo_held_out(rows)
+    for family, fitted in values.items():
         print(f"  without {family}: grpo_shared_working {fitted}")
     every = np.array([e for family in held.values() for e in family.values()])
     print(f"{len(every)} configs of {len(held)} families held out: max "
