@@ -33,6 +33,8 @@ TRY_GENERATE = EntryPoint("zyquo_tui.trainer.generate",
                           "answers prompts with a run's adapter and with its base model")
 EXPORTER = EntryPoint("zyquo_tui.trainer.export",
                       "fuses a run's adapter into its model and checks the result (a job)")
+GGUF_IMPORTER = EntryPoint("zyquo_tui.trainer.gguf_import",
+                           "imports a GGUF file (LM Studio, Ollama) as an MLX model folder")
 FILE_WORKER = EntryPoint("zyquo_tui.core.system.file_workers",
                          "works on one byte range of a file for its parent")
 
@@ -44,7 +46,7 @@ CLI = EntryPoint("zyquo_tui.__main__",
                  "the zyquo-tui command (the boot service runs `runs recover` with it)")
 
 ENTRY_POINTS = (TRAINER, PROBE, MEASURE, TOKEN_STATS, SAMPLE_BUILDER, RUNNER, FILE_WORKER,
-                TRY_GENERATE, EXPORTER, TINKER_SERVER, CLI)
+                TRY_GENERATE, EXPORTER, TINKER_SERVER, GGUF_IMPORTER, CLI)
 
 # The folder that holds the zyquo_tui package this process runs.
 _PACKAGE_PARENT = Path(__file__).resolve().parents[3]
