@@ -217,16 +217,17 @@ def llama3_rope_scaling(factors, config: dict[str, Any]) -> dict[str, Any]:
         "published settings; convert the original model with `mlx_lm convert` instead.")
 
 
-def read_weights(header) -> tuple[dict, dict[str, Any] | None]:
+def read_weights(header, dequantize: bool = False) -> tuple[dict, dict[str, Any] | None]:
     """The file's tensors as MLX arrays under llama.cpp's names, and the quantization they keep.
 
     Returns (weights, quantization): quantization is None when every weight is a plain float
-    (the file had no quantized tensor, or had types MLX cannot keep and was dequantized).
+    (the file had no quantized tensor, had types MLX cannot keep, or `dequantize` was asked:
+    a float model, for LoRA or full fine-tuning rather than QLoRA).
     """
     import mlx.core as mx
 
     types = {tensor.type_name for tensor in header.tensors}
-    if types <= PLAIN_FLOATS | KEPT_QUANTIZED:
+    if not dequantize and types <= PLAIN_FLOATS | KEPT_QUANTIZED:
         weights = mx.load(str(header.path))
         quantized = {t.name for t in header.tensors if t.type_name in KEPT_QUANTIZED}
         if not quantized:
@@ -254,7 +255,8 @@ def dequantized_weights(header) -> dict:
     return weights
 
 
-def mlx_weights(header, config: dict[str, Any], dtype=None) -> tuple[dict, dict[str, Any] | None]:
+def mlx_weights(header, config: dict[str, Any], dtype=None,
+                dequantize: bool = False) -> tuple[dict, dict[str, Any] | None]:
     """The weights under mlx-lm's names, q and k rows back in order; and config's quantization.
 
     Every float tensor (norms, a quantized weight's scales and biases, unquantized weights) is
@@ -267,7 +269,7 @@ def mlx_weights(header, config: dict[str, Any], dtype=None) -> tuple[dict, dict[
     import mlx.core as mx
     import numpy as np
 
-    raw, quantization = read_weights(header)
+    raw, quantization = read_weights(header, dequantize)
     arch = ARCHITECTURES[header.architecture]
     weights: dict[str, Any] = {}
     for name, array in raw.items():
@@ -343,7 +345,8 @@ def write_tokenizer(header, out: Path) -> None:
     tokenizer.save_pretrained(str(out))
 
 
-def import_gguf(path: Path, out: Path, dtype: str = "auto") -> dict[str, Any]:
+def import_gguf(path: Path, out: Path, dtype: str = "auto",
+                dequantize: bool = False) -> dict[str, Any]:
     """Write the MLX model folder `out` from the GGUF file `path`; a summary of what it made."""
     import mlx.core as mx
 
@@ -356,7 +359,7 @@ def import_gguf(path: Path, out: Path, dtype: str = "auto") -> dict[str, Any]:
     names = {tensor.name for tensor in header.tensors}
     config = model_config(header, names)
     weights, quantization = mlx_weights(
-        header, config, None if dtype == "auto" else getattr(mx, dtype))
+        header, config, None if dtype == "auto" else getattr(mx, dtype), dequantize)
     if quantization is not None:
         config["quantization"] = quantization
         config["quantization_config"] = quantization
@@ -386,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("file", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
+    parser.add_argument("--dequantize", action="store_true",
+                        help="a float model (for lora or full) even from Q4_0/Q4_1/Q8_0")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.out.exists():
@@ -393,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        summary = import_gguf(args.file, args.out, args.dtype)
+        summary = import_gguf(args.file, args.out, args.dtype, args.dequantize)
     except GGUFImportError as error:
         print(str(error), file=sys.stderr)
         return 2
