@@ -49,7 +49,7 @@ def cmd_eval(args) -> int:
     request = eval_request(RunStore(), args.id, step=args.checkpoint, model=args.model,
                            data=args.data, exact=args.exact, reward=args.reward,
                            max_tokens=args.max_tokens, limit=args.limit)
-    if not args.json:
+    if not args.json and sys.stderr.isatty():  # for a person waiting; a script reads stdout
         what = (f"step {request.step} of run {request.run_id}" if request.run_id
                 else request.model)
         print(f"evaluating {what} on {request.rows} rows of {request.data}…", file=sys.stderr,
