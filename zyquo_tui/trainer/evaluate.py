@@ -24,11 +24,9 @@ import sys
 from pathlib import Path
 
 from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE, UserError
-from zyquo_tui.core.library.eval_rows import read_eval_rows
+from zyquo_tui.core.library.eval_rows import DEFAULT_EVAL_MAX_TOKENS, read_eval_rows
 from zyquo_tui.core.system.entry_points import EVALUATE, usage
 from zyquo_tui.trainer.generate import protocol_stream
-
-DEFAULT_EVAL_MAX_TOKENS = 64
 
 
 def main(argv: list[str] | None = None) -> int:

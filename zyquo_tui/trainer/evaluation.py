@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from zyquo_tui.core.library.eval_rows import EvalRow
+from zyquo_tui.core.library.eval_rows import DEFAULT_EVAL_MAX_TOKENS, EvalRow, read_eval_rows
 
 EXACT = "exact"
 # What normalising leaves out at an answer's end: whitespace and sentence punctuation.
@@ -154,3 +155,44 @@ def paired_difference(adapter: list[RowFigures], base: list[RowFigures], metric:
 
     return {"nll": summary(differences("nll")),
             "score": None if metric is None else summary(differences("score"))}
+
+
+class InRunEvaluation:
+    """A run's own evaluation (`--eval-every N --eval-data FILE`): the training model as it
+    is after a step, on eval_data's rows (the first eval_max_rows), scored as its settings
+    say; what an `eval` event carries."""
+
+    def __init__(self, model, tokenizer, rows: list[EvalRow], scorer: Scorer, every: int,
+                 iters: int, best_by_eval: bool,
+                 max_tokens: int = DEFAULT_EVAL_MAX_TOKENS) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.rows, self.scorer = rows, scorer
+        self.every, self.iters = every, iters
+        self.best_by_eval = best_by_eval
+        self.max_tokens = max_tokens
+
+    @classmethod
+    def from_settings(cls, hp, model, tokenizer) -> "InRunEvaluation":
+        """From the run's settings; UserError for rows that cannot be evaluated, RewardError
+        for a reward that cannot be loaded."""
+        from zyquo_tui.core.runs.settings import SETTINGS
+
+        rows = read_eval_rows(SETTINGS["eval_data"].get(hp), SETTINGS["eval_max_rows"].get(hp))
+        scorer = Scorer(exact=SETTINGS["eval_exact"].get(hp) is True,
+                        rewards=SETTINGS["eval_reward"].get(hp) or None)
+        return cls(model, tokenizer, rows, scorer, int(SETTINGS["eval_every"].get(hp)),
+                   int(hp.iters), SETTINGS["best_by"].get(hp) == "eval")
+
+    def due(self, step: int) -> bool:
+        return step % self.every == 0 or step == self.iters
+
+    def evaluate(self) -> dict[str, Any]:
+        """The figures of an `eval` event (docs/EVENTS.md), but its step."""
+        started = time.perf_counter()
+        figures = evaluate_rows(self.model, self.tokenizer, self.rows, self.scorer,
+                                self.max_tokens)
+        side = side_summary(figures, self.scorer.metric)
+        score = side["score"] or {}
+        return {"rows": len(self.rows), "nll": side["nll"]["mean"], "nll_se": side["nll"]["se"],
+                "metric": self.scorer.metric, "score": score.get("mean"),
+                "score_se": score.get("se"), "eval_time": time.perf_counter() - started}

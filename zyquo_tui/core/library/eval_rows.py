@@ -31,7 +31,8 @@ from zyquo_tui.core.library.rows import (
     row_format,
 )
 
-EVAL_FORMATS = (COMPLETIONS, CHAT, TOOLS, PROMPTS)
+# The longest greedy answer an evaluation generates, in tokens, unless told otherwise.
+DEFAULT_EVAL_MAX_TOKENS = 64
 
 
 @dataclass(frozen=True)

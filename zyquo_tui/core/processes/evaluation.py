@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE, UserError
-from zyquo_tui.core.library.eval_rows import read_eval_rows
+from zyquo_tui.core.library.eval_rows import DEFAULT_EVAL_MAX_TOKENS, read_eval_rows
 from zyquo_tui.core.runs.settings import BUILTIN_REWARDS
 from zyquo_tui.core.runs.value_checks import RewardFunctions
 from zyquo_tui.core.store.checkpoints import checkpoint_at, list_checkpoints
@@ -24,7 +24,6 @@ from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.core.system.child_process import run_child
 from zyquo_tui.core.system.entry_points import EVALUATE, python_command
 
-DEFAULT_EVAL_MAX_TOKENS = 64
 # Loading a model and answering every row twice can take long on a big test split.
 EVAL_TIMEOUT_SECONDS = 3600.0
 TEST_SPLIT = "test.jsonl"
@@ -199,3 +198,14 @@ def result_headers(result: dict[str, Any]) -> list[str]:
     if result["adapter"] is None:
         return ["METRIC", "MODEL"]
     return ["METRIC", "BASE", f"ADAPTER (step {result['step']})", "DIFFERENCE"]
+
+
+def eval_event_text(event: dict[str, Any]) -> str:
+    """A run's in-run evaluation (an `eval` event) in one line, as `runs show` and the run's
+    view show it."""
+    text = (f"step {event.get('iteration')}: answer NLL "
+            f"{figure_text({'mean': event.get('nll'), 'se': event.get('nll_se')})}")
+    if event.get("metric") is not None:
+        name = "exact match" if event["metric"] == "exact" else "reward"
+        text += f", {name} {figure_text({'mean': event.get('score'), 'se': event.get('score_se')})}"
+    return text + f" ({event.get('rows')} rows)"
