@@ -219,3 +219,43 @@ def test_eval_refuses_bad_input_in_one_sentence_with_exit_2(trained_runs, isolat
         assert done.stdout == "", args
         [line] = done.stderr.splitlines()
         assert line.startswith("zyquo-tui: ") and said in line and line.endswith("."), line
+
+
+# -- in a run: --eval-every ---------------------------------------------------------------------
+
+def test_a_run_evaluates_every_n_steps_and_its_best_checkpoint_follows_the_evaluation(
+        tiny_model, isolated_home):
+    """eval events at every 10th step and the last, each the figures `zyquo-tui eval` gives
+    that step's checkpoint; with best_by eval each evaluated step is saved (save_every is 40)
+    and the best is the evaluation's, not the validation loss's."""
+    from conftest import run_trainer
+    from helpers import make_run
+
+    from zyquo_tui.core.events.protocol import read_events
+
+    data = COMPLETIONS / "valid.jsonl"
+    store, run = make_run(tiny_model, COMPLETIONS, iters=35, save_every=40, zyquo_tui={
+        "eval_every": 10, "eval_data": str(data), "eval_max_rows": 6, "eval_exact": True,
+        "best_by": "eval"})
+    done = run_trainer(store.run_dir(run.id))
+    assert done.returncode == 0, done.stderr
+
+    events = read_events(store.events_path(run.id))
+    evals = [e for e in events if e["type"] == "eval"]
+    saved = sorted(e["iteration"] for e in events if e["type"] == "checkpoint")
+    assert [e["iteration"] for e in evals] == [10, 20, 30, 35]
+    assert saved == [10, 20, 30, 35]
+    assert all(e["rows"] == 6 and e["metric"] == "exact" for e in evals)
+    assert len({e["nll"] for e in evals}) == 4, "the adapter changes between evaluations"
+    cli = eval_json(run.id, "--checkpoint", "20", "--data", str(data), "--limit", "6",
+                    "--exact")
+    [at_20] = [e for e in evals if e["iteration"] == 20]
+    assert cli["adapter"]["nll"]["mean"] == pytest.approx(at_20["nll"], abs=1e-4)
+    assert cli["adapter"]["score"]["mean"] == at_20["score"]
+
+    by_eval = min(evals, key=lambda e: (-e["score"], e["nll"], e["iteration"]))["iteration"]
+    shown = json.loads(zyquo_cli("runs", "show", run.id, "--json").stdout)
+    assert [c["step"] for c in shown["checkpoints"] if c["best"]] == [by_eval]
+    assert shown["progress"]["last_eval"]["iteration"] == 35
+    assert store.get(run.id).summary["best_checkpoint_step"] == by_eval
+    assert "eval       step 35: answer NLL" in zyquo_cli("runs", "show", run.id).stdout
