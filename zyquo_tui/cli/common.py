@@ -53,7 +53,9 @@ def show_data(store: RunStore, run: Run) -> dict:
         "progress": {**metrics.summary(), "iters": run.hyperparameters.iters,
                      "rank_peak_memory_bytes": metrics.rank_peaks,
                      # a grpo run's mean reward at its last report (None for other runs)
-                     "reward_mean": run.summary.get("reward_mean")},
+                     "reward_mean": run.summary.get("reward_mean"),
+                     # the latest in-run evaluation's eval event (None without --eval-every)
+                     "last_eval": metrics.last_eval},
         "checkpoints": checkpoints,
         "process": run.process,
         "failure": run.failure,

@@ -27,7 +27,7 @@ COMMAND_MODULES = {"runs": "runs", "plan": "plan_cmd", "models": "models_cmd",
                    "data": "data_cmd", "sample": "sample", "doctor": "doctor",
                    "service": "service_cmd",
                    "hosts": "hosts_cmd", "completion": "completion", "web": "web_cmd",
-                   "serve": "serve_cmd"}
+                   "serve": "serve_cmd", "eval": "eval_cmd"}
 
 
 def build_parser(command: str | None = None, action: str | None = None

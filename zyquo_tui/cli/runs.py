@@ -284,6 +284,10 @@ def cmd_show(args) -> int:
           + (f" @ {p['best_val_step']}" if p["best_val_step"] is not None else ""))
     if p.get("reward_mean") is not None:
         print(f"reward     {p['reward_mean']:.4g} (mean of the sampled answers, last report)")
+    if p.get("last_eval") is not None:
+        from zyquo_tui.core.processes.evaluation import eval_event_text
+
+        print(f"eval       {eval_event_text(p['last_eval'])}")
     ranks = (run.process or {}).get("ranks") or []
     if p["peak_memory_bytes"]:
         resident = (f", {fmt_bytes(int(p['peak_rss_bytes']))} resident"

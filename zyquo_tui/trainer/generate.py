@@ -34,7 +34,7 @@ from zyquo_tui.core.errors import EXIT_PROBLEMS
 from zyquo_tui.core.system.entry_points import TRY_GENERATE, usage
 
 
-def _protocol_stream() -> IO[str]:
+def protocol_stream() -> IO[str]:
     """stdout for our JSON lines only: anything else that prints (mlx-lm, transformers) is
     sent to stderr, so a reader never meets a line that is not ours."""
     out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--no-base", action="store_true")
     args = parser.parse_args(argv)
-    out = _protocol_stream()
+    out = protocol_stream()
 
     def say(event: str, **fields) -> None:
         out.write(json.dumps({"event": event, **fields}) + "\n")

@@ -35,15 +35,17 @@ from zyquo_tui.trainer.trainer_failure import fail
 
 @dataclass
 class LoopHooks:
-    """Where the loop reports to. `should_stop` is polled after every step; so is
+    """Where the loop reports to. `after_step(step)` hears each step done (its update made,
+    before its checkpoint); `should_stop` is polled after every step; so is
     `should_save(step)`, which asks for a checkpoint of that step besides the save_every ones
-    (early stopping keeps each new best validation step)."""
+    (early stopping keeps each new best validation step, best_by eval each evaluated one)."""
 
     on_train: Callable[[dict[str, Any]], None]
     on_val: Callable[[dict[str, Any]], None]
     on_checkpoint: Callable[[dict[str, Any]], None]
     should_stop: Callable[[], bool] = lambda: False
     should_save: Callable[[int], bool] = lambda step: False
+    after_step: Callable[[int], None] = lambda step: None
 
 
 @dataclass
@@ -168,6 +170,7 @@ class TrainingLoop:
 
             if it % s.steps_per_report == 0 or it == s.iters:
                 self._report(it)
+            self.hooks.after_step(it)
 
             # The ranks stop together: a cancel reaches each at its own moment.
             stopping = it < s.iters and self.world.any(self.hooks.should_stop())

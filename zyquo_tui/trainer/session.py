@@ -74,6 +74,8 @@ class TrainingSession:
         self.stop_reason: str | None = None
         self.stop_message = ""
         self.sampler = None  # trainer/samples.py Sampler, with --sample-prompts
+        self.evaluation = None  # trainer/evaluation.py InRunEvaluation, with --eval-every
+        self.evaluated_step: int | None = None  # the step the last eval event was of
         self.settings = Settings()
         # Why the loop was asked to stop: None for a cancel (a signal), "disk" for the floor.
         self.stop_cause: str | None = None
@@ -157,9 +159,24 @@ class TrainingSession:
 
     def _should_save(self, step: int) -> bool:
         """Early stopping keeps a checkpoint of each new best validation step, so the best
-        weights are there to keep however save_every falls."""
+        weights are there to keep however save_every falls; with best_by eval, each evaluated
+        step is saved, so the best evaluation has its weights."""
         early = self.early_stopping
+        if self.evaluation is not None and self.evaluation.best_by_eval \
+                and self.evaluated_step == step:
+            return True
         return early is not None and early.best_step == step
+
+    def _after_step(self, step: int) -> None:
+        """The adapter as this step left it evaluated on eval_data, every eval_every steps
+        and at the last step: an `eval` event."""
+        if self.evaluation is None or not self.evaluation.due(step):
+            return
+        figures = self.evaluation.evaluate()
+        self.events.write(ev.EVAL, iteration=step, **figures)
+        self.evaluated_step = step
+        score = "" if figures["score"] is None else f", {figures['metric']} {figures['score']:.4f}"
+        print(f"step {step}: eval answer NLL {figures['nll']:.4f}{score}", flush=True)
 
     def _should_stop(self) -> bool:
         return self.stop.requested or self.stop_reason is not None
@@ -379,8 +396,10 @@ class TrainingSession:
             self.events = TrackedEvents(self.events, open_trackers(
                 hp.report_to, project=hp.project_name, run_name=run.name, run_id=run.id,
                 config=config, folder=self.run_dir, warn=self._warn), self._warn)
+        self._prepare_evaluation(run, model, tokenizer)
         hooks = LoopHooks(self._on_train, self._on_val, self._on_checkpoint,
-                          should_stop=self._between_steps, should_save=self._should_save)
+                          should_stop=self._between_steps, should_save=self._should_save,
+                          after_step=self._after_step)
         # The settings config.yaml was written from, as they are: nothing copied by hand.
         from zyquo_tui.trainer.objectives import loss_chunk_tokens_for, objective_for
 
@@ -444,6 +463,12 @@ class TrainingSession:
             print(self.stop_message, flush=True)
         if self.early_stopping is not None and self.early_stopping.best_step is not None:
             self.summary["best_checkpoint_step"] = self.early_stopping.best_step
+        if self.evaluation is not None and self.evaluation.best_by_eval:
+            metrics = RunMetrics()  # the evaluations of every session, a resumed run's too
+            metrics.ingest(ev.read_events(self.run_dir / EVENTS_FILE))
+            best = metrics.best_checkpoint_step()
+            if best is not None:
+                self.summary["best_checkpoint_step"] = best
         self._update(RunState.COMPLETED)
         self.events.write(ev.COMPLETED, iteration=result.step, summary=self.summary)
         print(f"completed {result.step} steps", flush=True)
@@ -494,6 +519,21 @@ class TrainingSession:
             return
         self.sampler = Sampler(model, tokenizer, prompts,
                                int(SETTINGS["sample_max_tokens"].get(run.hyperparameters)))
+
+    def _prepare_evaluation(self, run: Run, model, tokenizer) -> None:
+        if not self.primary or SETTINGS["eval_every"].get(run.hyperparameters) is None:
+            return
+        from zyquo_tui.trainer.evaluation import InRunEvaluation
+        from zyquo_tui.trainer.rewards import RewardError
+
+        try:
+            self.evaluation = InRunEvaluation.from_settings(run.hyperparameters, model,
+                                                            tokenizer)
+        except UserError as error:  # eval_data changed since the run was checked
+            raise fail("data", error.message) from None
+        except RewardError as error:
+            raise fail("reward", f"The eval reward {error.name} cannot be used: {error}.") \
+                from None
 
     def _truncation_warnings(self, hp, train_lengths, val_lengths) -> None:
         for split, lengths in (("train", train_lengths), ("valid", val_lengths)):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from zyquo_tui.core.events import protocol as ev
+from zyquo_tui.core.runs.settings import OWN_KEY
 
 
 @dataclass
@@ -63,6 +64,9 @@ SERIES_FIELDS = {
     # A grpo run's (empty for others).
     **{name: (ev.TRAIN, name) for name in GRPO_METRICS},
     "val_reward_mean": (ev.VAL, "reward_mean"),
+    # In-run evaluations (`--eval-every`): the answers' NLL, and the score with a scorer.
+    "eval_nll": (ev.EVAL, "nll"),
+    "eval_score": (ev.EVAL, "score"),
 }
 
 
@@ -98,6 +102,8 @@ class RunMetrics:
         self.largest_rank_peak: int | None = None
         # A grpo run's latest mean of each reward function, by name (train events).
         self.reward_means: dict[str, float] | None = None
+        # The latest in-run evaluation (`--eval-every`): its eval event.
+        self.last_eval: dict[str, Any] | None = None
 
     def ingest(self, events: Iterable[dict[str, Any]]) -> None:
         for event in events:
@@ -121,6 +127,8 @@ class RunMetrics:
                 # The first validation (step 1) comes before the first report: the step it
                 # names is the run's, as `runs show` puts its best there.
                 self.step = max(self.step, step)
+            if kind == ev.EVAL:
+                self.last_eval = event
             if kind == ev.TRAIN:
                 self.step = step
                 peaks = event.get(ev.RANK_PEAKS)
@@ -169,12 +177,24 @@ class RunMetrics:
 
     # -- derived figures ---------------------------------------------------------------------
 
-    def val_at(self, step: int) -> float | None:
-        series = self.series["val_loss"]
+    def value_at(self, name: str, step: int) -> float | None:
+        """Series `name`'s value at `step` exactly, or None."""
+        series = self.series[name]
         i = bisect.bisect_left(series.steps, step)
         if i < len(series.steps) and series.steps[i] == step:
             return series.values[i]
         return None
+
+    def val_at(self, step: int) -> float | None:
+        return self.value_at("val_loss", step)
+
+    def best_by(self) -> str:
+        """What picks the best checkpoint, as the run's latest session was started with (its
+        best_by setting): "val_loss" or "eval"."""
+        config = (self.started or {}).get("config")
+        own = config.get(OWN_KEY) if isinstance(config, dict) else None
+        chosen = own.get("best_by") if isinstance(own, dict) else None
+        return chosen if isinstance(chosen, str) else "val_loss"
 
     def best_val(self) -> tuple[int, float] | None:
         series = self.series["val_loss"]
@@ -184,11 +204,27 @@ class RunMetrics:
         return series.steps[i], series.values[i]
 
     def best_checkpoint_step(self) -> int | None:
-        """The saved step with the lowest validation loss measured at that step."""
+        """The saved step with the lowest validation loss measured at that step; for a run
+        whose best_by is eval, the evaluated step with the highest score (the lowest answer
+        NLL when the evaluations have no scorer)."""
+        if self.best_by() == "eval":
+            return self.best_evaluated_checkpoint_step()
         scored = [(self.checkpoints[s].get("val_loss", self.val_at(s)), s)
                   for s in self.checkpoints]
         scored = [(loss, s) for loss, s in scored if loss is not None]
         return min(scored)[1] if scored else None
+
+    def best_evaluated_checkpoint_step(self) -> int | None:
+        """The saved and evaluated step with the highest score, the lowest answer NLL among
+        equal scores (or alone, without a scorer), the earlier step among equals."""
+        ranked = []
+        for step in self.checkpoints:
+            nll, score = self.value_at("eval_nll", step), self.value_at("eval_score", step)
+            if nll is None and score is None:
+                continue
+            ranked.append((-score if score is not None else 0.0,
+                           nll if nll is not None else float("inf"), step))
+        return min(ranked)[2] if ranked else None
 
     def stop_reason(self) -> tuple[str, str] | None:
         """(reason, sentence) when the trainer stopped the run before its last step by a

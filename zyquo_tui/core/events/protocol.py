@@ -25,12 +25,14 @@ VAL = "val"
 CHECKPOINT = "checkpoint"
 WARNING = "warning"
 SAMPLE = "sample"
+EVAL = "eval"
 COMPLETED = "completed"
 FAILED = "failed"
 CANCELLED = "cancelled"
 
 TERMINAL_TYPES = frozenset({COMPLETED, FAILED, CANCELLED})
-KNOWN_TYPES = frozenset({STARTED, TRAIN, VAL, CHECKPOINT, WARNING, SAMPLE}) | TERMINAL_TYPES
+KNOWN_TYPES = frozenset({STARTED, TRAIN, VAL, CHECKPOINT, WARNING, SAMPLE, EVAL}) \
+    | TERMINAL_TYPES
 
 # Failure causes carried by `failed` events and run.json.
 FAILURE_CAUSES = ("oom", "nan", "data", "config", "dependency", "internal", "killed", "disk",
@@ -124,6 +126,13 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
     SAMPLE: (Field("iteration", _INT), Field("prompt", _STR), Field("text", _STR),
              Field("answer", _STR, optional=True), Field("reward", _FLOAT, optional=True),
              Field("rewards", (dict,), optional=True)),
+    # The adapter after step `iteration` evaluated on eval_data (`--eval-every`): the mean NLL
+    # per token of the reference answers and, with a scorer (`metric` "exact" or "reward"), the
+    # mean score of the greedy answers; each with its standard error (null: too few rows).
+    EVAL: (Field("iteration", _INT), Field("rows", _INT), Field("nll", (float, _NONE)),
+           Field("nll_se", (float, _NONE)), Field("metric", (str, _NONE)),
+           Field("score", (float, _NONE), optional=True),
+           Field("score_se", (float, _NONE), optional=True), Field("eval_time", _FLOAT)),
     COMPLETED: (Field("iteration", _INT), Field("summary", (dict,))),
     FAILED: (
         Field("iteration", _INT), Field("cause", _STR), Field("message", _STR),

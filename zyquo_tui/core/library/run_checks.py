@@ -181,7 +181,26 @@ def problems_with_data(hp: Hyperparameters, data: DataTraits) -> list[Problem]:
     if data.format == TEXT and hp.mask_prompt is True:
         found.append(Problem("mask_prompt", "mask_prompt needs prompts to mask, and text rows "
                                             "have none; turn it off for this dataset."))
+    eval_problem = eval_data_problem(hp)
+    if eval_problem is not None:
+        found.append(eval_problem)
     return found
+
+
+def eval_data_problem(hp: Hyperparameters) -> Problem | None:
+    """eval_data's rows, read as the trainer will read them: each must have a reference
+    answer (core/library/eval_rows.py), named at file:line when one has none."""
+    from zyquo_tui.core.errors import UserError
+    from zyquo_tui.core.library.eval_rows import read_eval_rows
+
+    path = SETTINGS["eval_data"].get(hp)
+    if not isinstance(path, str) or not os.path.isfile(os.path.expanduser(path)):
+        return None  # the setting's own check says so
+    try:
+        read_eval_rows(os.path.expanduser(path))
+    except UserError as error:
+        return Problem("eval_data", f"eval_data: {error.message}")
+    return None
 
 
 def fit_default_layers(hp: Hyperparameters, model: ModelTraits) -> bool:

@@ -38,6 +38,7 @@ from zyquo_tui.core.runs.value_checks import (
     BaseOrModelFolder,
     CountOrFile,
     CountOrOff,
+    ExistingFile,
     Fraction,
     LayerNames,
     LearningRate,
@@ -108,6 +109,9 @@ OBJECTIVES = ("sft", "dpo", "orpo", "grpo", "distill")
 PREFERENCE_OBJECTIVES = ("dpo", "orpo")
 # The objectives that sample answers from the model while training (distill with on_policy).
 SAMPLING_OBJECTIVES = ("grpo", "distill")
+# What picks a run's best checkpoint: the lowest validation loss, or the best in-run evaluation
+# (eval_every on eval_data: the highest score with a scorer, else the lowest answer NLL).
+BEST_BY = ("val_loss", "eval")
 # The reward functions built in (trainer/rewards.py defines them); a file's function is
 # written FILE.py:FUNCTION, with mlx-lm-lora's signature.
 BUILTIN_REWARDS = ("exact_answer", "format", "length")
@@ -359,6 +363,32 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
             "Sample prompts", "at each validation, answers to N validation prompts, or to a "
             "file's prompts (one a line); unset, none", ADVANCED, "--sample-prompts",
             CountOrFile(), optional=True, called="sample_prompts"),
+    # In-run evaluation (trainer/evaluation.py, as `zyquo-tui eval` computes it): the current
+    # adapter on eval_data every eval_every steps and at the last, written as `eval` events.
+    Setting("eval_every", f"{OWN_KEY}.eval_every", INT, None, "Evaluate every",
+            "steps between evaluations of the adapter on eval_data (and at the last step); "
+            "unset, none", ADVANCED, "--eval-every", WholeNumber(), optional=True,
+            in_form=False, called="eval_every"),
+    Setting("eval_data", f"{OWN_KEY}.eval_data", FILE, None, "Eval data",
+            "the rows evaluated: completions, chat or {prompt, answer} rows (.jsonl)",
+            ADVANCED, "--eval-data", ExistingFile("a .jsonl file of rows with answers"),
+            optional=True, in_form=False, called="eval_data"),
+    Setting("eval_exact", f"{OWN_KEY}.eval_exact", BOOL, False, "Eval exact match",
+            "score the greedy answers by exact match with the reference", ADVANCED,
+            "--eval-exact", TrueOrFalse(), in_form=False, called="eval_exact"),
+    Setting("eval_reward", f"{OWN_KEY}.eval_reward", NAMES, None, "Eval reward",
+            "score the greedy answers with a reward: exact_answer, format, length, or "
+            "FILE.py:FUNCTION (mlx-lm-lora's signature)", ADVANCED, "--eval-reward",
+            RewardFunctions(BUILTIN_REWARDS), optional=True, in_form=False,
+            called="eval_reward"),
+    Setting("eval_max_rows", f"{OWN_KEY}.eval_max_rows", INT, None, "Eval rows",
+            "evaluate the first N rows of eval_data only; unset, all", ADVANCED,
+            "--eval-max-rows", WholeNumber(), optional=True, in_form=False,
+            called="eval_max_rows"),
+    Setting("best_by", f"{OWN_KEY}.best_by", CHOICE, "val_loss", "Best by",
+            "what picks the best checkpoint: val_loss, or eval (the evaluation's score, else "
+            "its answer NLL; each evaluated step is saved)", ADVANCED, "--best-by",
+            OneOf(BEST_BY), choices=BEST_BY, in_form=False, called="best_by"),
     Setting("objective", f"{OWN_KEY}.objective", CHOICE, "sft", "Objective",
             "sft learns the responses; dpo and orpo learn to prefer chosen over rejected "
             "(preference data); grpo learns from rewards of its own answers (prompts with "
@@ -644,7 +674,29 @@ def _one_weight_per_reward(hp: Hyperparameters) -> list[Problem]:
                                       "the order of the rewards.")]
 
 
+def _evaluation_needs_its_parts(hp: Hyperparameters) -> list[Problem]:
+    every, data = SETTINGS["eval_every"].get(hp), SETTINGS["eval_data"].get(hp)
+    exact, reward = SETTINGS["eval_exact"].get(hp), SETTINGS["eval_reward"].get(hp)
+    found = []
+    if every is not None and data is None:
+        found.append(Problem("eval_data", "eval_every needs eval_data (--eval-data "
+                                          "FILE.jsonl): the rows to evaluate on."))
+    if every is None and (data is not None or exact is True or reward):
+        found.append(Problem("eval_every", "eval_data, eval_exact and eval_reward need "
+                                           "eval_every (--eval-every N): how often to "
+                                           "evaluate."))
+    if exact is True and reward:
+        found.append(Problem("eval_reward", "give eval_exact or eval_reward, not both: one "
+                                            "score of the answers."))
+    if SETTINGS["best_by"].get(hp) == "eval" and every is None:
+        found.append(Problem("best_by", "best_by eval needs an evaluation (--eval-every N "
+                                        "--eval-data FILE.jsonl) to choose by."))
+    return found
+
+
 CROSS_CHECKS: tuple[CrossCheck, ...] = (
+    CrossCheck(("eval_every", "eval_data", "eval_exact", "eval_reward", "best_by"),
+               _evaluation_needs_its_parts),
     CrossCheck(("batch_size", "ranks", "hosts", "hostfile"), _batch_splits_across_ranks),
     CrossCheck(("schedule",), _schedule_shape),
     CrossCheck(("objective", "teacher"), _distillation_needs_a_teacher),

@@ -287,6 +287,20 @@ class NumberList:
         return []
 
 
+@dataclass(frozen=True)
+class ExistingFile:
+    """The path of a file that exists (what it must hold is checked where it is read)."""
+
+    what: str = "a file"
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        if not isinstance(value, str) or not value.strip():
+            return [(ERROR, f"{called} must be the path of {self.what}, not {value!r}.")]
+        if not os.path.isfile(os.path.expanduser(value)):
+            return [(ERROR, f"{called}: {value} is no file; give the path of {self.what}.")]
+        return []
+
+
 class ModelFolder:
     """The path of a model folder (one holding config.json)."""
 

@@ -31,6 +31,8 @@ RUNNER = EntryPoint("zyquo_tui.core.processes.runner",
                     "runs the queue, detached from the process that started it")
 TRY_GENERATE = EntryPoint("zyquo_tui.trainer.generate",
                           "answers prompts with a run's adapter and with its base model")
+EVALUATE = EntryPoint("zyquo_tui.trainer.evaluate",
+                      "evaluates a run's adapter and its base model on rows with answers")
 EXPORTER = EntryPoint("zyquo_tui.trainer.export",
                       "fuses a run's adapter into its model and checks the result (a job)")
 GGUF_IMPORTER = EntryPoint("zyquo_tui.trainer.gguf_import",
@@ -46,7 +48,7 @@ CLI = EntryPoint("zyquo_tui.__main__",
                  "the zyquo-tui command (the boot service runs `runs recover` with it)")
 
 ENTRY_POINTS = (TRAINER, PROBE, MEASURE, TOKEN_STATS, SAMPLE_BUILDER, RUNNER, FILE_WORKER,
-                TRY_GENERATE, EXPORTER, TINKER_SERVER, GGUF_IMPORTER, CLI)
+                TRY_GENERATE, EVALUATE, EXPORTER, TINKER_SERVER, GGUF_IMPORTER, CLI)
 
 # The folder that holds the zyquo_tui package this process runs.
 _PACKAGE_PARENT = Path(__file__).resolve().parents[3]

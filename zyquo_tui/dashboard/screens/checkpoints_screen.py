@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -22,8 +24,10 @@ from zyquo_tui.dashboard.dialogs.adapter_command import (
     adapter_commands,
 )
 from zyquo_tui.dashboard.dialogs.confirm import ConfirmDialog
+from zyquo_tui.dashboard.dialogs.evaluation import EvalDialog
 from zyquo_tui.dashboard.dialogs.export import ExportChoice, ExportDialog
 from zyquo_tui.dashboard.dialogs.retention import RetentionDialog
+from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
 from zyquo_tui.dashboard.export_jobs import latest_export_line, start_export
 from zyquo_tui.dashboard.messages import MetricsReceived, RunsRefreshed
 from zyquo_tui.dashboard.screens.run_verbs import VERB_BINDINGS, VERBS
@@ -52,6 +56,9 @@ class CheckpointsScreen(RunViewScreen):
                 tooltip="Ask the adapter of this checkpoint and the base model, side by side"),
         Binding("e", "export_here", "Export", id="checkpoints.export",
                 tooltip="Fuse this checkpoint into a model folder, checked, in the background"),
+        Binding("v", "eval_here", "Eval", id="checkpoints.eval",
+                tooltip="Evaluate this checkpoint against the base model on the run's test "
+                        "split (or a file): answer NLL and exact match"),
         VERB_BINDINGS["logs"],
         Binding("escape", "back", "Back", id="app.back", tooltip="Back"),
     ]
@@ -191,6 +198,40 @@ class CheckpointsScreen(RunViewScreen):
             quantized_base=model.quantization is not None,
             gguf_supported=model.architecture in GGUF_MODEL_TYPES), chosen)
 
+    def action_eval_here(self) -> None:
+        """The checkpoint against its base on the run's test split; without one, a file is
+        asked for."""
+        from zyquo_tui.core.errors import UserError
+        from zyquo_tui.core.processes.evaluation import TEST_SPLIT, eval_request
+
+        run = self.current_run()
+        checkpoint = self.table.selected()
+        if run is None or checkpoint is None:
+            return
+        store = self.service.store
+
+        def evaluate(data: Path | None) -> None:
+            try:
+                request = eval_request(store, run.id, step=checkpoint.step, data=data,
+                                       exact=True)
+            except UserError as error:
+                self.notify(error.message, title="Eval", severity="error", timeout=8)
+                return
+            self.app.push_screen(EvalDialog(
+                f"Step {checkpoint.step} of {run.name} against its base model", request))
+
+        if (Path(run.data) / TEST_SPLIT).is_file():
+            evaluate(None)
+            return
+
+        def answered(text: str | None) -> None:
+            if text and text.strip():
+                evaluate(Path(text.strip()).expanduser())
+        self.app.push_screen(TextPromptDialog(
+            f"Evaluate step {checkpoint.step} on which rows?",
+            f"{run.data} has no {TEST_SPLIT}: give a .jsonl file of completions, chat or "
+            "{prompt, answer} rows.", placeholder="FILE.jsonl"), answered)
+
     def action_delete_checkpoint(self) -> None:
         checkpoint = self.table.selected()
         if checkpoint is None:
@@ -235,7 +276,7 @@ class CheckpointsScreen(RunViewScreen):
             return self.verb_check(action)
         run = self.current_run()
         checkpoint = self.table.selected() if self.is_mounted else None
-        if action in ("show_command", "fork_here", "try_here", "export_here"):
+        if action in ("show_command", "fork_here", "try_here", "export_here", "eval_here"):
             return checkpoint is not None
         if action == "resume_here":
             return (checkpoint is not None and checkpoint.resumable and run is not None

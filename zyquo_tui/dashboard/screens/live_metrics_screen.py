@@ -42,6 +42,7 @@ from zyquo_tui.dashboard.widgets.rank_hosts import (
     world_size,
 )
 from zyquo_tui.dashboard.widgets.recent_events import RecentEvents
+from zyquo_tui.dashboard.widgets.eval_line import EvalLine
 from zyquo_tui.dashboard.widgets.reward_means import RewardMeans
 from zyquo_tui.dashboard.widgets.run_status import RunStatus
 from zyquo_tui.dashboard.widgets.samples_panel import SamplesPanel
@@ -171,6 +172,7 @@ class LiveMetricsScreen(RunViewScreen):
             for key, label, _, extra in GRPO_SPARKLINES:
                 yield MetricSparkline(label, id=f"spark-{key}", classes=f"-grpo {extra}")
             yield RewardMeans(id="reward-means", classes="-grpo")
+            yield EvalLine(id="eval-line")
         yield LossChart(id="loss-chart")
         yield SamplesPanel(id="samples")
         yield CompletionsPanel(id="completions")
@@ -182,6 +184,7 @@ class LiveMetricsScreen(RunViewScreen):
         for sparkline in self.query(".-preference"):
             sparkline.display = False  # shown for a preference run
         self.query_one(RankHosts).display = False  # shown for a distributed run
+        self.query_one(EvalLine).display = False  # shown for a run that evaluates
         self.feed = self.service.open_feed(self.run_id)
         self.redraw()
 
@@ -258,6 +261,7 @@ class LiveMetricsScreen(RunViewScreen):
                        title=title)
         if self.grpo:
             self.query_one(RewardMeans).show(metrics.reward_means)
+        self.query_one(EvalLine).show(metrics.last_eval)
         self.samples_panel.show(metrics.samples, self.sample_step)
         self.query_one(RecentEvents).show(feed.recent)
         failure = run.failure if run.state.is_terminal else None
