@@ -15,6 +15,8 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.tuner.datasets import CacheDataset
 
+from zyquo_tui.core.runs.packing import packed_sequences, row_positions
+
 PAD_TO = 32  # mlx-lm pads each batch to one plus a multiple of 32 tokens
 
 
@@ -87,6 +89,8 @@ class BatchStream:
         }
 
     def restore(self, position: dict[str, Any]) -> None:
+        if position.get("packed") and not isinstance(self, PackedBatchStream):
+            raise ValueError("the checkpoint was saved by a run that packed its rows")
         if position.get("batches_per_epoch") != len(self.batch_idx):
             raise ValueError(
                 "the training data changed since the checkpoint was saved "
@@ -96,3 +100,94 @@ class BatchStream:
         perm = position.get("permutation")
         self.permutation = None if perm is None else np.array(perm, dtype=np.int64)
         self.index = int(position["index"])
+
+
+class PackedBatchStream(BatchStream):
+    """An SFT run's rows packed into sequences of max_seq_length positions (core/runs/packing.py:
+    best-fit decreasing), `batch_size` sequences a batch, in mlx-lm's order of batches: one
+    permutation of the batches per epoch, drawn from NumPy's global RNG when the epoch's first
+    batch is asked for, so position() and restore() are BatchStream's. Every row is in exactly
+    one sequence, so an epoch trains each row once (the sequences that fill no whole batch are
+    left out, as mlx-lm leaves out the rows that fill none).
+
+    A batch is (inputs, targets, mask, segments), each (rows_per_rank, width): the tokens,
+    the token each position predicts (0 after a row's last token, as mlx-lm's padded batch
+    has it), whether that prediction is trained (mlx-lm's mask: from the row's offset), and
+    which row of the sequence a position holds (1, 2...; 0 is padding), for the mask that keeps
+    attention inside each row (trainer/packing.py). The width is the fullest sequence's
+    positions rounded up to a multiple of 32, at most max_seq_length.
+    """
+
+    def __init__(self, dataset: CacheDataset, batch_size: int, max_seq_length: int,
+                 rank: int = 0, world_size: int = 1) -> None:
+        if batch_size % world_size != 0:
+            raise ValueError("The batch size must be divisible by the number of workers")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.max_seq_length = max_seq_length
+        self.rows_per_rank = batch_size // world_size
+        lengths = [len(self._row(j)[0]) for j in range(len(dataset))]
+        self.sequences = packed_sequences(lengths, max_seq_length)
+        if len(self.sequences) < batch_size:
+            raise ValueError(
+                f"Packed, the {len(dataset)} rows fill {len(self.sequences)} sequences of "
+                f"{max_seq_length} tokens, fewer than batch_size={batch_size}; lower the "
+                "batch size or max_seq_length, or turn packing off (--no-pack)."
+            )
+        self.batch_idx = [
+            list(range(i + rank, i + batch_size, world_size))
+            for i in range(0, len(self.sequences) - batch_size + 1, batch_size)
+        ]
+        self.permutation = None
+        self.index = 0
+        self.truncated_batches = 0
+        self.longest_truncated = 0
+
+    def _row(self, j: int) -> tuple[list[int], int]:
+        item = self.dataset[j]
+        return (item[0], item[1]) if len(item) == 2 else (item, 0)
+
+    def rows_of(self, indices: list[int]) -> list[list[int]]:
+        """The dataset rows of each sequence of a batch (its indices into batch_idx's lists)."""
+        return [self.sequences[s] for s in indices]
+
+    def _make_batch(self, indices: list[int]) -> tuple[mx.array, ...]:
+        sequences = self.rows_of(indices)
+        limit = self.max_seq_length
+        rows = [[self._row(j) for j in sequence] for sequence in sequences]
+        used = [sum(row_positions(len(t), limit) for t, _ in seq) for seq in rows]
+        width = min(PAD_TO * ((max(used) + PAD_TO - 1) // PAD_TO), limit)
+        shape = (self.rows_per_rank, width)
+        inputs = np.zeros(shape, np.int32)
+        targets = np.zeros(shape, np.int32)
+        mask = np.zeros(shape, np.bool_)
+        segments = np.zeros(shape, np.int32)
+        for b, seq in enumerate(rows):
+            start = 0
+            for r, (tokens, offset) in enumerate(seq, start=1):
+                if len(tokens) >= limit:
+                    self.truncated_batches += 1
+                    self.longest_truncated = max(self.longest_truncated, len(tokens))
+                    tokens = tokens[:limit]
+                    n = limit - 1
+                    following = tokens[1:]
+                else:
+                    n = len(tokens)
+                    following = list(tokens[1:]) + [0]
+                end = start + n
+                inputs[b, start:end] = tokens[:n]
+                targets[b, start:end] = following
+                # mlx-lm's mask: the prediction of the row's token k (k = 1 .. length, the last
+                # being the padding after it) is trained when k >= offset.
+                mask[b, start:end] = np.arange(1, n + 1) >= offset
+                segments[b, start:end] = r
+                start = end
+        return (mx.array(inputs), mx.array(targets), mx.array(mask), mx.array(segments))
+
+    def position(self) -> dict[str, Any]:
+        return {**super().position(), "packed": True}
+
+    def restore(self, position: dict[str, Any]) -> None:
+        if not position.get("packed"):
+            raise ValueError("the checkpoint was saved by a run that did not pack its rows")
+        super().restore(position)

@@ -110,6 +110,12 @@ class TrainingLoop:
                        "resume with the hosts (or --ranks) it had, or fork a new run from "
                        "this checkpoint (a warm start)")
         try:
+            packed = bool(meta.get("data", {}).get("packed"))
+            if packed != bool(getattr(self.objective, "pack", False)) \
+                    and hasattr(self.objective, "pack"):
+                # A resume continues the way its checkpoint trained (a run made before
+                # packing existed, or with it turned off, goes on unpacked, and so on).
+                self.batches = self.objective.batches(self.train_set, self.world, pack=packed)
             self.batches.restore(meta["data"])
         except (KeyError, ValueError) as error:
             reason = error if isinstance(error, ValueError) else "it holds no data position"

@@ -80,6 +80,25 @@ def sft_objective(model, tokens: mx.array, lengths: mx.array, sliced=None):
     return ce.astype(mx.float32).sum() / ntoks, ntoks, {}
 
 
+def packed_token_losses(model, inputs: mx.array, targets: mx.array, mask: mx.array,
+                        segments: mx.array, sliced=None) -> mx.array:
+    """(B, T) cross-entropy of each trained prediction of a packed batch (trainer/batches.py's
+    PackedBatchStream), 0 elsewhere; attention kept inside each row (trainer/packing.py)."""
+    from zyquo_tui.trainer.packing import packed_attention
+
+    with packed_attention(model, segments):
+        return token_cross_entropy(model, inputs, targets, mask, sliced) * mask
+
+
+def sft_packed_objective(model, inputs: mx.array, targets: mx.array, mask: mx.array,
+                         segments: mx.array, sliced=None):
+    """`sft_objective` on a packed batch: the mean over every trained token, the same tokens
+    mlx-lm trains in the same rows unpacked (the prediction after each row's last token too)."""
+    ce = packed_token_losses(model, inputs, targets, mask, segments, sliced)
+    ntoks = mask.sum()
+    return ce.astype(mx.float32).sum() / ntoks, ntoks, {}
+
+
 def sft_validation_loss(model, tokens: mx.array, lengths: mx.array, sliced):
     """`sft_objective`'s loss and token count, in slices and without the gradient's work, as
     mlx-lm's `evaluate` calls a loss."""

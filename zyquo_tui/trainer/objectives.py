@@ -32,7 +32,7 @@ from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.runs.settings import DEFAULT_LOSS_CHUNK_TOKENS, SETTINGS, Hyperparameters
 from zyquo_tui.core.runs.value_checks import AUTO_TEXT, OFF_TEXT
 from zyquo_tui.trainer import losses
-from zyquo_tui.trainer.batches import BatchStream
+from zyquo_tui.trainer.batches import BatchStream, PackedBatchStream
 from zyquo_tui.trainer.chunked_loss import loss_slicing
 from zyquo_tui.trainer.engine import StepEngine, adapters_disabled, has_adapters
 from zyquo_tui.trainer.shared_prompts import SharedPrompts
@@ -83,17 +83,27 @@ class SftObjective(LossSlicing):
     metric_names: tuple[str, ...] = ()
 
     def __init__(self, settings: Hyperparameters, model=None,
-                 chunk_tokens: int | str = OFF_TEXT) -> None:
+                 chunk_tokens: int | str = OFF_TEXT, pack: bool = False) -> None:
         self.settings = settings
+        self.pack = pack  # rows packed into sequences (core/runs/packing.py)
         self._slice_losses(chunk_tokens, model)
         self.sliced_loss = (partial(losses.sft_objective, sliced=self.sliced)
                             if self.sliced is not None else None)
+        self.sliced_packed_loss = (partial(losses.sft_packed_objective, sliced=self.sliced)
+                                   if self.sliced is not None else None)
 
-    def batches(self, train_set, world) -> BatchStream:
-        return BatchStream(train_set, self.settings.batch_size, self.settings.max_seq_length,
-                           world.rank, world.size)
+    def batches(self, train_set, world, pack: bool | None = None) -> BatchStream:
+        """The batch stream: packed as the run says, or as `pack` says (a resume follows
+        its checkpoint: a run that started unpacked continues unpacked)."""
+        stream = PackedBatchStream if (self.pack if pack is None else pack) else BatchStream
+        return stream(train_set, self.settings.batch_size, self.settings.max_seq_length,
+                      world.rank, world.size)
 
     def forward_backward(self, engine: StepEngine, batch):
+        if len(batch) == 4:  # a packed batch: inputs, targets, mask, segments
+            if self._sliced_for(batch[0]):
+                return engine.forward_backward(self.sliced_packed_loss, *batch)
+            return engine.forward_backward(losses.sft_packed_objective, *batch)
         if self._sliced_for(batch[0]):
             return engine.forward_backward(self.sliced_loss, *batch)
         return engine.forward_backward(losses.sft_objective, *batch)
@@ -443,13 +453,35 @@ class GrpoObjective(LossSlicing):
 GRPO_SAMPLES_PER_VALIDATION = 3
 
 
+def packs(settings: Hyperparameters, base_path: str) -> bool:
+    """Whether an SFT run packs its rows: `pack` on (the default) and a model that allows it
+    (core/runs/packing.py). A run that asked for packing on a model that does not allow it
+    was refused when it was made; one that reaches here anyway fails with the reason."""
+    import json
+    from pathlib import Path
+
+    from zyquo_tui.core.runs.packing import packing_refusal
+
+    if SETTINGS["pack"].get(settings) is not True:
+        return False
+    try:
+        config = json.loads((Path(base_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        config = None
+    refusal = packing_refusal(config)
+    if refusal is not None:
+        raise fail("config", f"This run packs its rows, and {Path(base_path).name} cannot be "
+                   f"packed: {refusal}.", "turn packing off (--no-pack)")
+    return True
+
+
 def objective_for(settings: Hyperparameters, model, base_path: str,
                   chunk_tokens: int | str = OFF_TEXT, tokenizer=None):
     """The run's objective; `chunk_tokens` is its loss_chunk_tokens as
     `loss_chunk_tokens_for` resolved it (`tokenizer`: the student's, which distillation
     needs and with which a grpo run samples its answers)."""
     if SETTINGS["objective"].get(settings) == "sft":
-        return SftObjective(settings, model, chunk_tokens)
+        return SftObjective(settings, model, chunk_tokens, packs(settings, base_path))
     if SETTINGS["objective"].get(settings) == "distill":
         return DistillObjective(settings, model, tokenizer, chunk_tokens)
     if SETTINGS["objective"].get(settings) == "grpo":

@@ -13,12 +13,14 @@ A num_layers above the model's layer count is refused, not clamped: the sentence
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zyquo_tui.core.library.rows import TEXT, peek_format, training_refusal
+from zyquo_tui.core.runs.packing import packing_refusal
 from zyquo_tui.core.runs.problems import WARNING, Problem
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 from zyquo_tui.core.runs.value_checks import is_whole
@@ -40,12 +42,14 @@ class ModelTraits:
     num_layers: int | None = None
     positions: int | None = None  # config.json's max_position_embeddings
     layer_matrices: tuple[str, ...] = ()  # what lora keys can name; () when unknown
+    packing_refusal: str | None = None  # why its rows cannot be packed (core/runs/packing.py)
 
     @classmethod
     def from_info(cls, info: "ModelInfo") -> "ModelTraits":
         """From the model list's description of a folder (core/library/models.py)."""
         return cls(Path(info.path).name or info.name, info.quantization is not None,
-                   info.num_layers, info.context_length, tuple(info.layer_matrices))
+                   info.num_layers, info.context_length, tuple(info.layer_matrices),
+                   packing_refusal(_config_of(info.path)))
 
     @classmethod
     def read(cls, folder: str | os.PathLike) -> "ModelTraits | None":
@@ -90,6 +94,14 @@ class DataTraits:
         return cls(str(folder), True, train.is_file(), peek_format(train), rows)
 
 
+def _config_of(folder: str | os.PathLike) -> dict | None:
+    try:
+        config = json.loads((Path(folder).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
 def count_rows(path: Path) -> int | None:
     """The non-blank lines of a JSON Lines file (seconds per gigabyte, in bounded memory);
     None when it cannot be read (training's own load then says why, with the file)."""
@@ -120,6 +132,11 @@ def problems_with_model(method: Method, hp: Hyperparameters, model: ModelTraits
                                                f"{model.name}'s max_position_embeddings "
                                                f"({model.positions}); lower it to "
                                                f"{model.positions}.", WARNING))
+    if SETTINGS["pack"].get(hp) is True and SETTINGS["objective"].get(hp) == "sft" \
+            and model.packing_refusal:
+        found.append(Problem("pack", f"{model.name} cannot pack rows: "
+                                     f"{model.packing_refusal}; turn packing off "
+                                     "(--no-pack)."))
     keys = SETTINGS["lora_keys"].get(hp)
     if isinstance(keys, list) and all(isinstance(key, str) for key in keys) and keys \
             and method is not Method.FULL and model.layer_matrices:  # (a wrong type: above)
@@ -210,6 +227,16 @@ def fit_default_layers(hp: Hyperparameters, model: ModelTraits) -> bool:
     layers = hp.num_layers
     if model.num_layers is not None and is_whole(layers) and layers > model.num_layers:
         hp.num_layers = -1
+        return True
+    return False
+
+
+def fit_default_packing(hp: Hyperparameters, model: ModelTraits) -> bool:
+    """Packing nobody chose stays off on a model that cannot pack (packing is on by default
+    where it is safe); True when it changed. Packing asked for there is the check's to
+    refuse."""
+    if SETTINGS["pack"].get(hp) is True and model.packing_refusal:
+        SETTINGS["pack"].set(hp, False)
         return True
     return False
 

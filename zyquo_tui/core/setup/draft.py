@@ -39,6 +39,7 @@ from zyquo_tui.core.library.run_checks import (
     ModelTraits,
     config_name,
     fit_default_layers,
+    fit_default_packing,
     problems_with_data,
     problems_with_model,
 )
@@ -300,6 +301,8 @@ class RunDraft:
         16 trains all of them, as mlx-lm itself would), the objective to the data's first."""
         if self.base is not None and "num_layers" not in self.chosen:
             fit_default_layers(self.hyperparameters, self.base.traits)
+        if self.base is not None and "pack" not in self.chosen:
+            fit_default_packing(self.hyperparameters, self.base.traits)
         if "objective" not in self.chosen:
             offered = [o for o, why in self.offered_objectives().items() if why is None]
             objective = SETTINGS["objective"]
