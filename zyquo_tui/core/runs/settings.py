@@ -305,10 +305,10 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
             "train on the completions only, not the prompts", BASIC, "--mask-prompt",
             TrueOrFalse()),
     # zyquo-tui's own: rows packed into sequences of max_seq_length tokens (core/runs/packing.py).
-    Setting("pack", f"{OWN_KEY}.pack", BOOL, True, "Pack rows",
+    Setting("pack", f"{OWN_KEY}.pack", BOOL, False, "Pack rows",
             "place rows into sequences of max_seq_length tokens, attention kept inside each "
             "row: far less padding, the same per-token losses; each step trains batch_size "
-            "sequences. On where the model allows it (attention-only models)", BASIC,
+            "sequences; attention-only models (llama, qwen, gemma, phi3...) only", BASIC,
             "--pack", TrueOrFalse(), in_form=False, objectives=("sft",), called="pack"),
     Setting("optimizer", "optimizer", CHOICE, "adam", "Optimizer",
             "how updates are made from gradients", ADVANCED, "--optimizer", OneOf(OPTIMIZERS),
