@@ -7,7 +7,7 @@ import json
 from zyquo_tui.core.library.run_checks import ModelTraits, fit_default_packing, problems_with_model
 from zyquo_tui.core.runs.packing import (
     best_fit_decreasing,
-    packed_sequences,
+    pack_rows,
     packing_refusal,
     row_positions,
 )
@@ -26,7 +26,25 @@ def test_best_fit_decreasing_puts_each_row_in_the_fullest_sequence_it_fits():
 def test_a_row_cut_at_max_seq_length_takes_one_position_fewer():
     assert row_positions(40, 64) == 40
     assert row_positions(64, 64) == 63 and row_positions(300, 64) == 63
-    assert packed_sequences([300, 10], 64) == [[0], [1]]
+    assert pack_rows([row_positions(300, 64), row_positions(10, 64)], 64, 384) == (
+        [[0], [1]], 64)
+
+
+def test_a_batch_packs_into_the_width_that_costs_least_never_wider_than_the_rows_allow():
+    # Four rows of about 40: two sequences of 96 (192 positions) or one of 160. Where
+    # attention costs much (a narrow model) the two are cheaper; where it costs little, the one.
+    sizes = [40, 41, 39, 30]
+    bins, width = pack_rows(sizes, 256, 64)
+    assert width == 96 and sorted(len(b) for b in bins) == [2, 2]
+    bins, width = pack_rows(sizes, 256, 10**6)
+    assert width == 160 and len(bins) == 1
+    # Rows that fill their sequences stay one a sequence, at the unpacked width.
+    assert pack_rows([63, 63, 63, 63], 64, 384) == ([[0], [1], [2], [3]], 64)
+    # Never wider than max_seq_length, never more sequences than rows.
+    bins, width = pack_rows([100, 90, 20, 10], 128, 10**6)
+    assert width <= 128 and len(bins) <= 4
+    assert sorted(i for b in bins for i in b) == [0, 1, 2, 3]
+    assert all(sum([100, 90, 20, 10][i] for i in b) <= width for b in bins)
 
 
 def test_attention_only_models_pack_and_the_others_are_refused_with_the_reason():

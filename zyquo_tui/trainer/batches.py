@@ -15,7 +15,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.tuner.datasets import CacheDataset
 
-from zyquo_tui.core.runs.packing import packed_sequences, row_positions
+from zyquo_tui.core.runs.packing import pack_rows, row_positions
 
 PAD_TO = 32  # mlx-lm pads each batch to one plus a multiple of 32 tokens
 
@@ -103,76 +103,60 @@ class BatchStream:
 
 
 class PackedBatchStream(BatchStream):
-    """An SFT run's rows packed into sequences of max_seq_length positions (core/runs/packing.py:
-    best-fit decreasing), `batch_size` sequences a batch, in mlx-lm's order of batches: one
-    permutation of the batches per epoch, drawn from NumPy's global RNG when the epoch's first
-    batch is asked for, so position() and restore() are BatchStream's. Every row is in exactly
-    one sequence, so an epoch trains each row once (the sequences that fill no whole batch are
-    left out, as mlx-lm leaves out the rows that fill none).
+    """An SFT run's batches, each packed: the rows of mlx-lm's batch (BatchStream's: the same
+    rows, in the same order of batches, drawn from the same RNG, so position() and restore()
+    are BatchStream's and an epoch trains each row once, as unpacked) placed into as few
+    positions as pay (core/runs/packing.py's `pack_rows`). A step trains the rows an unpacked
+    step trains and its loss is theirs, within rounding; only the padding is gone.
 
-    A batch is (inputs, targets, mask, segments), each (rows_per_rank, width): the tokens,
-    the token each position predicts (0 after a row's last token, as mlx-lm's padded batch
-    has it), whether that prediction is trained (mlx-lm's mask: from the row's offset), and
-    which row of the sequence a position holds (1, 2...; 0 is padding), for the mask that keeps
-    attention inside each row (trainer/packing.py). The width is the fullest sequence's
-    positions rounded up to a multiple of 32, at most max_seq_length.
+    A batch is (inputs, targets, mask, segments), each (sequences, width): the tokens, the
+    token each position predicts (0 after a row's last token, as mlx-lm's padded batch has it),
+    whether that prediction is trained (mlx-lm's mask: from the row's offset), and which row
+    of the sequence a position holds (1, 2...; 0 is padding), for the mask that keeps attention
+    inside each row (trainer/packing.py). `attention_span`: pack_rows's, the width at which a
+    sequence's attention costs as much as its other layers (about three times the model's
+    hidden size on the sample model, measured).
     """
 
     def __init__(self, dataset: CacheDataset, batch_size: int, max_seq_length: int,
-                 rank: int = 0, world_size: int = 1) -> None:
-        if batch_size % world_size != 0:
-            raise ValueError("The batch size must be divisible by the number of workers")
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.max_seq_length = max_seq_length
-        self.rows_per_rank = batch_size // world_size
-        lengths = [len(self._row(j)[0]) for j in range(len(dataset))]
-        self.sequences = packed_sequences(lengths, max_seq_length)
-        if len(self.sequences) < batch_size:
-            raise ValueError(
-                f"Packed, the {len(dataset)} rows fill {len(self.sequences)} sequences of "
-                f"{max_seq_length} tokens, fewer than batch_size={batch_size}; lower the "
-                "batch size or max_seq_length, or turn packing off (--no-pack)."
-            )
-        self.batch_idx = [
-            list(range(i + rank, i + batch_size, world_size))
-            for i in range(0, len(self.sequences) - batch_size + 1, batch_size)
-        ]
-        self.permutation = None
-        self.index = 0
-        self.truncated_batches = 0
-        self.longest_truncated = 0
+                 rank: int = 0, world_size: int = 1, attention_span: int = 1024) -> None:
+        super().__init__(dataset, batch_size, max_seq_length, rank, world_size)
+        self.attention_span = attention_span
 
     def _row(self, j: int) -> tuple[list[int], int]:
         item = self.dataset[j]
         return (item[0], item[1]) if len(item) == 2 else (item, 0)
 
     def rows_of(self, indices: list[int]) -> list[list[int]]:
-        """The dataset rows of each sequence of a batch (its indices into batch_idx's lists)."""
-        return [self.sequences[s] for s in indices]
+        """The dataset rows of each sequence a batch of these rows (its batch_idx list) packs
+        into, in the order _make_batch places them."""
+        limit = self.max_seq_length
+        sizes = [row_positions(len(self._row(j)[0]), limit) for j in indices]
+        bins, _ = pack_rows(sizes, limit, self.attention_span)
+        return [[indices[i] for i in b] for b in bins]
 
     def _make_batch(self, indices: list[int]) -> tuple[mx.array, ...]:
-        sequences = self.rows_of(indices)
         limit = self.max_seq_length
-        rows = [[self._row(j) for j in sequence] for sequence in sequences]
-        used = [sum(row_positions(len(t), limit) for t, _ in seq) for seq in rows]
-        width = min(PAD_TO * ((max(used) + PAD_TO - 1) // PAD_TO), limit)
-        shape = (self.rows_per_rank, width)
+        rows = [self._row(j) for j in indices]
+        sizes = [row_positions(len(tokens), limit) for tokens, _ in rows]
+        bins, width = pack_rows(sizes, limit, self.attention_span)
+        if max(len(tokens) for tokens, _ in rows) > limit:  # counted as BatchStream counts
+            self.truncated_batches += 1
+            self.longest_truncated = max(self.longest_truncated,
+                                         max(len(tokens) for tokens, _ in rows))
+        shape = (len(bins), width)
         inputs = np.zeros(shape, np.int32)
         targets = np.zeros(shape, np.int32)
         mask = np.zeros(shape, np.bool_)
         segments = np.zeros(shape, np.int32)
-        for b, seq in enumerate(rows):
+        for b, members in enumerate(bins):
             start = 0
-            for r, (tokens, offset) in enumerate(seq, start=1):
-                if len(tokens) >= limit:
-                    self.truncated_batches += 1
-                    self.longest_truncated = max(self.longest_truncated, len(tokens))
-                    tokens = tokens[:limit]
-                    n = limit - 1
-                    following = tokens[1:]
+            for r, i in enumerate(members, start=1):
+                tokens, offset = rows[i]
+                n = sizes[i]
+                if n < len(tokens):  # cut at max_seq_length: its last kept token predicts
+                    following = tokens[1:n + 1]  # the next one, as mlx-lm's cut row does
                 else:
-                    n = len(tokens)
                     following = list(tokens[1:]) + [0]
                 end = start + n
                 inputs[b, start:end] = tokens[:n]

@@ -86,6 +86,11 @@ class SftObjective(LossSlicing):
                  chunk_tokens: int | str = OFF_TEXT, pack: bool = False) -> None:
         self.settings = settings
         self.pack = pack  # rows packed into sequences (core/runs/packing.py)
+        # Where a packed sequence's attention costs as much as its other layers: about three
+        # times the hidden size (measured on the sample model; attention's share shrinks as the
+        # layers widen, so wider models pack into longer sequences).
+        hidden = getattr(getattr(model, "args", None), "hidden_size", None)
+        self.attention_span = 3 * hidden if isinstance(hidden, int) else 1024
         self._slice_losses(chunk_tokens, model)
         self.sliced_loss = (partial(losses.sft_objective, sliced=self.sliced)
                             if self.sliced is not None else None)
@@ -95,9 +100,12 @@ class SftObjective(LossSlicing):
     def batches(self, train_set, world, pack: bool | None = None) -> BatchStream:
         """The batch stream: packed as the run says, or as `pack` says (a resume follows
         its checkpoint: a run that started unpacked continues unpacked)."""
-        stream = PackedBatchStream if (self.pack if pack is None else pack) else BatchStream
-        return stream(train_set, self.settings.batch_size, self.settings.max_seq_length,
-                      world.rank, world.size)
+        if self.pack if pack is None else pack:
+            return PackedBatchStream(train_set, self.settings.batch_size,
+                                     self.settings.max_seq_length, world.rank, world.size,
+                                     attention_span=self.attention_span)
+        return BatchStream(train_set, self.settings.batch_size, self.settings.max_seq_length,
+                           world.rank, world.size)
 
     def forward_backward(self, engine: StepEngine, batch):
         if len(batch) == 4:  # a packed batch: inputs, targets, mask, segments

@@ -1,9 +1,9 @@
-"""Packing: an SFT run's rows placed into sequences of max_seq_length tokens, best fit first.
+"""Packing: each batch's rows placed into as few positions as pay, best fit first.
 
 mlx-lm pads every batch to its longest row; on short chat rows most of each step is padding.
-A packed run instead fills sequences of `max_seq_length` positions with whole rows (best-fit
-decreasing: the longest row first, each into the fullest sequence it still fits), and a step
-trains `batch_size` such sequences. Attention stays inside each row (a block-diagonal causal
+A packed run trains the rows of mlx-lm's batches (the same batches, in the same order) but
+places each batch's rows whole into sequences (best-fit decreasing: the longest row first,
+each into the fullest sequence it still fits) of the width that costs least (`pack_rows`). Attention stays inside each row (a block-diagonal causal
 mask, trainer/packing.py), and each row's trained tokens are the ones mlx-lm trains, so the
 per-token losses equal those of the rows unpacked.
 
@@ -67,13 +67,34 @@ def best_fit_decreasing(sizes: Iterable[int], capacity: int) -> list[list[int]]:
     return bins
 
 
-def packed_sequences(lengths: Iterable[int], max_seq_length: int) -> list[list[int]]:
-    """The rows (indices) of each packed sequence, for rows of these token lengths."""
-    return best_fit_decreasing([row_positions(n, max_seq_length) for n in lengths],
-                               max_seq_length)
+PACK_WIDTH_STEP = 32  # packed widths are multiples of 32, as mlx-lm pads: few compiled shapes
 
 
-def packed_batches(lengths: Iterable[int], batch_size: int, max_seq_length: int) -> int:
-    """How many whole batches one epoch of packed sequences makes (the sequences left over
-    are never trained, as mlx-lm's rows that fill no batch are not)."""
-    return len(packed_sequences(lengths, max_seq_length)) // batch_size
+def pack_rows(sizes: list[int], max_seq_length: int, attention_span: int
+              ) -> tuple[list[list[int]], int]:
+    """One step's rows (their positions, `row_positions`) as (the rows of each sequence, the
+    sequences' width): the width, a multiple of 32 from the longest row up to max_seq_length,
+    that costs the least, the rows best-fit into as many sequences as it takes.
+
+    A sequence of width W costs about W * (attention_span + W): the layers' work grows with
+    its positions, attention's with their square (block-diagonal, attention still scores the
+    whole square), `attention_span` being the width at which the two are equal. So the longest
+    sequences are not always the cheapest: four rows of 40 tokens cost less as two sequences
+    of 96 than as one of 192 on the sample model. No sequence is wider than max_seq_length, nor are there
+    more sequences than rows, so a packed step's shape is never larger than the unpacked one.
+    """
+    step = PACK_WIDTH_STEP
+    longest = max(sizes)
+    total = sum(sizes)
+    narrowest = min(step * -(-longest // step), max_seq_length)
+    widest = min(step * -(-total // step), max_seq_length)
+    best: tuple[float, list[list[int]], int] | None = None
+    for width in sorted({narrowest, widest, *range(narrowest, widest + 1, step)}):
+        if width < narrowest:
+            continue
+        bins = best_fit_decreasing(sizes, width)
+        cost = len(bins) * width * (attention_span + width)
+        if best is None or cost < best[0]:
+            best = (cost, bins, width)
+    assert best is not None
+    return best[1], best[2]
