@@ -304,11 +304,11 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
     Setting("mask_prompt", "mask_prompt", BOOL, False, "Mask prompt",
             "train on the completions only, not the prompts", BASIC, "--mask-prompt",
             TrueOrFalse()),
-    # zyquo-tui's own: rows packed into sequences of max_seq_length tokens (core/runs/packing.py).
+    # zyquo-tui's own: each batch's rows packed into fewer positions (core/runs/packing.py).
     Setting("pack", f"{OWN_KEY}.pack", BOOL, False, "Pack rows",
-            "place rows into sequences of max_seq_length tokens, attention kept inside each "
-            "row: far less padding, the same per-token losses; each step trains batch_size "
-            "sequences; attention-only models (llama, qwen, gemma, phi3...) only", BASIC,
+            "place each batch's rows into as few positions as pay, attention kept inside "
+            "each row: far less padding, the same rows a step and the same per-token losses; "
+            "attention-only models (llama, qwen, gemma, phi3...) only", BASIC,
             "--pack", TrueOrFalse(), in_form=False, objectives=("sft",), called="pack"),
     Setting("optimizer", "optimizer", CHOICE, "adam", "Optimizer",
             "how updates are made from gradients", ADVANCED, "--optimizer", OneOf(OPTIMIZERS),
