@@ -861,3 +861,24 @@ def test_a_preference_run_counts_two_sequences_per_row():
     assert dpo.sequences_per_row == 2 and sft.sequences_per_row == 1
     assert not dpo.reference_copy
     assert TrainingConfig.from_hyperparameters(Method.FULL, hp).reference_copy
+
+
+def test_a_packed_run_counts_wider_attention_and_no_more_positions():
+    """A packed step's positions never exceed the unpacked batch's, but its sequences may hold
+    several rows: the attention term spans the widest packed sequence; the rest is unchanged."""
+    from zyquo_tui.core.memory.estimate import features
+    from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters
+
+    hp = Hyperparameters(batch_size=4, max_seq_length=1024)
+    plain = TrainingConfig.from_hyperparameters(Method.LORA, hp, longest_row_tokens=74)
+    SETTINGS["pack"].set(hp, True)
+    packed = TrainingConfig.from_hyperparameters(Method.LORA, hp, longest_row_tokens=74)
+    assert (plain.model_tokens, plain.attention_width) == (96, 96)
+    assert (packed.model_tokens, packed.attention_width) == (96, 320)  # 4 x 74, in 32s
+    a, b = features(facts(), plain), features(facts(), packed)
+    assert b["kept_attention"] == a["kept_attention"] * 320 / 96
+    assert b["kept_hidden"] == a["kept_hidden"]
+    # Never wider than max_seq_length; unknown rows, every sequence that wide.
+    SETTINGS["max_seq_length"].set(hp, 256)
+    assert TrainingConfig.from_hyperparameters(Method.LORA, hp, 74).attention_width == 256
+    assert TrainingConfig.from_hyperparameters(Method.LORA, hp, None).attention_width == 256

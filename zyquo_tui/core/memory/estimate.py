@@ -263,6 +263,9 @@ class TrainingConfig:
     # answer: group_size sequences a row, completion_tokens (and the stop token) wider.
     group_size: int = 1
     completion_tokens: int = 0
+    # An SFT run that packs its rows (`pack`, core/runs/packing.py): its positions never
+    # exceed the unpacked batch's, but a sequence may hold several rows, so it is wider.
+    packed: bool = False
 
     @property
     def sequences_per_row(self) -> int:
@@ -285,6 +288,20 @@ class TrainingConfig:
             longest += self.max_completion_tokens + 1
         padded = 1 + PAD_TO * math.ceil(max(longest, 1) / PAD_TO)
         return min(padded, self.max_seq_length)
+
+    @property
+    def attention_width(self) -> int:
+        """The width each position's attention row spans. Unpacked, the sequence's. Packed,
+        pack_rows's width: its batch's rows in sequences of at most max_seq_length, whose
+        positions together never exceed the unpacked batch's (pack_rows keeps the cheaper of
+        that and one row a sequence at the narrowest width), so positions x this width bounds
+        the attention matrices of a packed step."""
+        if not (self.packed and self.objective == "sft"):
+            return self.model_tokens
+        if self.longest_row_tokens is None:
+            return self.max_seq_length
+        rows = self.batch_size * max(self.longest_row_tokens, 1)
+        return min(PAD_TO * math.ceil(rows / PAD_TO), self.max_seq_length)
 
     @property
     def model_tokens(self) -> int:
@@ -365,6 +382,7 @@ class TrainingConfig:
                      if objective == "distill" else None),
             on_policy=objective == "distill" and bool(SETTINGS["on_policy"].get(hp)),
             max_completion_tokens=int(SETTINGS["max_completion_tokens"].get(hp) or 0),
+            packed=objective == "sft" and SETTINGS["pack"].get(hp) is True,
         )
 
     @classmethod
@@ -576,7 +594,7 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
     matrices = sum(layer.matrices for layer in layers) / max(n, 1)
     outputs = sum(layer.outputs for layer in layers) / max(n, 1)
     inputs = 3 * h + mlp
-    attention = b * model.num_heads * seq * seq * s
+    attention = b * model.num_heads * seq * config.attention_width * s
     once = 1 if n else 0
     return {
         "base_weights": weights,
