@@ -88,11 +88,11 @@ def main() -> None:
         store = RunStore(tmp / "home").ensure()
         if "sample" in cases or "near" in cases:
             tiny = build_model(tmp / "tiny", 128, 2)
-        if "sample" in cases:  # rows of 20 to 74 tokens, packed into 256
+        if "sample" in cases:  # rows of 20 to 74 tokens: each batch's packed into fewer positions
             results.append(measure("sample chat, seq 256", case_run(
                 tiny, iters=40, batch_size=4, num_layers=-1, steps_per_report=10,
                 max_seq_length=256), store, tmp, args.repeat))
-        if "near" in cases:  # the same rows cut at 64: most fill a sequence alone
+        if "near" in cases:  # the same rows cut at 64: most fill a sequence alone, as unpacked
             results.append(measure("rows near seq 64", case_run(
                 tiny, iters=40, batch_size=4, num_layers=-1, steps_per_report=10,
                 max_seq_length=64), store, tmp, args.repeat))
