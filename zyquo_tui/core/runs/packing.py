@@ -80,8 +80,10 @@ def pack_rows(sizes: list[int], max_seq_length: int, attention_span: int
     its positions, attention's with their square (block-diagonal, attention still scores the
     whole square), `attention_span` being the width at which the two are equal. So the longest
     sequences are not always the cheapest: four rows of 40 tokens cost less as two sequences
-    of 96 than as one of 192 on the sample model. No sequence is wider than max_seq_length, nor are there
-    more sequences than rows, so a packed step's shape is never larger than the unpacked one.
+    of 96 than as one of 192 on the sample model. No sequence is wider than max_seq_length,
+    nor are there more sequences than rows; and since one row a sequence at the narrowest
+    width is among the choices, the chosen positions never exceed the unpacked batch's
+    (core/memory/estimate.py's `attention_width` counts the wider sequences).
     """
     step = PACK_WIDTH_STEP
     longest = max(sizes)
