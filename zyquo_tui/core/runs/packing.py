@@ -3,9 +3,10 @@
 mlx-lm pads every batch to its longest row; on short chat rows most of each step is padding.
 A packed run trains the rows of mlx-lm's batches (the same batches, in the same order) but
 places each batch's rows whole into sequences (best-fit decreasing: the longest row first,
-each into the fullest sequence it still fits) of the width that costs least (`pack_rows`). Attention stays inside each row (a block-diagonal causal
-mask, trainer/packing.py), and each row's trained tokens are the ones mlx-lm trains, so the
-per-token losses equal those of the rows unpacked.
+each into the fullest sequence it still fits) of the width that costs least (`pack_rows`).
+Attention stays inside each row (a block-diagonal causal mask, trainer/packing.py), and each
+row's trained tokens are the ones mlx-lm trains, so the per-token losses equal those of the
+rows unpacked.
 
 Which models can be packed is decided here, from config.json alone: models whose layers carry
 nothing from one position to the next but attention (rotary positions, relative, so a row
