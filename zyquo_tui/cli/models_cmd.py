@@ -126,7 +126,7 @@ def print_gguf_files(gguf_files: list[GGUFFile]) -> None:
                   f.import_name if f.importable else "", f.source] for f in gguf_files])
     for entry in gguf_files:
         if not entry.importable:
-            print(f"{entry.name} ({entry.path}): {entry.status_detail}")
+            print(f"{entry.name}: {entry.status_detail}")  # the detail names the file
 
 
 def format_parameters(count: int | None) -> str:

@@ -168,7 +168,7 @@ def describe_gguf(path: Path, name: str, source: str, import_name: str | None = 
     if summary.architecture not in IMPORTABLE_ARCHITECTURES:
         entry.status = NOT_IMPORTABLE
         entry.status_detail = (
-            f"architecture {summary.architecture!r} cannot be imported yet (the importer "
+            f"{path}: architecture {summary.architecture!r} cannot be imported yet (the importer "
             f"knows {', '.join(IMPORTABLE_ARCHITECTURES)}); convert the original model "
             "with `mlx_lm convert`.")
     return entry
