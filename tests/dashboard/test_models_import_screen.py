@@ -38,7 +38,7 @@ async def test_i_imports_the_highlighted_gguf_file_and_the_model_appears(isolate
         assert "⇩ importable" in str(screen.query_one("DataTable").get_row_at(0)[1])
         await pilot.press("i")
         await until(pilot, lambda: screen.importing, "the import to start")
-        assert "importing someone/Tiny.Q8_0.gguf" in str(screen.query_one("TitleBar").context)
+        assert "importing as tiny-q8_0" in str(screen.query_one("TitleBar").context)
         await until(pilot, lambda: [m.name for m in screen.models] == ["tiny-q8_0"],
                     "the imported model", timeout=180)
         assert screen.models[0].ready and screen.importing is None

@@ -158,6 +158,7 @@ class ModelsScreen(ZyquoScreen):
         self.gguf_files: list[GGUFFile] = []
         self.importing: str | None = None  # the GGUF file being imported, by name
         self.import_started = 0.0
+        self.import_name = ""
         self.searched: list[tuple[str, str, bool]] = []
         self.discovered = False  # the first discovery is done
 
@@ -211,7 +212,8 @@ class ModelsScreen(ZyquoScreen):
     def _show_title(self) -> None:
         if self.importing:
             seconds = time.monotonic() - self.import_started
-            context = f"Models · importing {self.importing}… {seconds:.0f} s"
+            # The library name, shorter than a file's listed name: the seconds stay in view.
+            context = f"Models · importing as {self.import_name}… {seconds:.0f} s"
         elif self.models:
             ready = sum(m.ready for m in self.models)
             context = f"Models · {len(self.models)} found, {ready} ready"
@@ -315,6 +317,7 @@ class ModelsScreen(ZyquoScreen):
             self.notify(entry.status_detail, title="Import", severity="error", timeout=10)
             return
         self.importing, self.import_started = entry.name, time.monotonic()
+        self.import_name = entry.import_name
         self._show_title()
         self._ticker = self.set_interval(1.0, self._show_title)
         self.import_gguf(entry, self.app.store.home)
