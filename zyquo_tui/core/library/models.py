@@ -5,7 +5,8 @@ Searched, in this order (the first place a folder is found names it):
   - folders listed in config.toml under [models] folders
   - the Hugging Face hub cache ($HF_HUB_CACHE, else $HF_HOME/hub, else
     ~/.cache/huggingface/hub): models--ORG--NAME/snapshots/REVISION, the revision refs/main names
-  - LM Studio (~/.lmstudio/models and ~/.cache/lm-studio/models, PUBLISHER/MODEL)
+  - LM Studio (~/.lmstudio/models and ~/.cache/lm-studio/models, PUBLISHER/MODEL); its
+    folders of GGUF files are listed as importable files instead (gguf_files.py)
 
 Everything comes from config.json, the tokenizer files and the safetensors headers: no tensor is
 loaded and mlx_lm is never imported (it takes seconds); its sources are read as files instead.
@@ -384,8 +385,8 @@ def _status(folder: Path, info: ModelInfo, config: dict[str, Any], config_proble
             return NEEDS_CONVERSION, f"{kind}: mlx-lm loads model*.safetensors; {how}."
         if any(n.endswith(".gguf") for n in names):
             return UNSUPPORTED, (
-                "GGUF weights only: mlx-lm cannot load GGUF; download the safetensors "
-                "release (or an mlx-community conversion)."
+                "GGUF weights only: mlx-lm cannot load GGUF; import a file with "
+                "`zyquo-tui models import FILE.gguf`, or download the safetensors release."
             )
         return INCOMPLETE, "no weight files (model*.safetensors)."
     if weight_problem:
@@ -448,6 +449,8 @@ def discover_models(home: Path | None = None) -> list[ModelInfo]:
             ]
         for folder, name, repo in candidates:
             key = resolved(folder)
+            if root.source == SOURCE_LM_STUDIO and _gguf_only(folder):
+                continue  # its files are listed as importable (core/library/gguf_files.py)
             if key not in found:
                 found[key] = inspect_model(folder, name=name, source=root.source, hub_repo=repo)
     return sorted(found.values(), key=lambda m: (m.name.lower(), str(m.path)))
@@ -468,6 +471,9 @@ def resolve_model(name_or_path: str, home: Path | None = None) -> ModelInfo:
     """The model a user named on the command line: a folder, or a name as `zyquo-tui models`
     lists it. UserError (one sentence) when there is no such model."""
     model = find_model(name_or_path, home)
+    if model is None and name_or_path.lower().endswith(".gguf"):
+        raise UserError(f"{name_or_path} is a GGUF file, which mlx-lm cannot train: import it "
+                        f"first with `zyquo-tui models import {name_or_path}`.")
     if model is None:
         raise UserError(f"No model {name_or_path!r}: give a model folder, or a name that "
                         "`zyquo-tui models` lists.")
@@ -489,6 +495,11 @@ def _looks_like_model(folder: Path) -> bool:
     if "adapter_config.json" in names:
         return False  # a LoRA adapter (adapters.safetensors), not a model
     return any(n.endswith((".safetensors", ".gguf") + PYTORCH_WEIGHT_SUFFIXES) for n in names)
+
+
+def _gguf_only(folder: Path) -> bool:
+    """A folder of GGUF files and no MLX model (LM Studio's downloads of llama.cpp models)."""
+    return not (folder / "config.json").exists() and any(folder.glob("*.gguf"))
 
 
 def _model_folders(root: Path) -> list[tuple[Path, str]]:
