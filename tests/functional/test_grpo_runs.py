@@ -41,7 +41,9 @@ def events_of(store, run) -> list[dict]:
 
 
 def test_a_grpo_run_reports_rewards_kl_length_and_samples(tiny_model):
-    store, run = grpo_run(tiny_model)
+    # Each batch of answers trains two iterations (grpo_iterations): the second against the
+    # policy that sampled them, one update ago, so its ratios have moved and some are clipped.
+    store, run = grpo_run(tiny_model, grpo={"grpo_iterations": 2})
     done = run_trainer(store.run_dir(run.id))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     events = events_of(store, run)
@@ -51,7 +53,14 @@ def test_a_grpo_run_reports_rewards_kl_length_and_samples(tiny_model):
         assert set(GRPO_METRICS) <= set(e), e
         assert set(e["reward_means"]) == {"exact_answer", "length"}
         assert 0 < e["completion_length"] <= 12 + 1  # the stop token is an answer's too
-        assert e["clip_fraction"] == 0  # each answer is trained on once: on-policy
+        if e["iteration"] % 2:  # answers just sampled: the policy that sampled them
+            assert e["clip_fraction"] == 0, e
+    # Reused answers: one update later, some ratios are past the clip.
+    assert any(e["clip_fraction"] > 0 for e in trains if e["iteration"] % 2 == 0), trains
+    # A reusing step reports the figures of the answers it trains, those of the step before.
+    for fresh, reused in zip(trains[::2], trains[1::2]):
+        assert reused["reward_mean"] == fresh["reward_mean"]
+        assert reused["completion_length"] == fresh["completion_length"]
     assert trains[0]["kl"] == 0  # fresh adapters: the policy is its reference
     assert any(e["kl"] > 0 for e in trains[1:])
     vals = [e for e in events if e["type"] == "val"]
@@ -68,12 +77,16 @@ def test_a_grpo_run_reports_rewards_kl_length_and_samples(tiny_model):
     assert shown["progress"]["reward_mean"] == trains[-1]["reward_mean"]
 
 
-def test_cancel_and_resume_of_a_grpo_run_equals_the_straight_run(tiny_model):
-    """Sampling included: the resumed run draws the answers the straight run drew."""
+@pytest.mark.parametrize("iterations", [1, 2], ids=["trained_once", "reused"])
+def test_cancel_and_resume_of_a_grpo_run_equals_the_straight_run(tiny_model, iterations):
+    """Sampling included: the resumed run draws the answers the straight run drew. Reused
+    (grpo_iterations 2), the cancel at step 7 falls between a batch's two iterations: the
+    resumed step 8 trains the answers step 7 sampled, kept in step 7's checkpoint."""
     settings = dict(iters=12, lora_parameters={"rank": 8, "dropout": 0.1, "scale": 20.0})
-    store, straight = grpo_run(tiny_model, **settings)
+    grpo = {"grpo_iterations": iterations}
+    store, straight = grpo_run(tiny_model, grpo=grpo, **settings)
     assert run_trainer(store.run_dir(straight.id)).returncode == 0
-    _, interrupted = grpo_run(tiny_model, store=store, **settings)
+    _, interrupted = grpo_run(tiny_model, store=store, grpo=grpo, **settings)
     cancel_mid_run_then_resume(store, interrupted.id, 7)
     want, have = events_of(store, straight), events_of(store, interrupted)
     for kind, key in [("train", "train_loss"), ("val", "val_loss"), ("val", "reward_mean"),

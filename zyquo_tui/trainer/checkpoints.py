@@ -29,6 +29,8 @@ from zyquo_tui.core.store.atomic import fsync_dir
 from zyquo_tui.core.store.checkpoints import LATEST_ADAPTERS, adapter_file, state_files
 
 STATE_FORMAT = 1
+# The state file's tensors an objective saved (a grpo run's answers kept for reuse).
+OBJECTIVE_PREFIX = "objective."
 
 
 class CheckpointWriteError(Exception):
@@ -76,6 +78,7 @@ def _fsync(path: Path) -> None:
 def save_checkpoint(
     adapters: Path, step: int, weights: dict[str, mx.array], optimizer_state: Any,
     grad_accum: Any, loss_sum: mx.array | float, meta: dict[str, Any],
+    objective_tensors: dict[str, mx.array] | None = None,
 ) -> dict[str, Any]:
     """Write weights and resume state for `step`; return the paths and bytes written.
 
@@ -88,6 +91,7 @@ def save_checkpoint(
     if grad_accum is not None:
         tensors.update({f"grad_accum.{k}": v for k, v in tree_flatten(grad_accum)})
     tensors["loss_sum"] = mx.array(loss_sum, dtype=mx.float32)
+    tensors.update({OBJECTIVE_PREFIX + k: v for k, v in (objective_tensors or {}).items()})
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     try:
         # An older save of this step (a resume from an earlier step) stops being resumable
@@ -133,6 +137,12 @@ def load_state(adapters: Path, step: int) -> tuple[dict[str, Any], dict[str, mx.
     if meta.get("format") != STATE_FORMAT:
         raise ValueError(f"{state_json}: trainer state format {meta.get('format')} is unknown")
     return meta, mx.load(str(state_tensors))
+
+
+def objective_tensors(tensors: dict[str, mx.array]) -> dict[str, mx.array]:
+    """What the run's objective saved with a step (save_checkpoint's objective_tensors)."""
+    return {k[len(OBJECTIVE_PREFIX):]: v for k, v in tensors.items()
+            if k.startswith(OBJECTIVE_PREFIX)}
 
 
 def split_state(tensors: dict[str, mx.array]) -> tuple[Any, Any, mx.array]:

@@ -44,6 +44,14 @@ REWARD_MEAN_PREFIX = "reward_mean:"
 PAD_WIDTH = 8
 
 
+def scoring_temperature(settings: Hyperparameters) -> float:
+    """The temperature a grpo run's answers are scored at: the one they were sampled at, so
+    the policy's log-probabilities are those of the distribution that drew them (as TRL
+    scores); greedy sampling (temperature 0) has no such distribution and is scored at 1."""
+    temperature = float(SETTINGS["sampling_temperature"].get(settings))
+    return temperature if temperature > 0 else 1.0
+
+
 class Sampler:
     """A grpo run's rollouts: its model answers a batch's prompts, its rewards judge them, its
     reference scores them (when kl_beta is not 0)."""

@@ -337,7 +337,12 @@ class RunDraft:
         """The whole batches one epoch of the dataset makes at the batch size; None while the
         dataset's rows are unknown (or too few for a batch: a problem says so)."""
         rows = self.data.rows.get("train") if self.data is not None else None
-        return EpochPlan.of(rows, self.hyperparameters.batch_size)
+        hp = self.hyperparameters
+        # A grpo run trains each batch grpo_iterations iterations: an epoch takes that many
+        # more.
+        reuses = (SETTINGS["grpo_iterations"].get(hp)
+                  if SETTINGS["objective"].get(hp) == "grpo" else 1)
+        return EpochPlan.of(rows, hp.batch_size, reuses)
 
     def resolve_epochs(self) -> None:
         """With epochs set, iters becomes epochs x the batches of an epoch; left as it is
