@@ -302,3 +302,54 @@ def test_a_grpo_config_round_trips_through_mlx_lm_lora_keys(models, tmp_path):
     shown = json.loads(zyquo_cli("runs", "show", json.loads(imported.stdout)["id"],
                                  "--json").stdout)
     assert shown["hyperparameters"]["zyquo_tui"] == own
+
+
+def test_a_reward_that_never_returns_is_stopped_after_reward_timeout(tiny_model, tmp_path):
+    """A reward that sleeps forever: the step waits reward_timeout seconds for it, then the
+    run fails in one sentence and its trainer ends (the reward's thread left behind)."""
+    rewards = tmp_path / "stuck.py"
+    rewards.write_text("import time\n\n\ndef stuck(prompts, completions, answer, types=None):\n"
+                       "    while True:\n        time.sleep(60)\n")
+    store, run = grpo_run(tiny_model, iters=2,
+                          grpo={"reward_functions": [f"{rewards}:stuck"],
+                                "reward_timeout": 2.0})
+    done = run_trainer(store.run_dir(run.id), timeout=120)
+    assert done.returncode == 1, done.stderr[-2000:]
+    failed = events_of(store, run)[-1]
+    assert failed["type"] == "failed" and failed["cause"] == "reward", failed
+    assert failed["message"] == (
+        f"At step 1, the reward function {rewards}:stuck was still running after 2 s "
+        "(reward_timeout), so it was stopped; make it return sooner or raise "
+        "--reward-timeout.")
+    assert RunStore().get(run.id).state is RunState.FAILED
+
+
+def test_a_reward_that_calls_sys_exit_fails_the_run_in_one_sentence(tiny_model, tmp_path):
+    rewards = tmp_path / "quits.py"
+    rewards.write_text("import sys\n\n\ndef quits(prompts, completions, answer, types=None):\n"
+                       "    sys.exit(3)\n")
+    store, run = grpo_run(tiny_model, iters=2,
+                          grpo={"reward_functions": [f"{rewards}:quits"]})
+    done = run_trainer(store.run_dir(run.id))
+    assert done.returncode == 1, done.stderr[-2000:]
+    failed = events_of(store, run)[-1]
+    assert failed["type"] == "failed" and failed["cause"] == "reward", failed
+    assert failed["message"] == (f"At step 1, the reward function {rewards}:quits called "
+                                 "sys.exit (3); a reward must return its values.")
+    assert 'quits.py", line 5, in quits' in done.stderr  # its traceback, in trainer.log
+    assert RunStore().get(run.id).state is RunState.FAILED
+
+
+def test_an_async_reward_is_refused_when_the_run_is_made(models, tmp_path):
+    rewards = tmp_path / "later.py"
+    rewards.write_text("async def later(prompts, completions, answer, types=None):\n"
+                       "    return [1.0] * len(completions)\n")
+    refused = zyquo_cli("runs", "new", "--model", "zyquo-tiny", "--data", str(RL),
+                        "--reward", f"{rewards}:later")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        f"zyquo-tui: The run was not created: reward_functions: {rewards}:1: later is an "
+        "async def; make it a plain "
+        "def that returns one number per answer (asyncio.run inside it can await what it "
+        "needs)."]
+    assert RunStore().list() == []  # nothing stored
