@@ -449,12 +449,13 @@ class TrainingClient:
 
     def _teacher(self, path: str):
         """A frozen teacher loaded beside the trained model, once (a run's Teacher)."""
-        from zyquo_tui.trainer.teacher import Teacher, TeacherError
+        from zyquo_tui.trainer.teacher import Teacher, TeacherError, output_width
 
         folder = self._resolved(path)
         if folder not in self._teachers:
             try:
-                self._teachers[folder] = Teacher(folder, self.tokenizer)
+                self._teachers[folder] = Teacher(folder, self.tokenizer,
+                                                 output_width(self.engine.model))
             except TeacherError as error:
                 raise ValueError(f"{error} (Or give teacher_logprobs instead.)") from None
         return self._teachers[folder]

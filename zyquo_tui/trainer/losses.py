@@ -213,7 +213,12 @@ def distill_kl(student_logits: mx.array, teacher_logprobs: mx.array, temperature
                ) -> mx.array:
     """Per token: KL(teacher || student) at temperature T, times T² (Hinton et al. 2015, so the
     gradient's scale does not depend on T). `teacher_logprobs` are log-softmax(teacher logits /
-    T) over the whole vocabulary."""
+    T) over the whole vocabulary; a student whose output is wider (padding rows past a shared
+    tokenizer's tokens) is compared over the teacher's width (trainer/teacher.py narrows a
+    wider teacher to the student's)."""
+    width = teacher_logprobs.shape[-1]
+    if student_logits.shape[-1] > width:
+        student_logits = student_logits[..., :width]
     student = nn.log_softmax(student_logits.astype(mx.float32) / temperature, axis=-1)
     kl = (mx.exp(teacher_logprobs) * (teacher_logprobs - student)).sum(-1)
     return kl * temperature ** 2

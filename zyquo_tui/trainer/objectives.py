@@ -299,7 +299,7 @@ class DistillObjective(SftObjective):
 
     def __init__(self, settings: Hyperparameters, model, tokenizer,
                  chunk_tokens: int | str = OFF_TEXT) -> None:
-        from zyquo_tui.trainer.teacher import Teacher, TeacherError
+        from zyquo_tui.trainer.teacher import Teacher, TeacherError, output_width
 
         super().__init__(settings, model, chunk_tokens)
         self.model = model
@@ -308,7 +308,8 @@ class DistillObjective(SftObjective):
         self.on_policy = bool(SETTINGS["on_policy"].get(settings))
         self.max_completion_tokens = int(SETTINGS["max_completion_tokens"].get(settings))
         try:
-            self.teacher = Teacher(str(SETTINGS["teacher"].get(settings)), tokenizer)
+            self.teacher = Teacher(str(SETTINGS["teacher"].get(settings)), tokenizer,
+                                   output_width(model))
         except TeacherError as error:
             raise fail("config", str(error), error.suggestion) from None
 
