@@ -79,6 +79,8 @@ class ModelInfo:
     weight_files: int = 0
     weight_dtypes: dict[str, int] = field(default_factory=dict)  # bytes per stored dtype
     quantization: Quantization | None = None
+    # A quantization no run can train (fp8...): its quant_method (untrainable_quantization).
+    untrainable_quantization: str | None = None
     hidden_size: int | None = None
     num_layers: int | None = None
     num_heads: int | None = None
@@ -207,6 +209,43 @@ def count_parameters(table: TensorTable, config: dict[str, Any]) -> int:
                 continue
         total += tensor.elements
     return total
+
+
+# The quantization_config methods mlx-lm loads as its own quantized layers, which train as
+# QLoRA (`_legacy_quantization` maps each); a plain `bits` entry is mlx-lm's own. Any other
+# (fp8, bitnet, compressed-tensors, modelopt, bitsandbytes...) trains neither as QLoRA nor as
+# an unquantized model here: the one rule the draft and the trainer both apply.
+TRAINABLE_QUANT_METHODS = ("mxfp4", "mxfp8", "awq", "gptq")
+
+
+def untrainable_quantization(config: dict[str, Any]) -> str | None:
+    """The quant_method of a config.json's `quantization_config` that no run trains (a
+    model quantized so is refused, neither QLoRA's nor an unquantized base); None for an
+    unquantized model or one quantized as mlx-lm's quantized layers are."""
+    if isinstance(config.get("quantization"), dict):
+        return None
+    given = config.get("quantization_config")
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        return repr(given)
+    method = given.get("quant_method")
+    if method in TRAINABLE_QUANT_METHODS or (method is None and "bits" in given):
+        return None
+    return str(method)
+
+
+def untrainable_quantization_sentence(model_name: str, method: str) -> str:
+    """Why a model quantized by `method` cannot train, and what to do: one sentence."""
+    return (f"{model_name} is quantized as {method} (config.json's quantization_config), "
+            "which neither QLoRA nor full or LoRA fine-tuning can train here; use an "
+            "unquantized copy of the model, or quantize that with `mlx_lm convert -q`.")
+
+
+def is_quantized(config: dict[str, Any]) -> bool:
+    """Whether a model's weights are quantized as mlx-lm quantizes them (QLoRA trains it,
+    full fine-tuning cannot): the rule the draft and the trainer share."""
+    return quantization_of(config) is not None
 
 
 def quantization_of(config: dict[str, Any]) -> Quantization | None:
@@ -347,6 +386,7 @@ def _describe_shape(info: ModelInfo, config: dict[str, Any]) -> None:
     info.mlx_module = mlx_module_for(config)
     info.supported = mlx_lm_supports(info.mlx_module) and "model_file" not in config
     info.quantization = quantization_of(config)
+    info.untrainable_quantization = untrainable_quantization(config)
     info.hidden_size = _config_value(config, "hidden_size", "n_embd", "d_model")
     info.num_layers = _config_value(config, "num_hidden_layers", "n_layer", "num_layers")
     info.num_heads = _config_value(config, "num_attention_heads", "n_head", "num_heads")
