@@ -158,7 +158,17 @@ def restore_rngs(meta: dict[str, Any]) -> None:
     """Put NumPy's global RNG (data order) and MLX's key (dropout) back as they were."""
     kind, keys, pos, has_gauss, cached = meta["numpy_rng"]
     np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-    # MLX's state cannot be assigned; seeding with the 64-bit key recreates it exactly.
-    high, low = meta["mlx_rng"]
-    mx.random.seed((high << 32) | low)
+    mx.random.seed(mlx_rng_seed(meta["mlx_rng"]))
+
+
+def mlx_rng_seed(key: Any = None) -> int:
+    """The seed that puts MLX's global random key back as `key` (mx.random.state[0], or the
+    [high, low] pair a checkpoint saves; None: the key as it is now). MLX's state cannot be
+    assigned; its key is the two 32-bit halves of the 64-bit seed that made it, so seeding with
+    them packed recreates it exactly, draws to come included. The one packing: checkpoints, the
+    client and the server's models all keep and restore keys through it."""
+    if key is None:
+        key = mx.random.state[0]
+    high, low = (int(x) for x in (key.tolist() if hasattr(key, "tolist") else key))
+    return (high << 32) | low
 
