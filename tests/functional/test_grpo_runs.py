@@ -77,17 +77,22 @@ def test_a_grpo_run_reports_rewards_kl_length_and_samples(tiny_model):
     assert shown["progress"]["reward_mean"] == trains[-1]["reward_mean"]
 
 
-@pytest.mark.parametrize("iterations", [1, 2], ids=["trained_once", "reused"])
-def test_cancel_and_resume_of_a_grpo_run_equals_the_straight_run(tiny_model, iterations):
+@pytest.mark.parametrize("iterations, accumulation, cancel_at", [(1, 1, 7), (2, 1, 7), (2, 2, 6)],
+                         ids=["trained_once", "reused", "reused_accumulated"])
+def test_cancel_and_resume_of_a_grpo_run_equals_the_straight_run(tiny_model, iterations,
+                                                                 accumulation, cancel_at):
     """Sampling included: the resumed run draws the answers the straight run drew. Reused
     (grpo_iterations 2), the cancel at step 7 falls between a batch's two iterations: the
-    resumed step 8 trains the answers step 7 sampled, kept in step 7's checkpoint."""
-    settings = dict(iters=12, lora_parameters={"rank": 8, "dropout": 0.1, "scale": 20.0})
+    resumed step 8 trains the answers step 7 sampled, kept in step 7's checkpoint. With two
+    batches accumulated, steps 5 and 6 sample them and 7 and 8 reuse them: both are kept in
+    step 6's checkpoint."""
+    settings = dict(iters=12, lora_parameters={"rank": 8, "dropout": 0.1, "scale": 20.0},
+                    grad_accumulation_steps=accumulation)
     grpo = {"grpo_iterations": iterations}
     store, straight = grpo_run(tiny_model, grpo=grpo, **settings)
     assert run_trainer(store.run_dir(straight.id)).returncode == 0
     _, interrupted = grpo_run(tiny_model, store=store, grpo=grpo, **settings)
-    cancel_mid_run_then_resume(store, interrupted.id, 7)
+    cancel_mid_run_then_resume(store, interrupted.id, cancel_at)
     want, have = events_of(store, straight), events_of(store, interrupted)
     for kind, key in [("train", "train_loss"), ("val", "val_loss"), ("val", "reward_mean"),
                       *[("train", m) for m in GRPO_METRICS]]:

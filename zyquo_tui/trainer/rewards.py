@@ -13,8 +13,9 @@ the total and is left out of the reward's mean.
 
 A run names its rewards as its `reward_functions` setting holds them: a built-in name or
 FILE.py:FUNCTION (the file's path made absolute when the run was made, since the trainer runs
-elsewhere). A reward that raises, or returns anything but one number (or None) per answer, fails
-the run at that step (`RewardError`; trainer/grpo.py turns it into the `failed` event).
+elsewhere). A reward that raises (SystemExit included), returns anything but one number (or
+None) per answer, or is still running after the run's reward_timeout, fails the run at that step
+(`RewardError`; trainer/grpo.py turns it into the `failed` event).
 """
 
 from __future__ import annotations
