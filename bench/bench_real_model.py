@@ -210,7 +210,10 @@ def part_grpo(env, home, args) -> None:
 def part_plan(env, home, args) -> None:
     ensure_imports(env, home)
     print("\n## plan against the measured peak (sample_data/chat, 4 steps)")
-    print(f"{'config':<8} {'measured MiB':>13} {'plan MiB':>9} {'error':>7}")
+    print("plan: what `zyquo-tui plan` shows (the terms, corrected by a measured replica); "
+          "terms: --no-replica")
+    print(f"{'config':<8} {'measured MiB':>13} {'plan MiB':>9} {'error':>7} "
+          f"{'terms MiB':>10} {'error':>7}")
     for name, model, flags in PLAN_CONFIGS:
         store = home / "plan" / name
         shutil.rmtree(store, ignore_errors=True)
@@ -220,22 +223,27 @@ def part_plan(env, home, args) -> None:
         common = ["--model", model, "--data", str(CHAT), *flags, "--iters", "4",
                   "--steps-per-report", "1", "--steps-per-eval", "1000", "--val-batches",
                   "1", "--save-every", "1000"]
-        planned = cli(own, "plan", *common, "--json", check=False)
-        if planned.returncode not in (0, 1):
-            print(f"{name}: plan failed: {planned.stderr.strip()}")
-            continue
-        estimate = json.loads(planned.stdout)["estimate_bytes"]
+        estimates = []
+        for extra in ([], ["--no-replica"]):
+            planned = cli(own, "plan", *common, *extra, "--json", check=False)
+            if planned.returncode not in (0, 1):
+                raise SystemExit(f"{name}: plan failed: {planned.stderr.strip()}")
+            estimates.append(json.loads(planned.stdout)["estimate_bytes"])
         run_id = train(own, *common)
         events = read_events(store / "runs" / run_id / "events.jsonl")
         peak = max(e["peak_memory_bytes"] for e in events if e["type"] == "train")
-        print(f"{name:<8} {peak / 2**20:>13.1f} {estimate / 2**20:>9.1f} "
-              f"{(estimate - peak) / peak:>+7.1%}")
+        print(f"{name:<8} {peak / 2**20:>13.1f}" + "".join(
+            f" {estimate / 2**20:>{width}.1f} {(estimate - peak) / peak:>+7.1%}"
+            for estimate, width in zip(estimates, (9, 10))))
 
 
 def ours_whole_run(env, home) -> float:
+    """Trained tokens over the wall time of `runs start --wait` (the run made beforehand, as
+    mlx_lm's config is written beforehand)."""
+    run_id = cli(env, "runs", "new", "--model", FLOAT, "--data", str(CHAT), "--method", "lora",
+                 *SPEED_FLAGS).stdout.strip()
     started = time.perf_counter()
-    run_id = train(env, "--model", FLOAT, "--data", str(CHAT), "--method", "lora",
-                   *SPEED_FLAGS)
+    cli(env, "runs", "start", run_id, "--wait")
     wall = time.perf_counter() - started
     events = read_events(home / "runs" / run_id / "events.jsonl")
     tokens = max(e["trained_tokens"] for e in events if e["type"] == "train")

@@ -113,6 +113,13 @@ def bad_truncated(path: Path) -> Path:
     return path
 
 
+def bad_integer_tensor(path: Path) -> Path:
+    weights = random_llama_weights()
+    norm = weights.pop("model.layers.0.input_layernorm.weight")
+    return write_llama_gguf(path, weights, "F32",
+                            raw={"blk.0.attn_norm.weight": norm.astype(np.int8)})
+
+
 def bad_text(path: Path) -> Path:
     path.write_text("This is not a model; it is a note named .gguf.\n")
     return path
@@ -122,6 +129,7 @@ def bad_text(path: Path) -> Path:
     (bad_mamba, "architecture 'mamba' cannot be imported yet"),
     (bad_truncated, "is truncated"),
     (bad_text, "is not a GGUF file"),
+    (bad_integer_tensor, "tensor 'blk.0.attn_norm.weight' is stored as I8"),
 ])
 def test_a_bad_file_gets_one_sentence_and_exit_2_and_leaves_nothing(make, sentence, tmp_path,
                                                                      isolated_home):

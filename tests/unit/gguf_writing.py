@@ -60,10 +60,12 @@ def stored(array: np.ndarray, type_name: str) -> np.ndarray:
 
 
 def write_llama_gguf(path: Path, weights: dict[str, np.ndarray], type_name: str = "F32",
-                     config: dict | None = None, architecture: str = "llama") -> Path:
+                     config: dict | None = None, architecture: str = "llama",
+                     raw: dict[str, np.ndarray] | None = None) -> Path:
     """`weights` (Hugging Face names, float32) as llama.cpp's converter writes a llama: q and
     k rows permuted, matrices in `type_name` (norms stay F32), the hyperparameters and the
-    tokenizer in the metadata."""
+    tokenizer in the metadata; `raw` tensors (llama.cpp's names) written as they are, in the
+    type their numpy dtype makes."""
     config = {**TINY_LLAMA, **(config or {})}
     tokens = vocabulary()
     writer = GGUFWriter(str(path), architecture)
@@ -100,6 +102,8 @@ def write_llama_gguf(path: Path, weights: dict[str, np.ndarray], type_name: str 
         else:
             qtype = GGMLQuantizationType[type_name]
             writer.add_tensor(gguf_name(name), quantize(array, qtype), raw_dtype=qtype)
+    for name, array in (raw or {}).items():
+        writer.add_tensor(name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -271,7 +271,15 @@ def dequantized_weights(header) -> dict:
     reader = GGUFReader(str(header.path))
     weights = {}
     for tensor in reader.tensors:
-        values = dequantize(tensor.data, tensor.tensor_type)
+        try:
+            values = dequantize(tensor.data, tensor.tensor_type)
+        except NotImplementedError:
+            # Integer and some newer block types: llama.cpp's reader has no dequantizer for
+            # them, so no weight this importer could write.
+            raise GGUFImportError(
+                f"{header.path}: tensor {tensor.name!r} is stored as "
+                f"{tensor.tensor_type.name}, which cannot be dequantized here; convert the "
+                "original model with `mlx_lm convert` instead.") from None
         shape = tuple(int(n) for n in reversed(tensor.shape))
         array = mx.array(np.ascontiguousarray(values, dtype=np.float32).reshape(shape))
         weights[tensor.name] = array if array.ndim == 1 else array.astype(mx.bfloat16)
