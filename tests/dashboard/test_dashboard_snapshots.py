@@ -267,7 +267,7 @@ class TestCheckpointsScreen:
 
     def test_cancelled_run_can_resume_from_a_checkpoint(self, snap_compare, showcase):
         """The cancelled qlora run's checkpoints 100 and 183, both exact; the footer offers
-        r Resume here besides fork, delete, retention, try and export (logs cut at 80
+        r Resume besides fork, delete, retention, try, export and eval (logs cut at 80
         columns)."""
         assert snap_compare(dashboard(showcase), terminal_size=(80, 24),
                             run_before=lambda pilot: open_run(pilot, CANCELLED, "k"))

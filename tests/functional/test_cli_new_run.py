@@ -363,3 +363,60 @@ def test_iters_over_a_config_with_epochs_unsets_them(capsys, tiny_model, tmp_pat
     assert by_iters.hyperparameters.iters == 30
     assert SETTINGS["epochs"].get(by_iters.hyperparameters) is None
     assert "zyquo_tui" not in run_to_mlx_config(by_iters)
+
+
+def fp8_model(tiny_model, folder):
+    """The sample model's folder with an fp8 quantization_config (as a DeepSeek or Qwen FP8
+    release has), a quantization no run trains."""
+    import shutil
+
+    shutil.copytree(tiny_model, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3",
+                                     "activation_scheme": "dynamic",
+                                     "weight_block_size": [128, 128]}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize("method", [[], ["--method", "full"], ["--method", "qlora"]],
+                         ids=["default", "full", "qlora"])
+def test_a_model_quantized_as_fp8_is_refused_at_create(capsys, tiny_model, tmp_path, method):
+    model = fp8_model(tiny_model, tmp_path / "tiny-fp8")
+    sentence = refused(capsys, "runs", "new", "--model", model, "--data", COMPLETIONS,
+                       "--num-layers", "-1", *method)
+    assert sentence == (
+        "The run was not created: tiny-fp8 is quantized as fp8 (config.json's "
+        "quantization_config), which neither QLoRA nor full or LoRA fine-tuning can train "
+        "here; use an unquantized copy of the model, or quantize that with `mlx_lm convert "
+        "-q`.")
+
+
+def test_the_draft_and_the_trainer_share_one_quantization_rule(tiny_model, tiny_model_4bit,
+                                                               tmp_path):
+    """What the draft calls quantized (QLoRA, never full) the trainer calls quantized, and
+    what the draft refuses the trainer refuses with the same words: a run made around the
+    draft (as an older version stored one) fails at its start, cause config."""
+    from conftest import run_trainer
+    from helpers import make_run
+
+    from zyquo_tui.core.events.protocol import read_events
+    from zyquo_tui.core.library.models import inspect_model, is_quantized
+    from zyquo_tui.trainer.loading import check_model_folder
+
+    for folder in (tiny_model, tiny_model_4bit):
+        config = json.loads((folder / "config.json").read_text())
+        assert is_quantized(config) == (inspect_model(folder).quantization is not None)
+        method = Method.QLORA if is_quantized(config) else Method.FULL
+        assert check_model_folder(Run.new(model=str(folder), data=COMPLETIONS,
+                                          method=method)) == config
+    model = fp8_model(tiny_model, tmp_path / "tiny-fp8")
+    assert inspect_model(model).untrainable_quantization == "fp8"
+    store, run = make_run(model, SAMPLE_DATA / "completions", method="full")
+    done = run_trainer(store.run_dir(run.id))
+    assert done.returncode == 1
+    failed = read_events(store.run_dir(run.id) / "events.jsonl")[-1]
+    assert failed["type"] == "failed" and failed["cause"] == "config", failed
+    assert failed["message"] == ("tiny-fp8 is quantized as fp8 (config.json's "
+                                 "quantization_config), which neither QLoRA nor full or LoRA "
+                                 "fine-tuning can train here.")

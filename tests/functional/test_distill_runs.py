@@ -148,3 +148,50 @@ def test_an_on_policy_run_trains_the_students_own_answers_and_resumes_exactly(
     tokens_off = losses_by_iteration(read_events(store.run_dir(off.id) / "events.jsonl"),
                                      "train", "trained_tokens")
     assert tokens_off != tokens_a
+
+
+def padded_wider(teacher: Path, folder: Path, extra: int = 24) -> Path:
+    """A copy of `teacher` whose output layer has `extra` more rows than its tokenizer has
+    tokens (its embedding, tied to its output, or its lm_head padded with random rows, as a
+    bigger sibling's output is padded to a round width: Qwen2.5-7B's 152,064 beside
+    Qwen2.5-0.5B's 151,936, one tokenizer)."""
+    import shutil
+
+    import mlx.core as mx
+
+    shutil.copytree(teacher, folder)
+    weights = mx.load(str(folder / "model.safetensors"))
+    mx.random.seed(9)
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        if name in weights:
+            rows = weights[name]
+            padding = mx.random.normal((extra, rows.shape[1])).astype(rows.dtype)
+            weights[name] = mx.concatenate([rows, padding])
+    mx.save_safetensors(str(folder / "model.safetensors"), weights, metadata={"format": "mlx"})
+    config = json.loads((folder / "config.json").read_text())
+    config["vocab_size"] += extra
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize("chunk_tokens", ["off", 8], ids=["logits", "sliced"])
+def test_a_teacher_padded_wider_than_the_student_distills_over_the_shared_vocabulary(
+        tiny_model, teacher_model, tmp_path, chunk_tokens):
+    """The teacher's output is cut to the student's width and its distribution taken over
+    those tokens: whatever its padding rows hold, the losses are the unpadded teacher's (as
+    the logits or, sliced, from its hidden states and output head)."""
+    wider = padded_wider(teacher_model, tmp_path / "wider-teacher")
+    fast = dict(iters=3, batch_size=4, steps_per_report=1, steps_per_eval=1000,
+                save_every=1000, mask_prompt=True, distill_temperature=2.0)
+    trained = {}
+    for name, teacher in (("same", teacher_model), ("wider", wider)):
+        store, run = distill_run(tiny_model, teacher, **fast)
+        store.update(run.id, lambda r: SETTINGS["loss_chunk_tokens"].set(r.hyperparameters,
+                                                                          chunk_tokens))
+        done = run_trainer(store.run_dir(run.id))
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        trained[name] = losses_by_iteration(read_events(store.run_dir(run.id) / "events.jsonl"),
+                                            "train", "train_loss")
+    assert sorted(trained["wider"]) == [1, 2, 3]
+    for step, loss in trained["same"].items():
+        assert trained["wider"][step] == pytest.approx(loss, rel=1e-5, abs=1e-6), trained

@@ -4,6 +4,7 @@ the KL term to the reference is 0 while the policy is the reference (a run's fir
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 
 import pytest
@@ -193,3 +194,106 @@ def test_answers_sharing_prompts_give_the_same_loss_and_gradients_in_slices(tiny
         scale = mx.abs(grad).max().item()
         assert scale > 0, name
         assert mx.abs(grad - theirs[name]).max().item() <= 1e-4 * scale, name
+
+
+def test_a_reused_batchs_clipped_token_contributes_no_gradient(tiny_model):
+    """The reuse grpo_iterations makes: the answers' log-probabilities under the policy that
+    sampled them (adapters at 0) are the ratio's denominator after an update has moved the
+    adapters. The tokens whose ratio left [1 - ε, 1 + ε] on the side their advantage pushes
+    are clipped: each contributes no gradient, every other token does, and clip_fraction
+    counts exactly the clipped ones."""
+    from zyquo_tui.trainer import losses
+    from zyquo_tui.trainer.encoding import pad_rows
+
+    model, tokenizer = _lora_model(tiny_model, moved=False)
+    prompts, answers, groups, advantages = _rollout(tokenizer, model.args.vocab_size)
+    rows = [(prompts[g] + a, len(prompts[g])) for a, g in zip(answers, groups)]
+    tokens, lengths, _ = pad_rows(rows, 4096)
+    old, mask = losses.token_logprobs(model, tokens, lengths)  # the sampling policy
+    mx.random.seed(5)
+    for _, module in model.named_modules():  # one update later
+        if hasattr(module, "lora_b"):
+            module.lora_b = mx.random.normal(module.lora_b.shape) * 0.02
+    logps, _ = losses.token_logprobs(model, tokens, lengths)
+
+    def loss_of(scores):
+        return losses.grpo_loss(scores, scores, mask, advantages, 0.0, EPSILON, old)[0]
+
+    grad = mx.grad(loss_of)(logps)
+    ratio = mx.exp(logps - old)
+    pushed = advantages[:, None]
+    clipped = (((ratio > 1 + EPSILON) & (pushed > 0)) | ((ratio < 1 - EPSILON) & (pushed < 0))
+               ) & mask
+    kept = mask & ~clipped
+    assert clipped.sum().item() > 0 and kept.sum().item() > 0
+    assert mx.all(mx.where(clipped, grad, 0) == 0).item()
+    assert mx.all(mx.where(kept, grad != 0, True)).item()
+    _, metrics = losses.grpo_loss(logps, logps, mask, advantages, 0.0, EPSILON, old)
+    assert metrics["clip_fraction"].item() == pytest.approx(
+        clipped.sum().item() / mask.sum().item())
+    # Without the sampling policy's log-probabilities (each batch trained once) nothing is
+    # ever clipped: the ratio is 1.
+    _, on_policy = losses.grpo_loss(logps, logps, mask, advantages, 0.0, EPSILON)
+    assert on_policy["clip_fraction"].item() == 0
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["whole", "shared_prompts"])
+@pytest.mark.parametrize("chunk_tokens", ["off", 8], ids=["logits", "sliced"])
+def test_a_grpo_run_scores_its_answers_at_the_sampling_temperature(tiny_model, shared,
+                                                                   chunk_tokens):
+    """The policy's (old_logps), the training loss's and the reference's log-probabilities
+    of a rollout are log_softmax(logits / T) at the run's sampling temperature T."""
+    from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters
+    from zyquo_tui.trainer.encoding import pad_rows
+    from zyquo_tui.trainer.engine import adapters_disabled
+    from zyquo_tui.trainer.objectives import GrpoObjective
+    from zyquo_tui.trainer.shared_prompts import layout
+
+    temperature = 0.5
+    model, tokenizer = _lora_model(tiny_model, moved=True)
+    hp = Hyperparameters.from_dict({"grad_checkpoint": not shared})
+    for key, value in {"objective": "grpo", "sampling_temperature": temperature,
+                       "grpo_iterations": 2, "group_size": 3}.items():
+        SETTINGS[key].set(hp, value)
+    objective = GrpoObjective(hp, model, str(tiny_model), chunk_tokens, tokenizer)
+    assert (objective.shared is not None) is shared
+    prompts, answers, groups, advantages = _rollout(tokenizer, model.args.vocab_size)
+    if shared:
+        arrays = layout(prompts, answers, 3, pad_to=8)
+    else:
+        rows = [(prompts[g] + a, len(prompts[g])) for a, g in zip(answers, groups)]
+        arrays = pad_rows(rows, 4096)[:2]
+
+    def expected(reference: bool) -> list[list[float]]:
+        """Each answer's token log-probabilities, from whole sequences' logits / T."""
+        out = []
+        with adapters_disabled(model) if reference else contextlib.nullcontext():
+            for answer, g in zip(answers, groups):
+                sequence = mx.array(prompts[g] + answer)[None]
+                logits = model(sequence[:, :-1])[0, len(prompts[g]) - 1:].astype(mx.float32)
+                logps = nn.log_softmax(logits / temperature, axis=-1)
+                out.append(mx.take_along_axis(logps, mx.array(answer)[:, None], -1)[:, 0]
+                           .tolist())
+        return out
+
+    def per_answer(logps) -> list[list[float]]:
+        if shared:
+            return [logps[i, :len(a)].tolist() for i, a in enumerate(answers)]
+        return [logps[i, len(prompts[g]) - 1:len(prompts[g]) - 1 + len(a)].tolist()
+                for i, (a, g) in enumerate(zip(answers, groups))]
+
+    model.eval()
+    policy = per_answer(objective._policy_logprobs(arrays))
+    reference = objective.sampler.reference
+    score = reference.answer_logprobs if shared else reference.token_logprobs
+    ref = per_answer(score(*arrays))
+    for got, want in ((policy, expected(False)), (ref, expected(True))):
+        for row, row_want in zip(got, want):
+            assert row == pytest.approx(row_want, abs=1e-4)
+    # The training loss reads the same log-probabilities: with old_logps its own, every
+    # ratio is 1 and nothing is clipped.
+    old = objective._policy_logprobs(arrays)
+    loss, _, metrics = objective.loss(model, *arrays, advantages, mx.zeros_like(old), old)
+    assert metrics["clip_fraction"].item() == 0
+    assert loss.item() == pytest.approx(-advantages.mean().item() + 0.1 * metrics["kl"].item(),
+                                        abs=1e-4)

@@ -14,6 +14,7 @@ from test_models import hub_cache_copy, write_config
 from test_models import machine  # noqa: F401  (a fixture the tests here take)
 
 from zyquo_tui.cli.main import main
+from zyquo_tui.core.library.gguf_files import discover_gguf_files
 from zyquo_tui.core.library.models import (
     NEEDS_CONVERSION,
     READY,
@@ -107,11 +108,23 @@ def test_lm_studio_models_are_named_publisher_slash_model(machine, sample_models
     gguf.mkdir(parents=True)
     (gguf / "tiny-Q4_K_M.gguf").write_bytes(b"GGUF")
     found = {m.name: m for m in discover_models()}
-    assert set(found) == {"mlx-community/tiny-4bit", "bartowski/tiny-GGUF"}
+    # A folder of GGUF files is no model: its files are listed as importable instead
+    # (tests/unit/test_gguf_listing.py).
+    assert set(found) == {"mlx-community/tiny-4bit"}
     assert found["mlx-community/tiny-4bit"].source == SOURCE_LM_STUDIO
     assert found["mlx-community/tiny-4bit"].status == READY
-    assert found["bartowski/tiny-GGUF"].status == UNSUPPORTED
-    assert "GGUF" in found["bartowski/tiny-GGUF"].status_detail
+    (listed,) = [f for f in discover_gguf_files() if f.source == SOURCE_LM_STUDIO]
+    assert listed.name == "bartowski/tiny-GGUF/tiny-Q4_K_M.gguf"
+    assert "is truncated" in listed.status_detail  # four bytes: the signature and no more
+
+
+def test_a_gguf_only_folder_elsewhere_says_how_to_import_its_files(machine, isolated_home):
+    folder = isolated_home / "models" / "downloaded"
+    folder.mkdir(parents=True)
+    (folder / "model.Q4_0.gguf").write_bytes(b"GGUF")
+    (model,) = discover_models()
+    assert model.status == UNSUPPORTED
+    assert "`zyquo-tui models import FILE.gguf`" in model.status_detail
 
 
 def test_zyquo_models_and_config_toml_folders_are_searched(machine, isolated_home, sample_models,

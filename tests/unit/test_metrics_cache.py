@@ -5,6 +5,11 @@ cache was cut, damaged or made by other code), and spares reading what it holds.
 from __future__ import annotations
 
 import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +21,8 @@ from zyquo_tui.core.events.metrics import RunMetrics
 from zyquo_tui.core.events.metrics_cache import CACHE_FILE, cache_path, read_cache
 
 from test_metrics import assert_same_metrics, every_field, train_fields
+
+HERE = Path(__file__).parent
 
 RECENT = 40
 
@@ -214,16 +221,32 @@ def test_a_short_history_keeps_no_cache(tmp_path, monkeypatch):
 
 
 def test_a_store_that_cannot_be_written_still_reads(tmp_path):
-    path = tmp_path / "events.jsonl"
+    """A store where no byte can be written (a full disk, a quota; here a file size limit of
+    0, RLIMIT_FSIZE, which binds root too, where a read-only folder would not) reads as
+    parsed, keeps no cache and leaves no temporary file. The same load without the limit
+    writes the cache: the limit, not a threshold, is what kept it out."""
+    path = tmp_path / "run" / "events.jsonl"
+    path.parent.mkdir()
     write(path, 1, 60)
-    tmp_path.chmod(0o500)
-    try:
-        if os.access(tmp_path, os.W_OK):
-            pytest.skip("this user writes read-only folders (root)")
-        assert_as_parsed(path)
-        assert not cache_path(path).exists()
-    finally:
-        tmp_path.chmod(0o700)
+    here = [str(HERE), str(HERE.parent)]
+    script = (f"import sys; from pathlib import Path; sys.path[:0] = {here!r}\n"
+              "import test_metrics_cache as t\n"
+              "t.history_module.CACHE_MIN_BYTES = 0\n"
+              f"t.assert_as_parsed(Path({str(path)!r}))\n"
+              "print('read')\n")
+
+    def no_bytes() -> None:  # in the child: a write past 0 bytes fails (EFBIG), no signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+    limited = subprocess.run([sys.executable, "-c", script], preexec_fn=no_bytes,
+                             capture_output=True, text=True, timeout=120)
+    assert limited.returncode == 0 and limited.stdout == "read\n", limited.stderr
+    assert sorted(path.parent.iterdir()) == [path]  # no cache, no temporary file
+    unlimited = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                               text=True, timeout=120)
+    assert unlimited.returncode == 0, unlimited.stderr
+    assert cache_path(path).exists()
 
 
 def test_a_grpo_runs_rewards_and_completions_come_back_from_the_cache(tmp_path, parsed_pieces):

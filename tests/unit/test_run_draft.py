@@ -179,6 +179,20 @@ def test_epochs_make_the_iterations_from_the_train_rows_and_the_batch_size_and_a
     assert fewer.hyperparameters.iters == 15
 
 
+def test_a_grpo_runs_epochs_count_each_batchs_reuses():
+    """grpo_iterations 3 trains each batch of answers three iterations: an epoch of 25
+    batches is 75 of them (iters counts updates, as TRL counts steps)."""
+    def grpo(**settings) -> RunDraft:
+        return RunDraft.from_choices(data="/data/d", data_traits=rows("prompts", train=100),
+                                     settings={"objective": "grpo", "batch_size": 4,
+                                               **settings})
+
+    assert grpo(epochs=2).hyperparameters.iters == 50
+    reused = grpo(epochs=2, grpo_iterations=3)
+    assert reused.hyperparameters.iters == 150
+    assert reused.epoch_plan().epochs_in(150) == 2
+
+
 def test_iters_and_epochs_are_one_or_the_other():
     with pytest.raises(UserError) as refused:
         by_epochs(epochs=2, iters=10)

@@ -9,7 +9,7 @@ import pytest
 
 from zyquo_tui.cli.main import main
 from zyquo_tui.core.memory.estimate import TrainingConfig
-from zyquo_tui.core.runs.mlx_config import run_from_mlx_config, run_to_mlx_config
+from zyquo_tui.core.runs.mlx_config import choices_from_mlx_config, run_to_mlx_config
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 from zyquo_tui.core.store.presets import Preset, load_preset, save_preset
@@ -25,7 +25,7 @@ def changed_defaults(monkeypatch):
 def test_a_default_changed_in_the_definition_is_in_the_yaml_and_the_presets(changed_defaults):
     config = run_to_mlx_config(Run.new(model="/models/m", data="/data/d"))
     assert config["batch_size"] == 2 and config["lora_parameters"]["scale"] == 12.0
-    imported, _ = run_from_mlx_config({"model": "/models/m", "data": "/data/d"})
+    imported, _ = choices_from_mlx_config({"model": "/models/m", "data": "/data/d"})
     assert imported.hyperparameters.batch_size == 2
     path = save_preset(Preset("plain"))
     assert "batch_size = 2" in path.read_text()

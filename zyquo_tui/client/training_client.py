@@ -235,6 +235,8 @@ class TrainingClient:
         forward_backward runs first, alone, unless fn is the optim_step it waited for."""
         import mlx.core as mx
 
+        from zyquo_tui.trainer.checkpoints import mlx_rng_seed
+
         if self._rng_key is not None:
             mx.random.seed(self._rng_key)
         try:
@@ -242,8 +244,7 @@ class TrainingClient:
                 self._run_parked(with_update=False)
             return fn(*args)
         finally:
-            high, low = (int(x) for x in mx.random.state[0].tolist())
-            self._rng_key = (high << 32) | low
+            self._rng_key = mlx_rng_seed()
 
     # -- on the worker -------------------------------------------------------------------------
 
@@ -414,6 +415,7 @@ class TrainingClient:
                 seed: int | None, top_p: float) -> SampleResult:
         import mlx.core as mx
 
+        from zyquo_tui.trainer.checkpoints import mlx_rng_seed
         from zyquo_tui.trainer.encoding import prompt_tokens
         from zyquo_tui.trainer.sampling import complete
 
@@ -427,8 +429,7 @@ class TrainingClient:
                              temperature, top_p) for p in prompts]
         finally:
             model.train()
-            high, low = (int(x) for x in key.tolist())  # training's draws go on as before
-            mx.random.seed((high << 32) | low)
+            mx.random.seed(mlx_rng_seed(key))  # training's draws go on as before
         # Each text decodes its tokens whole (mlx-lm's streamed text, which `runs try` shows,
         # drops an answer's leading space): a reward reads what the tokens say.
         return SampleResult([self.tokenizer.decode(c.tokens) for c in done],
@@ -449,12 +450,13 @@ class TrainingClient:
 
     def _teacher(self, path: str):
         """A frozen teacher loaded beside the trained model, once (a run's Teacher)."""
-        from zyquo_tui.trainer.teacher import Teacher, TeacherError
+        from zyquo_tui.trainer.teacher import Teacher, TeacherError, output_width
 
         folder = self._resolved(path)
         if folder not in self._teachers:
             try:
-                self._teachers[folder] = Teacher(folder, self.tokenizer)
+                self._teachers[folder] = Teacher(folder, self.tokenizer,
+                                                 output_width(self.engine.model))
             except TeacherError as error:
                 raise ValueError(f"{error} (Or give teacher_logprobs instead.)") from None
         return self._teachers[folder]

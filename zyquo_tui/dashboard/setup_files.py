@@ -12,7 +12,7 @@ from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.runs.mlx_config import (
     dump_mlx_yaml,
     load_mlx_yaml,
-    run_from_mlx_config,
+    choices_from_mlx_config,
     run_to_mlx_config,
 )
 from zyquo_tui.core.store.paths import presets_dir
@@ -66,7 +66,7 @@ class SetupFiles:
             try:
                 config = load_mlx_yaml(source)
                 placeholders = {key: "-" for key in ("model", "data") if not config.get(key)}
-                run, unknown = run_from_mlx_config({**config, **placeholders},
+                run, unknown = choices_from_mlx_config({**config, **placeholders},
                                                    source=str(source), base_dir=source.parent)
             except UserError as error:
                 screen.notify(error.message, title="Import", severity="error", timeout=10)

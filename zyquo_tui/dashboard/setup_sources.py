@@ -33,6 +33,7 @@ from zyquo_tui.core.library.datasets import (
     discover_datasets,
     validate_dataset,
 )
+from zyquo_tui.core.library.gguf_files import GGUFFile, discover_gguf_files
 from zyquo_tui.core.library.models import ModelInfo, discover_models, model_search_roots
 from zyquo_tui.core.library.token_stats import (
     TokenStats,
@@ -133,6 +134,10 @@ class SetupSources:
         found = discover_models(self.home)
         self.known_models = found
         return found
+
+    def gguf_files(self) -> list[GGUFFile]:
+        """The GGUF files `zyquo-tui models import` can make into models (LM Studio, Ollama)."""
+        return discover_gguf_files()
 
     def search_folders(self) -> list[tuple[str, str, bool]]:
         """(folder, source, exists) of every folder searched for models."""

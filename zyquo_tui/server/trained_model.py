@@ -23,6 +23,7 @@ import numpy as np
 from zyquo_tui.server.wire import Sequence, WireDatum
 from zyquo_tui.trainer import token_losses
 from zyquo_tui.trainer.batches import PAD_TO
+from zyquo_tui.trainer.checkpoints import mlx_rng_seed
 
 # Tinker's AdamParams defaults, and torch's AdamW (with bias correction), which Tinker's Adam is.
 ADAM_DEFAULTS = {"betas": [0.9, 0.95], "eps": 1e-12, "weight_decay": 0.0,
@@ -140,8 +141,7 @@ class TrainedModel:
             self._keep_rng()
 
     def _keep_rng(self) -> None:
-        high, low = (int(x) for x in mx.random.state[0].tolist())
-        self._rng_key = (high << 32) | low
+        self._rng_key = mlx_rng_seed()
 
     # -- training ------------------------------------------------------------------------------
 
@@ -344,8 +344,7 @@ class TrainedModel:
             if current is not None:
                 self.engine.set_trainable_weights(current)
             self.model.train()
-            high, low = (int(x) for x in key.tolist())
-            mx.random.seed((high << 32) | low)
+            mx.random.seed(mlx_rng_seed(key))
         return sequences, scored
 
 

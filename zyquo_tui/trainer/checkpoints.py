@@ -29,6 +29,8 @@ from zyquo_tui.core.store.atomic import fsync_dir
 from zyquo_tui.core.store.checkpoints import LATEST_ADAPTERS, adapter_file, state_files
 
 STATE_FORMAT = 1
+# The state file's tensors an objective saved (a grpo run's answers kept for reuse).
+OBJECTIVE_PREFIX = "objective."
 
 
 class CheckpointWriteError(Exception):
@@ -76,6 +78,7 @@ def _fsync(path: Path) -> None:
 def save_checkpoint(
     adapters: Path, step: int, weights: dict[str, mx.array], optimizer_state: Any,
     grad_accum: Any, loss_sum: mx.array | float, meta: dict[str, Any],
+    objective_tensors: dict[str, mx.array] | None = None,
 ) -> dict[str, Any]:
     """Write weights and resume state for `step`; return the paths and bytes written.
 
@@ -88,6 +91,7 @@ def save_checkpoint(
     if grad_accum is not None:
         tensors.update({f"grad_accum.{k}": v for k, v in tree_flatten(grad_accum)})
     tensors["loss_sum"] = mx.array(loss_sum, dtype=mx.float32)
+    tensors.update({OBJECTIVE_PREFIX + k: v for k, v in (objective_tensors or {}).items()})
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     try:
         # An older save of this step (a resume from an earlier step) stops being resumable
@@ -135,6 +139,12 @@ def load_state(adapters: Path, step: int) -> tuple[dict[str, Any], dict[str, mx.
     return meta, mx.load(str(state_tensors))
 
 
+def objective_tensors(tensors: dict[str, mx.array]) -> dict[str, mx.array]:
+    """What the run's objective saved with a step (save_checkpoint's objective_tensors)."""
+    return {k[len(OBJECTIVE_PREFIX):]: v for k, v in tensors.items()
+            if k.startswith(OBJECTIVE_PREFIX)}
+
+
 def split_state(tensors: dict[str, mx.array]) -> tuple[Any, Any, mx.array]:
     """optimizer state tree, gradient accumulation tree (or None), loss sum."""
     def subtree(prefix: str):
@@ -148,7 +158,17 @@ def restore_rngs(meta: dict[str, Any]) -> None:
     """Put NumPy's global RNG (data order) and MLX's key (dropout) back as they were."""
     kind, keys, pos, has_gauss, cached = meta["numpy_rng"]
     np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-    # MLX's state cannot be assigned; seeding with the 64-bit key recreates it exactly.
-    high, low = meta["mlx_rng"]
-    mx.random.seed((high << 32) | low)
+    mx.random.seed(mlx_rng_seed(meta["mlx_rng"]))
+
+
+def mlx_rng_seed(key: Any = None) -> int:
+    """The seed that puts MLX's global random key back as `key` (mx.random.state[0], or the
+    [high, low] pair a checkpoint saves; None: the key as it is now). MLX's state cannot be
+    assigned; its key is the two 32-bit halves of the 64-bit seed that made it, so seeding with
+    them packed recreates it exactly, draws to come included. The one packing: checkpoints, the
+    client and the server's models all keep and restore keys through it."""
+    if key is None:
+        key = mx.random.state[0]
+    high, low = (int(x) for x in (key.tolist() if hasattr(key, "tolist") else key))
+    return (high << 32) | low
 

@@ -141,6 +141,16 @@ class SlicedCrossEntropy:
         self.chunk_tokens = chunk_tokens
         self._fused = _fused(chunk_tokens, partial(_slice_loss_and_gradient, head))
 
+    def at_temperature(self, temperature: float) -> "SlicedCrossEntropy":
+        """The same slices of softmax(logits / temperature): a grpo run scores its answers at
+        the temperature it sampled them at."""
+        if temperature == 1.0:
+            return self
+        head = self.head
+        return SlicedCrossEntropy(self.backbone,
+                                  lambda hidden: head(hidden).astype(mx.float32) / temperature,
+                                  self.chunk_tokens)
+
     def worth_it(self, tokens: mx.array) -> bool:
         """Whether a batch has more predictions than one slice: a batch of one slice or less
         gains nothing from slicing."""

@@ -235,17 +235,24 @@ class StepEngine:
     # -- state ---------------------------------------------------------------------------------
 
     def save_state(self, folder: Path, label: int, meta: dict[str, Any],
-                   loss_sum: Any = 0) -> dict[str, Any]:
-        """Write checkpoint `label` (the trainer's iteration, the client's step) in `folder`."""
+                   loss_sum: Any = 0, objective_tensors: dict[str, mx.array] | None = None
+                   ) -> dict[str, Any]:
+        """Write checkpoint `label` (the trainer's iteration, the client's step) in `folder`;
+        `objective_tensors`: what the run's objective keeps across steps."""
         return checkpoints.save_checkpoint(
             folder, label, self.trainable_weights(), self.optimizer.state, self.grad_sum,
-            loss_sum, {"optimizer_steps": self.step, "pending": self.pending, **meta})
+            loss_sum, {"optimizer_steps": self.step, "pending": self.pending, **meta},
+            objective_tensors)
 
-    def load_state(self, folder: Path, label: int) -> tuple[dict[str, Any], mx.array]:
+    def load_state(self, folder: Path, label: int,
+                   objective_tensors: dict[str, mx.array] | None = None
+                   ) -> tuple[dict[str, Any], mx.array]:
         """Read checkpoint `label`: weights, optimizer state, pending gradients and RNGs;
-        returns its metadata and the loss sum saved with it. FileNotFoundError when `label`
-        has no state."""
+        returns its metadata and the loss sum saved with it (`objective_tensors`, given, gets
+        what the objective saved). FileNotFoundError when `label` has no state."""
         meta, tensors = checkpoints.load_state(folder, label)
+        if objective_tensors is not None:
+            objective_tensors.update(checkpoints.objective_tensors(tensors))
         weights_file = checkpoints.adapter_file(folder, label)
         # strict=False because the file holds the trained weights only, not the base's; that
         # also skips every name and shape check, so the check is made here first.

@@ -5,7 +5,7 @@ For each row (core/library/eval_rows.py):
 - nll: the mean negative log-likelihood per token of the reference answer given the prompt,
   the row rendered as training renders it with the prompt masked (encoding.encode_row: the
   chat template's answer turn, its end-of-turn tokens included);
-- with a scorer, the greedy answer (sampling.complete, temperature 0, from
+- with a scorer, the greedy answer (sampling.complete_batch, temperature 0, from
   encoding.prompt_tokens, as `runs try` answers) scored by it: `exact` is 1 when the answer
   equals the reference once both are normalised (`normalised`), a reward is the reward
   functions' weighted total for it (trainer/rewards.py, mlx-lm-lora's signature; a reward
@@ -108,27 +108,34 @@ class Scorer:
                                   [row.reference for row in rows], types).totals
 
 
+# Greedy answers are decoded this many rows at a time (one KV cache, one forward pass a token
+# for all of them): on a 2-core CPU 16 rows decode about as fast as 3 one by one.
+ANSWER_BATCH = 16
+
+
 def evaluate_rows(model, tokenizer, rows: list[EvalRow], scorer: Scorer | None,
                   max_tokens: int, on_row: Callable[[int], None] | None = None
                   ) -> list[RowFigures]:
     """Each row's figures with the model as it is now (put in eval mode meanwhile: no
     dropout). `on_row(i)` hears each row done."""
     from zyquo_tui.trainer.encoding import prompt_tokens
-    from zyquo_tui.trainer.sampling import complete
+    from zyquo_tui.trainer.sampling import complete_batch
 
+    scored = scorer is not None and scorer.metric is not None
     was_training = model.training
     model.eval()
     try:
         figures = []
-        for index, row in enumerate(rows):
-            figure = RowFigures(answer_nll(model, tokenizer, row))
-            if scorer is not None and scorer.metric is not None:
-                figure.answer = complete(model, tokenizer, prompt_tokens(tokenizer, row.prompt),
-                                         max_tokens, 0.0).text
-            figures.append(figure)
-            if on_row is not None:
-                on_row(index)
-        if scorer is not None and scorer.metric is not None:
+        for start in range(0, len(rows), ANSWER_BATCH):
+            chunk = rows[start:start + ANSWER_BATCH]
+            answers = ([c.text for c in complete_batch(
+                model, tokenizer, [prompt_tokens(tokenizer, row.prompt) for row in chunk],
+                max_tokens, 0.0)] if scored else [None] * len(chunk))
+            for index, (row, answer) in enumerate(zip(chunk, answers, strict=True)):
+                figures.append(RowFigures(answer_nll(model, tokenizer, row), answer=answer))
+                if on_row is not None:
+                    on_row(start + index)
+        if scored:
             for figure, score in zip(figures, scorer.scores(
                     rows, [f.answer or "" for f in figures]), strict=True):
                 figure.score = score

@@ -1,13 +1,15 @@
 """Import a GGUF file (llama.cpp's format, as LM Studio and Ollama keep models) as an MLX model.
 
-    python -m zyquo_tui.trainer.gguf_import FILE.gguf OUT_DIR [--json]
+    python -m zyquo_tui.trainer.gguf_import FILE.gguf OUT_DIR [--dtype DTYPE] [--json]
 
 writes OUT_DIR with model.safetensors, config.json and the tokenizer files, a folder
 ``mlx_lm.load`` loads and zyquo-tui trains. Q4_0, Q4_1 and Q8_0 weights stay quantized (MLX's
 own GGUF reader gives them in MLX's affine layout, group size 32: a QLoRA base as it is); a file
 with any other quantized type is dequantized to bfloat16 whole (MLX's reader cannot read those
-types, so llama.cpp's own `gguf` package dequantizes them). The config comes from the file's
-metadata and the tokenizer from its vocabulary, through transformers' GGUF tokenizer builder.
+types, so llama.cpp's own `gguf` package dequantizes them); a file of plain floats keeps its
+dtype. The config comes from the file's metadata and the tokenizer from its vocabulary, through
+transformers' GGUF tokenizer builder. `zyquo-tui models import` runs it (core/library/
+model_import.py); the dtype rule is `mlx_weights`'s.
 
 A file it cannot import raises GGUFImportError with one sentence; the command prints it on
 stderr and exits 2.
@@ -25,11 +27,13 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
 
+from zyquo_tui.core.library.gguf_files import GGUFHeaderError, read_gguf_summary
 from zyquo_tui.core.system.entry_points import GGUF_IMPORTER, usage
 
 # The architectures this importer knows, as general.architecture names them, with the
 # mlx-lm model_type they become and whether llama.cpp's converter permuted q and k for
 # interleaved rope (it does for llama; mlx-lm's llama rotates halves, as Hugging Face does).
+# The listing (core/library/gguf_files.py) offers exactly these (a test checks).
 ARCHITECTURES = {
     "llama": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "permute_qk": True},
 }
@@ -93,33 +97,43 @@ class GGUFHeader:
 
 
 def read_gguf_header(path: Path) -> GGUFHeader:
-    """The file's header through llama.cpp's `gguf` reader, or GGUFImportError in one sentence."""
+    """The file's header through llama.cpp's `gguf` reader, or GGUFImportError in one sentence.
+
+    The architecture is checked from the file's first bytes before the reader parses the rest
+    (a vocabulary of 150,000 tokens takes seconds), so a file of another kind fails at once.
+    """
     from gguf import GGUFReader
 
     try:
-        with path.open("rb") as file:
-            magic = file.read(4)
-    except OSError as error:
-        raise GGUFImportError(f"{path}: cannot be read ({error.strerror}); check the path.") \
-            from None
-    if magic != b"GGUF":
-        raise GGUFImportError(
-            f"{path} is not a GGUF file (it does not begin with the GGUF signature); "
-            "give the .gguf file LM Studio or Ollama downloaded.")
-    try:
-        reader = GGUFReader(str(path))
-    except (ValueError, IndexError, KeyError, OverflowError) as error:
-        raise GGUFImportError(
-            f"{path} is truncated or damaged ({path.stat().st_size:,} bytes; its header "
-            f"describes more than the file holds: {error}); download it again.") from None
-    metadata = {name: field.contents() for name, field in reader.fields.items()
-                if not name.startswith("GGUF.")}
-    architecture = metadata.get("general.architecture")
-    if not isinstance(architecture, str):
+        summary = read_gguf_summary(path)
+    except GGUFHeaderError as error:
+        raise GGUFImportError(str(error)) from None
+    if summary.architecture is None:
         raise GGUFImportError(f"{path}: the header names no architecture "
                               "(general.architecture); it is not a model file.")
+    if summary.architecture not in ARCHITECTURES:
+        raise GGUFImportError(
+            f"{path}: architecture {summary.architecture!r} cannot be imported yet (this "
+            f"importer knows {', '.join(sorted(ARCHITECTURES))}); convert the original model "
+            "with `mlx_lm convert`.")
+    size = path.stat().st_size
+    try:
+        reader = GGUFReader(str(path))
+    except (ValueError, IndexError, KeyError, OverflowError, EOFError):
+        raise GGUFImportError(
+            f"{path} is truncated or damaged ({size:,} bytes, and its header describes more "
+            "than they hold); download it again.") from None
+    # numpy's memmap gives a slice past the end as a short array: a file cut inside its
+    # tensor data can read without error, so its end is checked against the last tensor's.
+    end = max((t.data_offset + t.n_bytes for t in reader.tensors), default=0)
+    if end > size:
+        raise GGUFImportError(
+            f"{path} is truncated ({size:,} bytes; its tensors end at byte {end:,}); "
+            "download it again.")
+    metadata = {name: field.contents() for name, field in reader.fields.items()
+                if not name.startswith("GGUF.")}
     tensors = [GGUFTensor(t.name, t.tensor_type.name) for t in reader.tensors]
-    return GGUFHeader(path, architecture, metadata, tensors)
+    return GGUFHeader(path, summary.architecture, metadata, tensors)
 
 
 def hf_name(gguf_name: str) -> str:
@@ -155,6 +169,11 @@ def model_config(header, tensor_names: set[str]) -> dict[str, Any]:
     def key(name: str, default: Any = None) -> Any:
         return meta.get(f"{arch}.{name}", default)
 
+    for required in ("attention.head_count", "embedding_length", "block_count",
+                     "feed_forward_length"):
+        if key(required) is None:
+            raise GGUFImportError(f"{header.path}: the header lacks {arch}.{required}, which a "
+                                  f"{arch} model needs; the file is incomplete.")
     heads = int(key("attention.head_count"))
     hidden = int(key("embedding_length"))
     head_dim = key("attention.key_length")
@@ -192,7 +211,7 @@ def model_config(header, tensor_names: set[str]) -> dict[str, Any]:
     return config
 
 
-def llama3_rope_scaling(factors, config: dict[str, Any]) -> dict[str, Any]:
+def llama3_rope_scaling(factors, config: dict[str, Any], path: Path) -> dict[str, Any]:
     """The rope_scaling whose frequencies match llama.cpp's `rope_freqs` factors, or an error."""
     import numpy as np
 
@@ -213,7 +232,7 @@ def llama3_rope_scaling(factors, config: dict[str, Any]) -> dict[str, Any]:
                 return {"rope_type": "llama3", **candidate,
                         "original_max_position_embeddings": original}
     raise GGUFImportError(
-        f"{config.get('_path', 'the file')}: its rope frequency factors match none of Llama 3's "
+        f"{path}: its rope frequency factors match none of Llama 3's "
         "published settings; convert the original model with `mlx_lm convert` instead.")
 
 
@@ -228,7 +247,11 @@ def read_weights(header, dequantize: bool = False) -> tuple[dict, dict[str, Any]
 
     types = {tensor.type_name for tensor in header.tensors}
     if not dequantize and types <= PLAIN_FLOATS | KEPT_QUANTIZED:
-        weights = mx.load(str(header.path))
+        try:
+            weights = mx.load(str(header.path))
+        except (RuntimeError, ValueError) as error:
+            raise GGUFImportError(f"{header.path}: MLX cannot read its tensors ({error}); "
+                                  "download it again.") from None
         quantized = {t.name for t in header.tensors if t.type_name in KEPT_QUANTIZED}
         if not quantized:
             return weights, None
@@ -248,7 +271,15 @@ def dequantized_weights(header) -> dict:
     reader = GGUFReader(str(header.path))
     weights = {}
     for tensor in reader.tensors:
-        values = dequantize(tensor.data, tensor.tensor_type)
+        try:
+            values = dequantize(tensor.data, tensor.tensor_type)
+        except NotImplementedError:
+            # Integer and some newer block types: llama.cpp's reader has no dequantizer for
+            # them, so no weight this importer could write.
+            raise GGUFImportError(
+                f"{header.path}: tensor {tensor.name!r} is stored as "
+                f"{tensor.tensor_type.name}, which cannot be dequantized here; convert the "
+                "original model with `mlx_lm convert` instead.") from None
         shape = tuple(int(n) for n in reversed(tensor.shape))
         array = mx.array(np.ascontiguousarray(values, dtype=np.float32).reshape(shape))
         weights[tensor.name] = array if array.ndim == 1 else array.astype(mx.bfloat16)
@@ -264,7 +295,8 @@ def mlx_weights(header, config: dict[str, Any], dtype=None,
     in float16 on Apple silicon's GPU and float32 on the CPU (on the CPU, mlx 0.32 trains
     float32 scales several times faster than half-precision ones, and float32 reproduces the
     float32 reference's greedy answers, where float16 can flip a near tie); a dequantized
-    file's in bfloat16. Up-casting the file's float16 scales loses nothing.
+    file's in bfloat16; a file of plain floats keeps the dtype most of its bytes are in.
+    Up-casting the file's float16 scales loses nothing.
     """
     import mlx.core as mx
     import numpy as np
@@ -275,7 +307,7 @@ def mlx_weights(header, config: dict[str, Any], dtype=None,
     for name, array in raw.items():
         if name.startswith("rope_freqs."):
             config["rope_scaling"] = llama3_rope_scaling(
-                np.array(array.astype(mx.float32)), config)
+                np.array(array.astype(mx.float32)), config, header.path)
             continue
         try:
             target = hf_name(name)
@@ -289,9 +321,10 @@ def mlx_weights(header, config: dict[str, Any], dtype=None,
                      else config["num_key_value_heads"])
             array = unpermute_rows(array, heads)
         weights[target] = array
-    if dtype is None:
-        dtype = (mx.bfloat16 if quantization is None
-                 else mx.float16 if mx.default_device() == mx.gpu else mx.float32)
+    if dtype is None and quantization is not None:
+        dtype = mx.float16 if mx.default_device() == mx.gpu else mx.float32
+    elif dtype is None:
+        dtype = _main_float_dtype(weights.values())
     for target, array in weights.items():
         if array.dtype in (mx.float32, mx.float16, mx.bfloat16) and array.dtype != dtype:
             weights[target] = array.astype(dtype)
@@ -299,6 +332,17 @@ def mlx_weights(header, config: dict[str, Any], dtype=None,
     if quantization is None:
         return weights, None
     return weights, quantization_config(quantization, config)
+
+
+def _main_float_dtype(arrays) -> Any:
+    """The float dtype most of the matrices' bytes are in (bfloat16 for dequantized files)."""
+    import mlx.core as mx
+
+    sizes: dict[Any, int] = {}
+    for array in arrays:
+        if array.ndim > 1:
+            sizes[array.dtype] = sizes.get(array.dtype, 0) + array.nbytes
+    return max(sizes, key=sizes.get, default=mx.float32)
 
 
 def quantization_config(found: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
@@ -351,11 +395,6 @@ def import_gguf(path: Path, out: Path, dtype: str = "auto",
     import mlx.core as mx
 
     header = read_gguf_header(path)
-    if header.architecture not in ARCHITECTURES:
-        known = ", ".join(sorted(ARCHITECTURES))
-        raise GGUFImportError(
-            f"{path}: architecture {header.architecture!r} cannot be imported yet (this "
-            f"importer knows {known}); convert the original model with `mlx_lm convert`.")
     names = {tensor.name for tensor in header.tensors}
     config = model_config(header, names)
     weights, quantization = mlx_weights(

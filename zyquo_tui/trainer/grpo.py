@@ -44,6 +44,14 @@ REWARD_MEAN_PREFIX = "reward_mean:"
 PAD_WIDTH = 8
 
 
+def scoring_temperature(settings: Hyperparameters) -> float:
+    """The temperature a grpo run's answers are scored at: the one they were sampled at, so
+    the policy's log-probabilities are those of the distribution that drew them (as TRL
+    scores); greedy sampling (temperature 0) has no such distribution and is scored at 1."""
+    temperature = float(SETTINGS["sampling_temperature"].get(settings))
+    return temperature if temperature > 0 else 1.0
+
+
 class Sampler:
     """A grpo run's rollouts: its model answers a batch's prompts, its rewards judge them, its
     reference scores them (when kl_beta is not 0)."""
@@ -60,6 +68,7 @@ class Sampler:
         self.temperature = float(SETTINGS["sampling_temperature"].get(settings))
         self.reward_names = list(SETTINGS["reward_functions"].get(settings))
         self.reward_weights = SETTINGS["reward_weights"].get(settings)
+        self.reward_timeout = float(SETTINGS["reward_timeout"].get(settings))
         self.rewards: Rewards | None = None  # loaded at the first step (they run user code)
         self.step = 0  # the loop's step in progress, to name it when a reward fails
 
@@ -90,7 +99,8 @@ class Sampler:
         G = self.group_size
         try:
             if self.rewards is None:
-                self.rewards = Rewards(self.reward_names, self.reward_weights)
+                self.rewards = Rewards(self.reward_names, self.reward_weights,
+                                       self.reward_timeout)
             types = ([row.type for row in rows for _ in range(G)]
                      if any(row.type is not None for row in rows) else None)
             return self.rewards.score([row.text for row in rows for _ in range(G)],

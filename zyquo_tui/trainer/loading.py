@@ -11,6 +11,11 @@ import types
 from pathlib import Path
 from typing import Any
 
+from zyquo_tui.core.library.models import (
+    is_quantized,
+    untrainable_quantization,
+    untrainable_quantization_sentence,
+)
 from zyquo_tui.core.library.rows import feature_keys
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import Method
@@ -32,7 +37,13 @@ def check_model_folder(run: Run) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise fail("config", f"{config_path}: not valid JSON ({error}).",
                    "repair or re-download the model") from None
-    quantized = "quantization" in config or "quantization_config" in config
+    # The draft's rule (core/library/models.py), so what it lets through the trainer takes.
+    untrainable = untrainable_quantization(config)
+    if untrainable is not None:
+        sentence = untrainable_quantization_sentence(folder.name, untrainable)
+        what, _, todo = sentence.partition("; ")
+        raise fail("config", f"{what}.", todo.rstrip("."))
+    quantized = is_quantized(config)
     if run.method is Method.FULL and quantized:
         raise fail("config", f"Full fine-tuning needs an unquantized model, and {folder.name} is "
                    "quantized.",

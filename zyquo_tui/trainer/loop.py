@@ -93,8 +93,9 @@ class TrainingLoop:
 
     def restore(self, step: int) -> None:
         """Continue from the checkpoint of `step`: weights, optimizer, RNG, data position, sums."""
+        objective_tensors: dict[str, Any] = {}
         try:
-            meta, loss_sum = self.engine.load_state(self.adapters, step)
+            meta, loss_sum = self.engine.load_state(self.adapters, step, objective_tensors)
         except FileNotFoundError:
             raise fail("config", f"Step {step} has no saved trainer state in {self.adapters}.",
                        "resume from a step listed by `zyquo-tui runs show ID`") from None
@@ -129,6 +130,9 @@ class TrainingLoop:
         self.time_since_report = sums["time_since_report"]
         self.trained_tokens = sums["trained_tokens"]
         self.metric_sums = dict(sums.get("metric_sums", {})) if self.world.primary else {}
+        restore_state = getattr(self.objective, "restore_state", None)
+        if restore_state is not None:
+            restore_state(meta.get("objective", {}), objective_tensors)
         self.start_step = self.step = step
 
     # -- the loop ----------------------------------------------------------------------------
@@ -261,6 +265,12 @@ class TrainingLoop:
                                 for name, total in metric_sums.items()},
             },
         }
+        # What the objective holds across steps (a grpo run's answers reused by the steps to
+        # come): saved with the step so a resume continues them.
+        objective_state = getattr(self.objective, "checkpoint_state", None)
+        objective_tensors: dict[str, Any] = {}
+        if objective_state is not None:
+            meta["objective"], objective_tensors = objective_state()
         pending = self.engine.grad_sum
         if self.world.distributed:
             meta["world_size"] = self.world.size
@@ -273,7 +283,8 @@ class TrainingLoop:
             return {"iteration": it}  # rank 0 saves: every rank holds the same state
         own, self.engine.grad_sum = self.engine.grad_sum, pending
         try:
-            written = self.engine.save_state(self.adapters, it, meta, loss_sum=loss_sum)
+            written = self.engine.save_state(self.adapters, it, meta, loss_sum=loss_sum,
+                                             objective_tensors=objective_tensors)
         finally:
             self.engine.grad_sum = own
         info = {"iteration": it, **written}

@@ -232,7 +232,12 @@ def distill_kl(student_logits: mx.array, teacher_logprobs: mx.array, temperature
                ) -> mx.array:
     """Per token: KL(teacher || student) at temperature T, times T² (Hinton et al. 2015, so the
     gradient's scale does not depend on T). `teacher_logprobs` are log-softmax(teacher logits /
-    T) over the whole vocabulary."""
+    T) over the whole vocabulary; a student whose output is wider (padding rows past a shared
+    tokenizer's tokens) is compared over the teacher's width (trainer/teacher.py narrows a
+    wider teacher to the student's)."""
+    width = teacher_logprobs.shape[-1]
+    if student_logits.shape[-1] > width:
+        student_logits = student_logits[..., :width]
     student = nn.log_softmax(student_logits.astype(mx.float32) / temperature, axis=-1)
     kl = (mx.exp(teacher_logprobs) * (teacher_logprobs - student)).sum(-1)
     return kl * temperature ** 2
@@ -334,10 +339,12 @@ def grpo_loss(logps: mx.array, ref_logps: mx.array, mask: mx.array, advantages: 
                                                      + β KL_t ];  L = mean_i L_i
         KL_t = e^d - d - 1 with d = log π_ref(y_t) - log π(y_t) (Schulman's k3, d at most 20)
 
-    `old_logps` are the sampling policy's; None means this step sampled them (each sample is
-    trained on once, as mlx-lm-lora does), so r_t is 1 in value and carries the gradient of
-    log π. The same operations as mlx-lm-lora 5.10's `_grpo_objective` (loss type "grpo",
-    token-level ratios): the same loss and gradients (tests/functional/test_grpo_loss.py). Metrics:
+    `old_logps` are the sampling policy's (given when a batch of answers trains
+    grpo_iterations > 1 times, TRL's mu: from the second iteration on the policy has moved and
+    the clip acts); None means this step sampled them (each sample is trained on once, as
+    mlx-lm-lora does), so r_t is 1 in value and carries the gradient of log π. The same
+    operations as mlx-lm-lora 5.10's `_grpo_objective` (loss type "grpo", token-level
+    ratios): the same loss and gradients (tests/functional/test_grpo_loss.py). Metrics:
     `kl`, the mean over rows of the per-token KL; `clip_fraction`, the share of answer tokens
     whose ratio was clipped where it mattered."""
     logps = mx.where(mask, logps.astype(mx.float32), 0)
@@ -363,32 +370,41 @@ def grpo_loss(logps: mx.array, ref_logps: mx.array, mask: mx.array, advantages: 
     return loss, metrics
 
 
-def token_logprobs(model, tokens: mx.array, lengths: mx.array, sliced=None
-                   ) -> tuple[mx.array, mx.array]:
-    """(B, T - 1) log-probabilities of each row's target tokens (0 elsewhere) and their mask."""
+def token_logprobs(model, tokens: mx.array, lengths: mx.array, sliced=None,
+                   temperature: float = 1.0) -> tuple[mx.array, mx.array]:
+    """(B, T - 1) log-probabilities of each row's target tokens (0 elsewhere) and their mask,
+    under softmax(logits / temperature) (`sliced`, when given, must be made at that
+    temperature: SlicedCrossEntropy.at_temperature)."""
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     mask = target_mask(lengths, targets.shape[1])
-    ce = token_cross_entropy(model, inputs, targets, mask, sliced)
+    if sliced is None and temperature != 1.0:
+        ce = nn.losses.cross_entropy(model(inputs).astype(mx.float32) / temperature, targets)
+    else:
+        ce = token_cross_entropy(model, inputs, targets, mask, sliced)
     return mx.where(mask, -ce.astype(mx.float32), 0), mask
 
 
-def grpo_objective(model, tokens, lengths, advantages, ref_logps, beta, epsilon, sliced=None):
+def grpo_objective(model, tokens, lengths, advantages, ref_logps, old_logps=None, *, beta,
+                   epsilon, sliced=None, temperature: float = 1.0):
     """GRPO on a batch of prompts with their sampled answers: `lengths` (offset, length) mark
     each answer (its end-of-sequence token included: stopping is one of its choices), and
     `ref_logps` (B, T - 1) are the reference's log-probabilities of the same tokens, computed
-    beforehand (no gradient flows into them; unused when beta is 0)."""
-    logps, mask = token_logprobs(model, tokens, lengths, sliced)
-    loss, metrics = grpo_loss(logps, ref_logps, mask, advantages, beta, epsilon)
+    beforehand (no gradient flows into them; unused when beta is 0); `old_logps` the sampling
+    policy's, when the answers are trained more than once (grpo_iterations). Log-probabilities
+    are taken at `temperature`, the one the answers were sampled at."""
+    logps, mask = token_logprobs(model, tokens, lengths, sliced, temperature)
+    loss, metrics = grpo_loss(logps, ref_logps, mask, advantages, beta, epsilon, old_logps)
     return loss, mask.sum(), metrics
 
 
 def grpo_shared_objective(model, prompts, padding, answers, lengths, advantages, ref_logps,
-                          beta, epsilon, shared, sliced=None):
+                          old_logps=None, *, beta, epsilon, shared, sliced=None):
     """`grpo_objective` on a batch whose answers share their prompts, each prompt computed once
     for its group (trainer/shared_prompts.py has the layout; `shared` is the model's
-    SharedPrompts): the same loss and gradients. `ref_logps` (B x G, A) are the reference's
-    log-probabilities of the answer tokens; `sliced`, a SlicedCrossEntropy's `of_hidden` (or
-    `forward_of_hidden` without the gradient)."""
+    SharedPrompts, made at the sampling temperature): the same loss and gradients.
+    `ref_logps` (B x G, A) are the reference's log-probabilities of the answer tokens;
+    `old_logps` the sampling policy's, or None; `sliced`, a SlicedCrossEntropy's `of_hidden`
+    (or `forward_of_hidden` without the gradient), at the same temperature."""
     logps, mask = shared.answer_logprobs(prompts, padding, answers, lengths, sliced)
-    loss, metrics = grpo_loss(logps, ref_logps, mask, advantages, beta, epsilon)
+    loss, metrics = grpo_loss(logps, ref_logps, mask, advantages, beta, epsilon, old_logps)
     return loss, mask.sum(), metrics

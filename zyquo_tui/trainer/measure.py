@@ -70,11 +70,15 @@ class _Rows:
 
 
 def _run_of(spec: dict[str, Any]) -> Run:
+    """The run a measurement's spec describes, as it stands (its settings were checked where
+    the spec was made), through the one road to a Run."""
+    from zyquo_tui.core.setup.draft import RunDraft
+
     hp = Hyperparameters.from_dict(spec.get("hyperparameters") or {})
-    run = Run.new(model=spec["model"], data=spec.get("data") or "", method=Method(spec["method"]),
-                  hyperparameters=hp)
-    run.extra_config = dict(spec.get("extra_config") or {})
-    return run
+    draft = RunDraft(model_path=spec["model"], data_path=spec.get("data") or "",
+                     chosen_method=Method(spec["method"]), hyperparameters=hp,
+                     extra_config=dict(spec.get("extra_config") or {}))
+    return draft.to_run(check=False)
 
 
 def _worst_batch(run: Run, tokenizer, spec: dict[str, Any]) -> tuple[list[Any], list[int] | None]:

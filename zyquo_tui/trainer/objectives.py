@@ -132,11 +132,14 @@ class Reference:
     switched off; for full fine-tuning a frozen copy loaded once), or another model folder."""
 
     def __init__(self, model, base_path: str, reference: str = "base",
-                 chunk_tokens: int | str = "off") -> None:
+                 chunk_tokens: int | str = "off", temperature: float = 1.0) -> None:
         self.model = model
         self.base_path = base_path
         self.reference = reference
         self.chunk_tokens = chunk_tokens  # the chunked loss's slice, as the run has it
+        # GRPO's KL term reads the reference at the temperature the policy is scored at
+        # (its sampling temperature); DPO's scores are at 1.
+        self.temperature = temperature
         self._loaded = None
         self._sliced: dict[tuple[int, int | str], Any] = {}
         self._compiled: dict[int, Any] = {}  # token_logprobs compiled, by model
@@ -160,7 +163,9 @@ class Reference:
         """The chunked loss's forward for `model` when this batch is sliced, else None."""
         key = id(model), chunk_tokens
         if key not in self._sliced:
-            self._sliced[key] = loss_slicing(model, chunk_tokens)[0]
+            sliced = loss_slicing(model, chunk_tokens)[0]
+            self._sliced[key] = (sliced.at_temperature(self.temperature)
+                                 if sliced is not None else None)
         sliced = self._sliced[key]
         return sliced.forward if sliced is not None and sliced.worth_it(tokens) else None
 
@@ -192,7 +197,8 @@ class Reference:
         compiled = self._compiled.get(id(model))
         if compiled is None:
             compiled = self._compiled[id(model)] = mx.compile(
-                lambda tokens, lengths: losses.token_logprobs(model, tokens, lengths)[0])
+                lambda tokens, lengths: losses.token_logprobs(
+                    model, tokens, lengths, temperature=self.temperature)[0])
         return compiled
 
     def token_logprobs(self, tokens: mx.array, lengths: mx.array) -> mx.array:
@@ -216,7 +222,9 @@ class Reference:
             shared = SharedPrompts.for_model(model)
             if shared is None:
                 raise RuntimeError("the reference cannot score answers that share prompts")
+            shared = shared.at_temperature(self.temperature)
             sliced = loss_slicing(model, self.chunk_tokens)[0]
+            sliced = sliced.at_temperature(self.temperature) if sliced is not None else None
             self._shared[id(model)] = (
                 mx.compile(lambda *arrays: shared.answer_logprobs(*arrays)[0]),
                 sliced, partial(shared.answer_logprobs,
@@ -309,7 +317,7 @@ class DistillObjective(SftObjective):
 
     def __init__(self, settings: Hyperparameters, model, tokenizer,
                  chunk_tokens: int | str = OFF_TEXT) -> None:
-        from zyquo_tui.trainer.teacher import Teacher, TeacherError
+        from zyquo_tui.trainer.teacher import Teacher, TeacherError, output_width
 
         super().__init__(settings, model, chunk_tokens)
         self.model = model
@@ -318,7 +326,8 @@ class DistillObjective(SftObjective):
         self.on_policy = bool(SETTINGS["on_policy"].get(settings))
         self.max_completion_tokens = int(SETTINGS["max_completion_tokens"].get(settings))
         try:
-            self.teacher = Teacher(str(SETTINGS["teacher"].get(settings)), tokenizer)
+            self.teacher = Teacher(str(SETTINGS["teacher"].get(settings)), tokenizer,
+                                   output_width(model))
         except TeacherError as error:
             raise fail("config", str(error), error.suggestion) from None
 
@@ -366,24 +375,42 @@ class GrpoObjective(LossSlicing):
         from zyquo_tui.trainer import grpo
 
         self.settings = settings
+        self.model = model
         self._slice_losses(chunk_tokens, model)
         beta = float(SETTINGS["kl_beta"].get(settings))
         epsilon = float(SETTINGS["clip_epsilon"].get(settings))
-        reference = Reference(model, base_path, "base", chunk_tokens) if beta else None
+        # Answers are scored at the temperature they were sampled at (as TRL does), so the
+        # ratio's old policy is the distribution that drew them; greedy sampling (0) has no
+        # such distribution and is scored at 1.
+        self.temperature = grpo.scoring_temperature(settings)
+        if self.sliced is not None:
+            self.sliced = self.sliced.at_temperature(self.temperature)
+        reference = (Reference(model, base_path, "base", chunk_tokens, self.temperature)
+                     if beta else None)
         # Each prompt computed once for its answers (trainer/shared_prompts.py), unless the
         # model cannot, or its layers are checkpointed: a checkpointed layer differentiates
         # its array arguments only, and the prompt's keys and values reach it in the cache.
-        self.shared = (None if model is None or settings.grad_checkpoint
-                       else SharedPrompts.for_model(model))
+        shared = (None if model is None or settings.grad_checkpoint
+                  else SharedPrompts.for_model(model))
+        self.shared = shared.at_temperature(self.temperature) if shared is not None else None
         self.sampler = grpo.Sampler(settings, model, tokenizer, reference,
                                     shared=self.shared is not None)
+        # Each batch of answers trains `iterations` iterations against the log-probabilities
+        # of the policy that sampled them (old_logps); with grad accumulation, the
+        # accumulation's batches are sampled first and then all reused, one update a pass, as
+        # TRL reuses its generation batch.
+        self.iterations = int(SETTINGS["grpo_iterations"].get(settings))
+        self.accumulation = int(settings.grad_accumulation_steps)
+        self.kept: dict[int, tuple[tuple[mx.array, ...], dict[str, float]]] = {}
+        reuse = ("reused",) if self.iterations > 1 else ()
         if self.shared is not None:
             self.loss = partial(losses.grpo_shared_objective, beta=beta, epsilon=epsilon,
                                 shared=self.shared)
-            self.key = ("grpo", beta, epsilon, "shared")
+            self.key = ("grpo", beta, epsilon, self.temperature, "shared", *reuse)
         else:
-            self.loss = partial(losses.grpo_objective, beta=beta, epsilon=epsilon)
-            self.key = ("grpo", beta, epsilon)
+            self.loss = partial(losses.grpo_objective, beta=beta, epsilon=epsilon,
+                                temperature=self.temperature)
+            self.key = ("grpo", beta, epsilon, self.temperature, *reuse)
         # Without a reference (kl_beta 0) there is no KL to report: its train events have none.
         reported = tuple(name for name in GRPO_METRICS if beta or name != "kl")
         self.metric_names = (*reported, *(grpo.REWARD_MEAN_PREFIX + name
@@ -403,8 +430,53 @@ class GrpoObjective(LossSlicing):
     def batches(self, train_set, world):
         from zyquo_tui.trainer.prompt_data import PromptBatchStream
 
-        return PromptBatchStream(train_set, self.settings.batch_size,
-                                 self.settings.max_seq_length, world.rank, world.size)
+        stream = PromptBatchStream(train_set, self.settings.batch_size,
+                                   self.settings.max_seq_length, world.rank, world.size)
+        return stream if self.iterations == 1 else _ReusedBatches(stream, self)
+
+    def slot_of(self, step: int) -> tuple[int, bool]:
+        """Which of the accumulation's batches step `step` (from 1) trains, and whether it
+        samples that batch's answers (the first pass of its cycle) or reuses them."""
+        within = (step - 1) % (self.accumulation * self.iterations)
+        return within % self.accumulation, within < self.accumulation
+
+    def _policy_logprobs(self, arrays) -> mx.array:
+        """The log-probabilities of a rollout's answer tokens under the policy that has just
+        sampled them (dropout off, as it sampled), at the scoring temperature: the ratio's
+        denominator for every iteration that reuses them. Not compiled: the weights move."""
+        model = self.model
+        training = model.training
+        model.eval()
+        try:
+            predicted = self._predicted(arrays)
+            sliced = self._sliced_for(predicted)
+            if self.shared is not None:
+                logps, _ = self.shared.answer_logprobs(
+                    *arrays[:4], sliced=self.sliced.forward_of_hidden if sliced else None)
+            else:
+                logps, _ = losses.token_logprobs(model, arrays[0], arrays[1],
+                                                 self.sliced.forward if sliced else None,
+                                                 self.temperature)
+        finally:
+            model.train(training)
+        logps = mx.stop_gradient(logps)
+        mx.eval(logps)
+        return logps
+
+    def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, mx.array]]:
+        """The kept rollouts a resumed run reuses (their arrays and their figures), so that a
+        run cancelled mid-cycle resumes exactly; nothing when each batch trains once."""
+        meta = {str(slot): metrics for slot, (_, metrics) in self.kept.items()}
+        tensors = {f"rollout.{slot}.{i}": array for slot, (arrays, _) in self.kept.items()
+                   for i, array in enumerate(arrays)}
+        return ({"kept_rollouts": meta} if meta else {}), tensors
+
+    def restore_state(self, meta: dict[str, Any], tensors: dict[str, mx.array]) -> None:
+        self.kept = {}
+        for slot, metrics in meta.get("kept_rollouts", {}).items():
+            count = sum(1 for name in tensors if name.startswith(f"rollout.{slot}."))
+            arrays = tuple(tensors[f"rollout.{slot}.{i}"] for i in range(count))
+            self.kept[int(slot)] = (arrays, dict(metrics))
 
     def _predicted(self, arrays) -> mx.array:
         """The array whose shape says how many tokens a step predicts: the answers (shared
@@ -419,8 +491,19 @@ class GrpoObjective(LossSlicing):
                                           else self.sliced.of_hidden))
 
     def forward_backward(self, engine: StepEngine, batch):
-        rollout = self.sampler.rollout(batch)
-        arrays = rollout.arrays
+        if self.iterations == 1:
+            rollout = self.sampler.rollout(batch)
+            arrays, figures = rollout.arrays, rollout.metrics()
+        else:
+            rows, slot = batch
+            if rows is not None:  # the cycle's first pass: sampled now, kept for the others
+                rollout = self.sampler.rollout(rows)
+                arrays = (*rollout.arrays, self._policy_logprobs(rollout.arrays))
+                self.kept[slot] = (arrays, rollout.metrics())
+            arrays, figures = self.kept[slot]
+            if (self.step - 1) % (self.accumulation * self.iterations) >= \
+                    self.accumulation * (self.iterations - 1):
+                del self.kept[slot]  # its last pass: a checkpoint after it need not keep it
         width = (arrays[0].shape[1] + arrays[2].shape[1] if self.shared is not None
                  else arrays[0].shape[1])
         self.widest = max(self.widest, int(width))
@@ -429,7 +512,7 @@ class GrpoObjective(LossSlicing):
                 self._sliced_loss(), *arrays, key=(*self.key, "sliced"))
         else:
             loss, ntoks, metrics = engine.forward_backward(self.loss, *arrays, key=self.key)
-        return loss, ntoks, {**metrics, **rollout.metrics()}
+        return loss, ntoks, {**metrics, **figures}
 
     def validate(self, model, val_set) -> tuple[float, dict[str, float]]:
         """The loss and mean reward of answers sampled for the validation prompts (val_batches
@@ -462,7 +545,7 @@ GRPO_SAMPLES_PER_VALIDATION = 3
 
 
 def packs(settings: Hyperparameters, base_path: str) -> bool:
-    """Whether an SFT run packs its rows: `pack` on (the default) and a model that allows it
+    """Whether an SFT run packs its rows: `pack` on and a model that allows it
     (core/runs/packing.py). A run that asked for packing on a model that does not allow it
     was refused when it was made; one that reaches here anyway fails with the reason."""
     import json
@@ -481,6 +564,26 @@ def packs(settings: Hyperparameters, base_path: str) -> bool:
         raise fail("config", f"This run packs its rows, and {Path(base_path).name} cannot be "
                    f"packed: {refusal}.", "turn packing off (--no-pack)")
     return True
+
+
+class _ReusedBatches:
+    """A grpo run's batch order when each batch trains several iterations: a step that reuses
+    its answers takes no new batch (rows None), so the data position moves one batch a
+    cycle and is saved and restored as the stream's."""
+
+    def __init__(self, stream, objective: GrpoObjective) -> None:
+        self.stream = stream
+        self.objective = objective
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> tuple[Any, int]:
+        slot, fresh = self.objective.slot_of(self.objective.step)
+        return (next(self.stream) if fresh else None), slot
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
 
 
 def objective_for(settings: Hyperparameters, model, base_path: str,

@@ -13,15 +13,18 @@ the total and is left out of the reward's mean.
 
 A run names its rewards as its `reward_functions` setting holds them: a built-in name or
 FILE.py:FUNCTION (the file's path made absolute when the run was made, since the trainer runs
-elsewhere). A reward that raises, or returns anything but one number (or None) per answer, fails
-the run at that step (`RewardError`; trainer/grpo.py turns it into the `failed` event).
+elsewhere). A reward that raises (SystemExit included), returns anything but one number (or
+None) per answer, or is still running after the run's reward_timeout, fails the run at that step
+(`RewardError`; trainer/grpo.py turns it into the `failed` event).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import math
 import re
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -113,11 +116,14 @@ def load_reward(name: str) -> RewardFunction:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         found = getattr(module, function)
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # a file that calls sys.exit as it loads
         raise RewardError(name, f"the reward file {path} could not be loaded "
                           f"({type(error).__name__}: {error})", traceback.format_exc()) from None
     if not callable(found):
         raise RewardError(name, f"{function} in {path} is not a function")
+    if inspect.iscoroutinefunction(found):
+        raise RewardError(name, f"{function} in {path} is an async def; make it a plain def "
+                          "that returns one number per answer")
     return found
 
 
@@ -138,29 +144,63 @@ class Scores:
 
 
 class Rewards:
-    """A run's reward functions with their weights (1 each unless given)."""
+    """A run's reward functions with their weights (1 each unless given); `timeout`: the
+    seconds one call may take (None: no limit)."""
 
-    def __init__(self, names: list[str], weights: list[float] | None = None) -> None:
+    def __init__(self, names: list[str], weights: list[float] | None = None,
+                 timeout: float | None = None) -> None:
         self.names = list(names)
         self.weights = [float(w) for w in weights] if weights else [1.0] * len(self.names)
+        self.timeout = timeout
         self.functions = [load_reward(name) for name in self.names]
 
     def score(self, prompts: list[str], completions: list[str], answers: list[str],
               types: list | None = None) -> Scores:
         by_name = {}
         for name, function in zip(self.names, self.functions):
-            try:
-                values = function(prompts=prompts, completions=completions, answer=answers,
-                                  types=types)
-            except Exception as error:
-                raise RewardError(name, f"the reward function {name} raised "
-                                  f"{type(error).__name__}: {error}",
-                                  traceback.format_exc()) from None
+            values = self._call(name, function, dict(prompts=prompts, completions=completions,
+                                                     answer=answers, types=types))
             by_name[name] = self._checked(name, values, len(completions))
         totals = [sum(w * (values[i] or 0.0) for w, values in zip(self.weights,
                                                                    by_name.values()))
                   for i in range(len(completions))]
         return Scores(totals, by_name)
+
+    def _call(self, name: str, function: RewardFunction, arguments: dict):
+        """The function's values, from a thread of its own so that one that never returns
+        is left behind after `timeout` seconds (a thread cannot be killed: it is a daemon,
+        and the run fails and its process ends). SystemExit and every other exception
+        become RewardError, a sentence and the traceback."""
+        outcome: dict[str, object] = {}
+
+        def call() -> None:
+            try:
+                outcome["values"] = function(**arguments)
+            except BaseException as error:  # SystemExit too: a thread would swallow it
+                outcome["error"] = error
+                outcome["details"] = traceback.format_exc()
+
+        worker = threading.Thread(target=call, name=f"reward {name}", daemon=True)
+        worker.start()
+        worker.join(self.timeout)
+        if worker.is_alive():
+            raise RewardError(name, f"the reward function {name} was still running after "
+                              f"{self.timeout:g} s (reward_timeout), so it was stopped; make it "
+                              "return sooner or raise --reward-timeout")
+        error = outcome.get("error")
+        if isinstance(error, SystemExit):
+            raise RewardError(name, f"the reward function {name} called sys.exit "
+                              f"({error.code!r}); a reward must return its values",
+                              str(outcome["details"]))
+        if isinstance(error, BaseException):
+            raise RewardError(name, f"the reward function {name} raised "
+                              f"{type(error).__name__}: {error}", str(outcome["details"]))
+        values = outcome["values"]
+        if inspect.iscoroutine(values):
+            values.close()  # never awaited: closed, so Python does not warn of it
+            raise RewardError(name, f"the reward function {name} returned a coroutine; make "
+                              "it a plain def that returns one number per answer")
+        return values
 
     @staticmethod
     def _checked(name: str, values, count: int) -> list[float | None]:

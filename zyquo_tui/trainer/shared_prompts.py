@@ -73,6 +73,16 @@ class SharedPrompts:
         self.head = head
         self.layers = layers
 
+    def at_temperature(self, temperature: float) -> "SharedPrompts":
+        """The same scoring of softmax(logits / temperature) (a grpo run's sampling
+        temperature)."""
+        if temperature == 1.0:
+            return self
+        head = self.head
+        return SharedPrompts(self.backbone,
+                             lambda hidden: head(hidden).astype(mx.float32) / temperature,
+                             self.layers)
+
     @classmethod
     def for_model(cls, model: nn.Module) -> "SharedPrompts | None":
         """The scoring for `model`, or None when it cannot have it: its logits are not a plain

@@ -6,7 +6,8 @@ run's distillation loss is the client's on the same rows: when the
 student's loss is sliced for the batch (trainer/chunked_loss.py) and the teacher's logits are a
 plain projection of its last hidden states, those hidden states and its output head (the
 loss makes the full-vocabulary log-probabilities a slice at a time); else its log-softmax at
-the temperature for the whole batch, float32.
+the temperature for the whole batch, float32. Either is over the narrower of the teacher's
+and the student's output widths (the student's logits are cut to it in the loss).
 """
 
 from __future__ import annotations
@@ -26,10 +27,26 @@ class TeacherError(ValueError):
         self.suggestion = suggestion
 
 
-class Teacher:
-    """The teacher model of `path`, checked to share the student's tokenizer."""
+def output_width(model) -> int:
+    """How many next-token scores `model` gives (its output layer's rows, which may exceed
+    its tokenizer's tokens: padded to a multiple, as Qwen2.5-7B's 152,064 are beside
+    Qwen2.5-0.5B's 151,936 for the same tokenizer); from a one-token probe."""
+    training = model.training
+    model.eval()
+    try:
+        return int(model(mx.array([[0]])).shape[-1])
+    finally:
+        model.train(training)
 
-    def __init__(self, path: str, student_tokenizer) -> None:
+
+class Teacher:
+    """The teacher model of `path`, checked to share the student's tokenizer. Its output
+    is compared with the student's over the narrower of their two widths (`width`): with one
+    tokenizer, the rows past it are padding no token maps to, and each distribution is taken
+    over the shared tokens."""
+
+    def __init__(self, path: str, student_tokenizer, student_width: int | None = None
+                 ) -> None:
         from mlx_lm import load
 
         try:
@@ -46,13 +63,28 @@ class Teacher:
                                "vocabulary)")
         model.freeze()
         model.eval()
+        own_width = output_width(model)
+        self.width = min(own_width, student_width or own_width)
+        tokens = len(student_tokenizer.get_vocab())
+        if tokens > self.width:
+            raise TeacherError(f"The teacher {path} scores {own_width} tokens and the student "
+                               f"{student_width or own_width}, fewer than the {tokens} of "
+                               "their tokenizer, so their distributions cannot be compared "
+                               "token by token.", "choose a teacher and a student whose "
+                               "output layers cover their tokenizer")
+        self.narrowed = self.width < own_width
         self.path = path
         self.model = model
         self._pieces: Any = False  # (backbone, head), None when not a plain head; unknown: False
 
     def _head(self):
         if self._pieces is False:
-            self._pieces = output_head(self.model)
+            pieces = output_head(self.model)
+            if pieces is not None and self.narrowed:
+                backbone, head = pieces
+                width = self.width
+                pieces = backbone, lambda hidden: head(hidden)[..., :width]
+            self._pieces = pieces
         return self._pieces
 
     def side(self, tokens: mx.array, temperature: float, sliced: bool
@@ -66,7 +98,7 @@ class Teacher:
             hidden = mx.stop_gradient(backbone(tokens[:, :-1]))
             mx.eval(hidden)
             return hidden, head
-        logits = self.model(tokens[:, :-1]).astype(mx.float32) / temperature
+        logits = self.model(tokens[:, :-1])[..., :self.width].astype(mx.float32) / temperature
         logprobs = mx.stop_gradient(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
         mx.eval(logprobs)
         return logprobs, None

@@ -5,7 +5,8 @@ Searched, in this order (the first place a folder is found names it):
   - folders listed in config.toml under [models] folders
   - the Hugging Face hub cache ($HF_HUB_CACHE, else $HF_HOME/hub, else
     ~/.cache/huggingface/hub): models--ORG--NAME/snapshots/REVISION, the revision refs/main names
-  - LM Studio (~/.lmstudio/models and ~/.cache/lm-studio/models, PUBLISHER/MODEL)
+  - LM Studio (~/.lmstudio/models and ~/.cache/lm-studio/models, PUBLISHER/MODEL); its
+    folders of GGUF files are listed as importable files instead (gguf_files.py)
 
 Everything comes from config.json, the tokenizer files and the safetensors headers: no tensor is
 loaded and mlx_lm is never imported (it takes seconds); its sources are read as files instead.
@@ -78,6 +79,8 @@ class ModelInfo:
     weight_files: int = 0
     weight_dtypes: dict[str, int] = field(default_factory=dict)  # bytes per stored dtype
     quantization: Quantization | None = None
+    # A quantization no run can train (fp8...): its quant_method (untrainable_quantization).
+    untrainable_quantization: str | None = None
     hidden_size: int | None = None
     num_layers: int | None = None
     num_heads: int | None = None
@@ -206,6 +209,43 @@ def count_parameters(table: TensorTable, config: dict[str, Any]) -> int:
                 continue
         total += tensor.elements
     return total
+
+
+# The quantization_config methods mlx-lm loads as its own quantized layers, which train as
+# QLoRA (`_legacy_quantization` maps each); a plain `bits` entry is mlx-lm's own. Any other
+# (fp8, bitnet, compressed-tensors, modelopt, bitsandbytes...) trains neither as QLoRA nor as
+# an unquantized model here: the one rule the draft and the trainer both apply.
+TRAINABLE_QUANT_METHODS = ("mxfp4", "mxfp8", "awq", "gptq")
+
+
+def untrainable_quantization(config: dict[str, Any]) -> str | None:
+    """The quant_method of a config.json's `quantization_config` that no run trains (a
+    model quantized so is refused, neither QLoRA's nor an unquantized base); None for an
+    unquantized model or one quantized as mlx-lm's quantized layers are."""
+    if isinstance(config.get("quantization"), dict):
+        return None
+    given = config.get("quantization_config")
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        return repr(given)
+    method = given.get("quant_method")
+    if method in TRAINABLE_QUANT_METHODS or (method is None and "bits" in given):
+        return None
+    return str(method)
+
+
+def untrainable_quantization_sentence(model_name: str, method: str) -> str:
+    """Why a model quantized by `method` cannot train, and what to do: one sentence."""
+    return (f"{model_name} is quantized as {method} (config.json's quantization_config), "
+            "which neither QLoRA nor full or LoRA fine-tuning can train here; use an "
+            "unquantized copy of the model, or quantize that with `mlx_lm convert -q`.")
+
+
+def is_quantized(config: dict[str, Any]) -> bool:
+    """Whether a model's weights are quantized as mlx-lm quantizes them (QLoRA trains it,
+    full fine-tuning cannot): the rule the draft and the trainer share."""
+    return quantization_of(config) is not None
 
 
 def quantization_of(config: dict[str, Any]) -> Quantization | None:
@@ -346,6 +386,7 @@ def _describe_shape(info: ModelInfo, config: dict[str, Any]) -> None:
     info.mlx_module = mlx_module_for(config)
     info.supported = mlx_lm_supports(info.mlx_module) and "model_file" not in config
     info.quantization = quantization_of(config)
+    info.untrainable_quantization = untrainable_quantization(config)
     info.hidden_size = _config_value(config, "hidden_size", "n_embd", "d_model")
     info.num_layers = _config_value(config, "num_hidden_layers", "n_layer", "num_layers")
     info.num_heads = _config_value(config, "num_attention_heads", "n_head", "num_heads")
@@ -384,8 +425,8 @@ def _status(folder: Path, info: ModelInfo, config: dict[str, Any], config_proble
             return NEEDS_CONVERSION, f"{kind}: mlx-lm loads model*.safetensors; {how}."
         if any(n.endswith(".gguf") for n in names):
             return UNSUPPORTED, (
-                "GGUF weights only: mlx-lm cannot load GGUF; download the safetensors "
-                "release (or an mlx-community conversion)."
+                "GGUF weights only: mlx-lm cannot load GGUF; import a file with "
+                "`zyquo-tui models import FILE.gguf`, or download the safetensors release."
             )
         return INCOMPLETE, "no weight files (model*.safetensors)."
     if weight_problem:
@@ -448,6 +489,8 @@ def discover_models(home: Path | None = None) -> list[ModelInfo]:
             ]
         for folder, name, repo in candidates:
             key = resolved(folder)
+            if root.source == SOURCE_LM_STUDIO and _gguf_only(folder):
+                continue  # its files are listed as importable (core/library/gguf_files.py)
             if key not in found:
                 found[key] = inspect_model(folder, name=name, source=root.source, hub_repo=repo)
     return sorted(found.values(), key=lambda m: (m.name.lower(), str(m.path)))
@@ -468,6 +511,9 @@ def resolve_model(name_or_path: str, home: Path | None = None) -> ModelInfo:
     """The model a user named on the command line: a folder, or a name as `zyquo-tui models`
     lists it. UserError (one sentence) when there is no such model."""
     model = find_model(name_or_path, home)
+    if model is None and name_or_path.lower().endswith(".gguf"):
+        raise UserError(f"{name_or_path} is a GGUF file, which mlx-lm cannot train: import it "
+                        f"first with `zyquo-tui models import {name_or_path}`.")
     if model is None:
         raise UserError(f"No model {name_or_path!r}: give a model folder, or a name that "
                         "`zyquo-tui models` lists.")
@@ -489,6 +535,11 @@ def _looks_like_model(folder: Path) -> bool:
     if "adapter_config.json" in names:
         return False  # a LoRA adapter (adapters.safetensors), not a model
     return any(n.endswith((".safetensors", ".gguf") + PYTORCH_WEIGHT_SUFFIXES) for n in names)
+
+
+def _gguf_only(folder: Path) -> bool:
+    """A folder of GGUF files and no MLX model (LM Studio's downloads of llama.cpp models)."""
+    return not (folder / "config.json").exists() and any(folder.glob("*.gguf"))
 
 
 def _model_folders(root: Path) -> list[tuple[Path, str]]:

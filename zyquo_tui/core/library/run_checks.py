@@ -42,6 +42,8 @@ class ModelTraits:
     num_layers: int | None = None
     positions: int | None = None  # config.json's max_position_embeddings
     layer_matrices: tuple[str, ...] = ()  # what lora keys can name; () when unknown
+    # A quantization no run trains (core/library/models.py's untrainable_quantization).
+    untrainable_quantization: str | None = None
     packing_refusal: str | None = None  # why its rows cannot be packed (core/runs/packing.py)
 
     @classmethod
@@ -49,7 +51,7 @@ class ModelTraits:
         """From the model list's description of a folder (core/library/models.py)."""
         return cls(Path(info.path).name or info.name, info.quantization is not None,
                    info.num_layers, info.context_length, tuple(info.layer_matrices),
-                   packing_refusal(_config_of(info.path)))
+                   info.untrainable_quantization, packing_refusal(_config_of(info.path)))
 
     @classmethod
     def read(cls, folder: str | os.PathLike) -> "ModelTraits | None":
@@ -121,6 +123,11 @@ def problems_with_model(method: Method, hp: Hyperparameters, model: ModelTraits
     """The settings against the base model: its layers, its context, its layer matrices.
     (Which methods its weights allow is the RunDraft's rule: core/setup/draft.py.)"""
     found = []
+    if model.untrainable_quantization is not None:
+        from zyquo_tui.core.library.models import untrainable_quantization_sentence
+
+        found.append(Problem("method", untrainable_quantization_sentence(
+            model.name, model.untrainable_quantization)))
     layers = hp.num_layers
     if model.num_layers is not None and is_whole(layers) and layers > model.num_layers:
         found.append(Problem("num_layers", f"num_layers is {layers}, but {model.name} has only "

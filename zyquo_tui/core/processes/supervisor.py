@@ -351,10 +351,17 @@ class Supervisor:
             steps = [c.step for c in list_checkpoints(self.store.adapters_dir(run_id))]
             raise UserError(f"Run {run_id} has no checkpoint at step {step}"
                             + (f"; it has {', '.join(map(str, steps))}." if steps else "."))
-        child = Run.new(model=parent.model, data=parent.data, method=parent.method,
-                        name=name or f"{parent.name} (fork @{step})",
-                        hyperparameters=parent.hyperparameters)
-        child.extra_config = dict(parent.extra_config)
+        from zyquo_tui.core.runs.settings import Hyperparameters
+        from zyquo_tui.core.setup.draft import RunDraft
+
+        # The parent's choices as they are (a warm start trains what the parent trained),
+        # through the one road to a Run.
+        child = RunDraft(model_path=parent.model, data_path=parent.data,
+                         chosen_method=parent.method,
+                         hyperparameters=Hyperparameters.from_dict(
+                             parent.hyperparameters.to_dict()),
+                         extra_config=dict(parent.extra_config),
+                         name=name or f"{parent.name} (fork @{step})").to_run(check=False)
         child = self.store.create(child)
         # The fork keeps its own link to the weights it starts from, so deleting the parent
         # (or pruning its checkpoints) cannot take them away: a hard link costs no space.

@@ -31,6 +31,8 @@ class EpochPlan:
 
     train_rows: int
     batch_size: int
+    # Iterations each batch trains: 1, or a grpo run's grpo_iterations (its answers reused).
+    steps_per_batch: int = 1
 
     @property
     def batches_per_epoch(self) -> int:
@@ -47,20 +49,23 @@ class EpochPlan:
                 f"{self.train_rows} rows")
 
     def iters_for(self, epochs: int) -> int:
-        return epochs * self.batches_per_epoch
+        return epochs * self.batches_per_epoch * self.steps_per_batch
 
     def epochs_in(self, iters: int) -> float:
-        return iters / self.batches_per_epoch
+        return iters / (self.batches_per_epoch * self.steps_per_batch)
 
     @classmethod
-    def of(cls, train_rows: object, batch_size: object) -> "EpochPlan | None":
+    def of(cls, train_rows: object, batch_size: object, steps_per_batch: object = 1
+           ) -> "EpochPlan | None":
         """The plan, or None when the rows or the batch size cannot make one (unknown, or
         fewer rows than a batch: the settings' checks say why)."""
         if not (_whole(train_rows) and _whole(batch_size)):
             return None
         if batch_size < 1 or train_rows < batch_size:  # type: ignore[operator]
             return None
-        return cls(int(train_rows), int(batch_size))  # type: ignore[arg-type]
+        reuses = int(steps_per_batch) if _whole(steps_per_batch) and steps_per_batch >= 1 \
+            else 1  # type: ignore[operator]
+        return cls(int(train_rows), int(batch_size), reuses)  # type: ignore[arg-type]
 
     def whole_batch_sizes(self, near: int, count: int = 4) -> list[int]:
         """Batch sizes that divide the rows (no row left out), nearest to `near` first."""

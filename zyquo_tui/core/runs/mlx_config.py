@@ -9,6 +9,7 @@ Which keys are settings, and their defaults, come from the settings' one definit
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -210,11 +211,24 @@ def dump_mlx_yaml(config: dict[str, Any]) -> str:
     return yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
 
 
-def run_from_mlx_config(
+@dataclass
+class ConfigChoices:
+    """What an mlx-lm config chooses for a run: the choices a RunDraft is made from (the draft
+    makes the Run: core/setup/draft.py, the one road to a Run)."""
+
+    model: str
+    data: str
+    method: Method
+    hyperparameters: Hyperparameters
+    extra_config: dict[str, Any] = field(default_factory=dict)
+    lineage: dict[str, Any] | None = None
+
+
+def choices_from_mlx_config(
     config: dict[str, Any], *, source: str = "config", base_dir: Path | None = None,
     locate: Callable[[str], str] | None = None,
-) -> tuple[Run, list[str]]:
-    """A new run from an mlx-lm config; returns it with the unknown keys that were kept.
+) -> tuple[ConfigChoices, list[str]]:
+    """An mlx-lm config's choices for a run, with the unknown keys that were kept.
 
     The config's shape is checked first (core/runs/config_keys.py: nulls are defaults, nested
     keys known, mlx-lm's other keys of their type); UserError names the first problem, at
@@ -256,8 +270,8 @@ def run_from_mlx_config(
                and not (epochs_read and k == MLX_LM_LORA_EPOCHS)}
     if base_dir is not None:
         _resolve_own_files(hp, base_dir)
-    run = Run.new(model=model, data=data, method=method, hyperparameters=hp)
-    run.extra_config = unknown
+    run = ConfigChoices(model=model, data=data, method=method, hyperparameters=hp,
+                        extra_config=unknown)
     warm_start = config.get("resume_adapter_file")
     if isinstance(warm_start, str) and warm_start:
         # mlx-lm's resume is a warm start from weights: the same as our fork from a checkpoint.

@@ -441,6 +441,19 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
             "how far one step may move an answer's probability ratio (PPO's clip)",
             REINFORCEMENT, "--clip-epsilon", NumberFromZero(), objectives=("grpo",),
             called="clip_epsilon"),
+    # TRL's num_iterations and the GRPO paper's mu: each batch of sampled answers trains this
+    # many iterations (optimizer steps, each counted in iters) against the log-probabilities
+    # of the policy that sampled them, so from the second on the ratio moves and the clip acts.
+    Setting("grpo_iterations", f"{OWN_KEY}.grpo_iterations", INT, 1, "Reuses",
+            "iterations each batch of sampled answers trains (TRL's num_iterations, mu); "
+            "each counts in iters; 1: each answer trained once, as mlx-lm-lora does",
+            REINFORCEMENT, "--grpo-iterations", WholeNumber(), in_form=False,
+            objectives=("grpo",), called="grpo_iterations"),
+    Setting("reward_timeout", f"{OWN_KEY}.reward_timeout", FLOAT, 60.0, "Reward timeout",
+            "seconds a reward function may take for one step's answers; a reward still "
+            "running then fails the run", REINFORCEMENT, "--reward-timeout", LearningRate(
+                high=math.inf), in_form=False, objectives=("grpo",),
+            called="reward_timeout"),
     # Distillation from a teacher that shares the student's tokenizer.
     Setting("teacher", f"{OWN_KEY}.teacher", FOLDER, None, "Teacher",
             "the model whose distribution the run learns (same tokenizer): its name or folder",

@@ -358,4 +358,10 @@ class RewardFunctions:
         if function not in defined:
             return (f"{called}: {path} defines no function {function!r}; name a function "
                     "of the file, f(prompts, completions, answer, types=None).")
+        for node in tree.body:
+            if isinstance(node, ast.AsyncFunctionDef) and node.name == function:
+                # The trainer calls a reward and reads its list; a coroutine is no list.
+                return (f"{called}: {path}:{node.lineno}: {function} is an async def; make it "
+                        "a plain def that returns one number per answer (asyncio.run inside "
+                        "it can await what it needs).")
         return None

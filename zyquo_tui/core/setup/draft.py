@@ -254,14 +254,14 @@ class RunDraft:
         """A draft from an mlx-lm config (its paths relative to `base_dir`), with the command
         line's model, data, method and settings over it. Problems with a value that came from
         `config_file` are said at its file:line."""
-        from zyquo_tui.core.runs.mlx_config import run_from_mlx_config, yaml_key_lines
+        from zyquo_tui.core.runs.mlx_config import choices_from_mlx_config, yaml_key_lines
 
         lines = yaml_key_lines(config_file) if config_file is not None else {}
         # Paths given on the command line are the user's, from the working directory; those
-        # in the config may be relative to its file (run_from_mlx_config resolves them).
+        # in the config may be relative to its file (choices_from_mlx_config resolves them).
         given = {key: "-" for key, value in (("model", model), ("data", data)) if value}
         draft = cls(config_file=config_file, config_lines=lines)
-        run, _unknown = run_from_mlx_config({**config, **given}, source=source,
+        run, _unknown = choices_from_mlx_config({**config, **given}, source=source,
                                             base_dir=base_dir, locate=draft.locate)
         # A config's reward files are where its other paths are: beside it.
         absolute_reward_files(run.hyperparameters, base_dir or Path.cwd())
@@ -340,7 +340,12 @@ class RunDraft:
         """The whole batches one epoch of the dataset makes at the batch size; None while the
         dataset's rows are unknown (or too few for a batch: a problem says so)."""
         rows = self.data.rows.get("train") if self.data is not None else None
-        return EpochPlan.of(rows, self.hyperparameters.batch_size)
+        hp = self.hyperparameters
+        # A grpo run trains each batch grpo_iterations iterations: an epoch takes that many
+        # more.
+        reuses = (SETTINGS["grpo_iterations"].get(hp)
+                  if SETTINGS["objective"].get(hp) == "grpo" else 1)
+        return EpochPlan.of(rows, hp.batch_size, reuses)
 
     def resolve_epochs(self) -> None:
         """With epochs set, iters becomes epochs x the batches of an epoch; left as it is

@@ -44,7 +44,7 @@ class CheckpointsScreen(RunViewScreen):
 
     AREA = "Checkpoints"
     BINDINGS = [
-        Binding("r", "resume_here", "Resume here", id="checkpoints.resume",
+        Binding("r", "resume_here", "Resume", id="checkpoints.resume",
                 tooltip="Continue the run exactly from this checkpoint"),
         Binding("f", "fork_here", "Fork", id="checkpoints.fork",
                 tooltip="A new run warm-started from this checkpoint's weights"),

@@ -1,23 +1,29 @@
 """ModelsScreen: every model found, with its facts, and the folders searched for them.
 
 Models come from $ZYQUO_HOME/models, the folders in config.toml (`[models] folders`), the
-Hugging Face cache and LM Studio (docs/models-and-datasets.md). `a` adds a folder to
-config.toml; enter starts a new run with the highlighted model. Discovery reads only
-config.json and the safetensors headers, in a worker thread.
+Hugging Face cache and LM Studio (docs/models-and-datasets.md); below them, the GGUF files of
+LM Studio and Ollama, which `i` imports into $ZYQUO_HOME/models (the importer subprocess, in a
+worker: the dashboard never imports mlx). `a` adds a folder to config.toml; enter starts a new
+run with the highlighted model. Discovery reads only config.json, the safetensors headers and
+the GGUF files' first bytes, in a worker thread.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Static
+from textual.worker import get_current_worker
 
 from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.formatting import DASH, fmt_bytes
+from zyquo_tui.core.library.gguf_files import GGUFFile
+from zyquo_tui.core.library.model_import import import_gguf_model
 from zyquo_tui.core.library.models import READY, ModelInfo
 from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.dashboard.dialogs.text_prompt import TextPromptDialog
@@ -33,6 +39,7 @@ STATUS_LOOK = {
     "needs-conversion": ("↻ convert", "yellow"),
     "unsupported": ("✗ unsupported", "red"),
     "incomplete": ("✗ incomplete", "red"),
+    "importable": ("⇩ importable", "cyan"),
 }
 # key, header, width (the name takes what the others leave, at least NAME_MIN)
 COLUMNS = (("name", "Name", 0), ("status", "Status", 13), ("arch", "Arch", 8),
@@ -62,6 +69,25 @@ def model_cells(model: ModelInfo) -> tuple:
         quant,
         "✓" if model.chat_template else "–",
     )
+
+
+def gguf_cells(entry: GGUFFile) -> tuple:
+    word, style = STATUS_LOOK.get(entry.status, (entry.status, ""))
+    return (Text(entry.name), Text(word, style=style), entry.architecture or DASH, DASH,
+            fmt_bytes(entry.size), "gguf", DASH)
+
+
+def gguf_detail(entry: GGUFFile) -> Text:
+    text = Text()
+    text.append(entry.name, style="bold")
+    text.append(f"  {entry.path} ({entry.source})\n", style="dim")
+    if entry.importable:
+        text.append(f"A GGUF file (version {entry.version}, {fmt_bytes(entry.size)}): i imports "
+                    f"it as {entry.import_name}, an MLX model in $ZYQUO_HOME/models.")
+    else:
+        word, style = STATUS_LOOK.get(entry.status, (entry.status, ""))
+        text.append(f"{word}: {entry.status_detail}", style=style)
+    return text
 
 
 def model_detail(model: ModelInfo) -> Text:
@@ -120,12 +146,19 @@ class ModelsScreen(ZyquoScreen):
                 tooltip="Search another folder for models (saved in config.toml)"),
         Binding("r", "rescan", "Rescan", id="models.rescan",
                 tooltip="Look for models again"),
+        Binding("i", "import_gguf", "Import", id="models.import",
+                tooltip="Import the highlighted GGUF file as an MLX model "
+                        "($ZYQUO_HOME/models)"),
         Binding("escape", "back", "Back", id="models.back", tooltip="Back"),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.models: list[ModelInfo] = []
+        self.gguf_files: list[GGUFFile] = []
+        self.importing: str | None = None  # the GGUF file being imported, by name
+        self.import_started = 0.0
+        self.import_name = ""
         self.searched: list[tuple[str, str, bool]] = []
         self.discovered = False  # the first discovery is done
 
@@ -152,33 +185,55 @@ class ModelsScreen(ZyquoScreen):
                 models, searched, error = sources.models(), sources.search_folders(), None
             except UserError as problem:  # a broken config.toml
                 models, searched, error = [], [], problem.message
-            self.app.call_from_thread(self._discovered, models, searched, error)
+            gguf_files = sources.gguf_files()
+            self.app.call_from_thread(self._discovered, models, gguf_files, searched, error)
         self.run_worker(discover, thread=True, group="discover", exclusive=True,
                         exit_on_error=False, name="discover models")
 
-    def _discovered(self, models: list[ModelInfo], searched: list[tuple[str, str, bool]],
-                    error: str | None) -> None:
+    def _discovered(self, models: list[ModelInfo], gguf_files: list[GGUFFile],
+                    searched: list[tuple[str, str, bool]], error: str | None) -> None:
         if not self.is_attached:
             return
         if error:
             self.notify(error, title="Models", severity="error", timeout=10)
         self.models = models
+        self.gguf_files = gguf_files
         self.searched = searched
         self.discovered = True
         table = self.query_one(DataTable)
         table.clear()
         for model in models:
             table.add_row(*model_cells(model), key=str(model.path))
-        ready = sum(m.ready for m in models)
-        self.query_one(TitleBar).context = (f"Models · {len(models)} found, {ready} ready"
-                                            if models else "Models · none found")
+        for entry in gguf_files:
+            table.add_row(*gguf_cells(entry), key=f"gguf:{entry.path}")
+        self._show_title()
         self._show_detail()
 
+    def _show_title(self) -> None:
+        if self.importing:
+            seconds = time.monotonic() - self.import_started
+            # The library name, shorter than a file's listed name: the seconds stay in view.
+            context = f"Models · importing as {self.import_name}… {seconds:.0f} s"
+        elif self.models:
+            ready = sum(m.ready for m in self.models)
+            context = f"Models · {len(self.models)} found, {ready} ready"
+        else:
+            context = "Models · none found"
+        importable = sum(f.importable for f in self.gguf_files)
+        if importable and not self.importing:
+            context += f", {importable} GGUF importable"
+        self.query_one(TitleBar).context = context
+
     def _highlighted(self) -> ModelInfo | None:
+        entry = self._highlighted_entry()
+        return entry if isinstance(entry, ModelInfo) else None
+
+    def _highlighted_entry(self) -> ModelInfo | GGUFFile | None:
+        rows: list[ModelInfo | GGUFFile] = [*self.models, *self.gguf_files]
         table = self.query_one(DataTable)
-        if not self.models or table.cursor_row is None or table.cursor_row >= len(self.models):
+        if not rows or table.cursor_row is None or table.cursor_row >= len(rows):
             return None
-        return self.models[table.cursor_row]
+        return rows[table.cursor_row]
 
     @on(DataTable.RowHighlighted, "#models")
     def _highlight_moved(self) -> None:
@@ -186,8 +241,13 @@ class ModelsScreen(ZyquoScreen):
 
     def _show_detail(self) -> None:
         detail = self.query_one("#model-detail", Static)
-        model = self._highlighted()
-        text = model_detail(model) if model is not None else Text(
+        model = self._highlighted_entry()
+        if isinstance(model, GGUFFile):
+            text = gguf_detail(model)
+        elif model is not None:
+            text = model_detail(model)
+        else:
+            text = Text(
             "No models found. Build the sample (ctrl+p: Sample), put MLX models in "
             "$ZYQUO_HOME/models, or press a to add a folder that holds some.")
         text.append("\nSearched: ", style="bold")
@@ -200,6 +260,11 @@ class ModelsScreen(ZyquoScreen):
         self.action_new_run()
 
     def action_new_run(self) -> None:
+        entry = self._highlighted_entry()
+        if isinstance(entry, GGUFFile):
+            self.notify(f"{entry.name} is a GGUF file: press i to import it first.",
+                        title="Models", timeout=8)
+            return
         model = self._highlighted()
         if model is None:
             return
@@ -237,3 +302,46 @@ class ModelsScreen(ZyquoScreen):
         self.app.push_screen(TextPromptDialog(
             "Search this folder for models", "Saved in config.toml ([models] folders); "
             "models up to three folders deep are found.", str(Path.home()) + "/"), chosen)
+
+    def action_import_gguf(self) -> None:
+        entry = self._highlighted_entry()
+        if self.importing:
+            self.notify(f"{self.importing} is being imported; one import at a time.",
+                        title="Import")
+            return
+        if not isinstance(entry, GGUFFile):
+            self.notify("Highlight a GGUF file (listed below the models) to import it.",
+                        title="Import")
+            return
+        if not entry.importable:
+            self.notify(entry.status_detail, title="Import", severity="error", timeout=10)
+            return
+        self.importing, self.import_started = entry.name, time.monotonic()
+        self.import_name = entry.import_name
+        self._show_title()
+        self._ticker = self.set_interval(1.0, self._show_title)
+        self.import_gguf(entry, self.app.store.home)
+
+    @work(thread=True, group="import", exit_on_error=False, name="import a GGUF file")
+    def import_gguf(self, entry: GGUFFile, home: Path) -> None:
+        worker = get_current_worker()
+        try:
+            made, error = import_gguf_model(str(entry.path), name=entry.import_name, home=home,
+                                            cancelled=lambda: worker.is_cancelled), None
+        except UserError as problem:
+            made, error = None, problem.message
+        if not worker.is_cancelled:
+            self.app.call_from_thread(self._imported, entry, made, error)
+
+    def _imported(self, entry: GGUFFile, made: dict | None, error: str | None) -> None:
+        self.importing = None
+        self._ticker.stop()
+        if not self.is_attached:
+            return
+        if error is not None:
+            self.notify(error, title=f"Import of {entry.name} failed", severity="error",
+                        timeout=15)
+        else:
+            self.notify(f"Imported {made['name']}: {made['path']}; it is ready to train.",
+                        title="Import", timeout=10)
+        self.action_rescan()
