@@ -60,9 +60,10 @@ def _traits(tmp_path, model_type: str) -> ModelTraits:
     folder = tmp_path / model_type
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": model_type}))
-    from zyquo_tui.core.library.run_checks import _config_of
-
-    return ModelTraits(model_type, False, packing_refusal=packing_refusal(_config_of(folder)))
+    # The road a run's checks take: the model folder read once, its traits from that.
+    traits = ModelTraits.read(folder)
+    assert traits is not None
+    return traits
 
 
 def test_packing_asked_for_on_a_recurrent_model_is_one_sentence(tmp_path):

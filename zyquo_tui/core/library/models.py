@@ -31,6 +31,7 @@ from zyquo_tui.core.library.safetensors_header import (
     TensorTable,
     read_headers,
 )
+from zyquo_tui.core.runs.packing import packing_refusal
 from zyquo_tui.core.store.paths import models_dir, zyquo_home
 from zyquo_tui.core.store.user_settings import Settings
 
@@ -81,6 +82,9 @@ class ModelInfo:
     quantization: Quantization | None = None
     # A quantization no run can train (fp8...): its quant_method (untrainable_quantization).
     untrainable_quantization: str | None = None
+    # Why its rows cannot be packed into one sequence, a clause (core/runs/packing.py); None
+    # when they can.
+    packing_refusal: str | None = None
     hidden_size: int | None = None
     num_layers: int | None = None
     num_heads: int | None = None
@@ -345,6 +349,7 @@ def inspect_model(folder: Path | str, name: str | None = None, source: str = SOU
     except (OSError, ValueError) as error:
         config_problem = f"config.json is unreadable ({error})"
     _describe_shape(info, config)
+    info.packing_refusal = packing_refusal(None if config_problem else config)
 
     weights = mlx_weight_files(folder)
     info.weight_files = len(weights)

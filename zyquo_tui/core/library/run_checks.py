@@ -13,14 +13,12 @@ A num_layers above the model's layer count is refused, not clamped: the sentence
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zyquo_tui.core.library.rows import TEXT, peek_format, training_refusal
-from zyquo_tui.core.runs.packing import packing_refusal
 from zyquo_tui.core.runs.problems import WARNING, Problem
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 from zyquo_tui.core.runs.value_checks import is_whole
@@ -51,7 +49,7 @@ class ModelTraits:
         """From the model list's description of a folder (core/library/models.py)."""
         return cls(Path(info.path).name or info.name, info.quantization is not None,
                    info.num_layers, info.context_length, tuple(info.layer_matrices),
-                   info.untrainable_quantization, packing_refusal(_config_of(info.path)))
+                   info.untrainable_quantization, info.packing_refusal)
 
     @classmethod
     def read(cls, folder: str | os.PathLike) -> "ModelTraits | None":
@@ -94,14 +92,6 @@ class DataTraits:
                    if (path / f"{split}.jsonl").is_file()}
         rows = {split: n for split, n in counted.items() if n is not None}
         return cls(str(folder), True, train.is_file(), peek_format(train), rows)
-
-
-def _config_of(folder: str | os.PathLike) -> dict | None:
-    try:
-        config = json.loads((Path(folder).expanduser() / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return config if isinstance(config, dict) else None
 
 
 def count_rows(path: Path) -> int | None:
