@@ -59,6 +59,8 @@ def show_data(store: RunStore, run: Run) -> dict:
         "checkpoints": checkpoints,
         "process": run.process,
         "failure": run.failure,
+        # the out-of-memory ladder's steps taken (docs/unattended.md), in order
+        "memory_steps": run.memory_steps,
         "stopped": {"reason": stop[0], "message": stop[1]} if stop else None,
         "lineage": run.lineage,
         "queue_position": RunQueue(store.home).position(run.id),

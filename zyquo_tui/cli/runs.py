@@ -16,6 +16,7 @@ from zyquo_tui.cli.output import fmt_bytes, fmt_loss, print_json
 from zyquo_tui.cli.runs_list import add_list_parser, add_runs_parser
 from zyquo_tui.cli.setting_flags import add_setting_flags, settings_given
 from zyquo_tui.core.errors import EXIT_PROBLEMS, UserError
+from zyquo_tui.core.events import protocol as ev
 from zyquo_tui.core.runs.run import RunState
 from zyquo_tui.core.runs.settings import Method
 from zyquo_tui.core.store.store import DamagedRun, RunStore
@@ -302,6 +303,10 @@ def cmd_show(args) -> int:
               + ", ".join(f"r{r.get('rank')} on {r.get('host')}" for r in ranks))
     if data["stopped"]:
         print(f"stopped    {data['stopped']['message']}")
+    for step in run.memory_steps:  # out of memory, resumed one rung down (unattended.md)
+        where = (f"step {step['from_step']}" if step.get("from_step") is not None
+                 else "the start")
+        print(f"stepped    down {step.get('rung')}: {step.get('change')}, from {where}")
     if run.failure:
         print(f"failure    {run.failure.get('cause')}: {run.failure.get('message')}")
         print(f"try        {run.failure.get('suggestion')}")
@@ -345,6 +350,9 @@ def cmd_watch(args) -> int:
         last_line = ""
         async for batch in supervisor.follow_batches(run.id):
             metrics.ingest(batch)
+            for event in batch:  # out of memory, and resumed one rung down the ladder
+                if event.get("type") == ev.STEP_DOWN:
+                    print(f"{run.id}  stepped down: {event.get('message')}", flush=True)
             line = progress_line(run.id, metrics)
             if line != last_line:
                 print(line, flush=True)

@@ -12,6 +12,7 @@ from typing import Any, Iterable
 
 from zyquo_tui.core.runs.settings import (
     BOOL,
+    BYTES,
     CHOICE,
     COUNT_OR_FILE,
     COUNT_OR_OFF,
@@ -51,7 +52,7 @@ def _help(key: str) -> str:
 
 _METAVARS = {INT: "N", FLOAT: "X", NUMBERS: "X,X,...", NAMES: "NAME,...",
              COUNT_OR_FILE: "FILE|N", COUNT_OR_OFF: "auto|N|off", FILE: "FILE",
-             FOLDER: "FOLDER"}
+             FOLDER: "FOLDER", BYTES: "SIZE"}
 
 
 def _metavar(key: str) -> str:

@@ -102,6 +102,12 @@ class StepEngine:
         self.grad_sum, self.pending = saved
         self._applied = None
 
+    def count_as_one(self, calls: int) -> None:
+        """The last `calls` forward_backward calls were the slices of one batch, their losses
+        weighted by their share of its tokens (micro-batches): one call in the average the
+        next optim_step takes, as the whole batch would be."""
+        self.pending -= calls - 1
+
     def set_optimizer_constants(self, learning_rate: float | None = None,
                                 **constants: Any) -> None:
         """Set the optimizer's hyperparameters for the next updates: the learning rate lives

@@ -26,9 +26,10 @@ from mlx_lm.tuner.trainer import grad_checkpoint
 from mlx_lm.utils import maybe_set_recommended_wired_limit
 
 from zyquo_tui.core.events.protocol import RANK_PEAKS
-from zyquo_tui.core.runs.settings import Hyperparameters
+from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters
 from zyquo_tui.trainer.distributed import World
 from zyquo_tui.trainer.engine import StepEngine
+from zyquo_tui.trainer.memory_limit import MemoryLimit
 from zyquo_tui.trainer.objectives import SftObjective
 from zyquo_tui.trainer.trainer_failure import fail
 
@@ -63,7 +64,8 @@ class TrainingLoop:
 
     def __init__(self, model: nn.Module, optimizer, train_set, val_set,
                  settings: Hyperparameters, adapters: Path, hooks: LoopHooks,
-                 objective=None, world: World | None = None) -> None:
+                 objective=None, world: World | None = None,
+                 memory_limit: MemoryLimit | None = None) -> None:
         # Several ranks (mlx.launch): each trains its share of every batch, the engine
         # averages their gradients, reports sum their figures and only rank 0 saves.
         self.world = world = world or World()
@@ -88,6 +90,11 @@ class TrainingLoop:
         self.trained_tokens = 0
         self.metric_sums: dict[str, Any] = {}  # the objective's metrics since the last report
         self.engine = StepEngine(model, optimizer)
+        self.memory_limit = memory_limit or MemoryLimit(None)
+        # Checkpoints by the clock too (save_every_minutes), so a death loses little.
+        minutes = SETTINGS["save_every_minutes"].get(settings)
+        self.save_interval = float(minutes) * 60 if minutes else None
+        self.saved_at = time.monotonic()
 
     # -- resume ------------------------------------------------------------------------------
 
@@ -140,6 +147,7 @@ class TrainingLoop:
     def run(self) -> LoopResult:
         s = self.settings
         maybe_set_recommended_wired_limit()
+        self.memory_limit.apply()
         if s.grad_checkpoint:
             grad_checkpoint(self.model.layers[0])
         engine, model = self.engine, self.model
@@ -159,7 +167,9 @@ class TrainingLoop:
                 tic = time.perf_counter()
 
             # The update follows at once: the engine compiles the two together (less memory).
-            engine.update_with_next = it % accum_steps == 0
+            # (Micro-batches are several forward_backward calls: never compiled with it.)
+            engine.update_with_next = it % accum_steps == 0 and \
+                getattr(self.objective, "micro_batches", 1) == 1
             lvalue, toks, metrics = self.objective.forward_backward(engine, batch)
             if it % accum_steps == 0:
                 engine.optim_step()
@@ -171,6 +181,7 @@ class TrainingLoop:
             mx.eval(engine.state, self.loss_sum, self.tokens_since_report, engine.grad_sum,
                     self.metric_sums)
             self.time_since_report += time.perf_counter() - tic
+            self.memory_limit.check(it, self.world)
             result.step = it
 
             loss_now = lvalue.item()
@@ -185,12 +196,19 @@ class TrainingLoop:
             # The ranks stop together: a cancel reaches each at its own moment.
             stopping = it < s.iters and self.world.any(self.hooks.should_stop())
             if (it % s.save_every == 0 or it == s.iters or stopping
-                    or self.hooks.should_save(it)):
+                    or self.hooks.should_save(it) or self._save_due()):
                 result.checkpoint = self.save(it, result.val_losses.get(it))
             if stopping:
                 result.stopped = True
                 break
         return result
+
+    def _save_due(self) -> bool:
+        """save_every_minutes have passed since the last checkpoint (rank 0's clock decides
+        for every rank: they save together)."""
+        if self.save_interval is None:
+            return False
+        return self.world.any(time.monotonic() - self.saved_at >= self.save_interval)
 
     def _validate(self) -> tuple[float, float, dict[str, float]]:
         tic = time.perf_counter()
@@ -241,6 +259,7 @@ class TrainingLoop:
         return totals
 
     def save(self, it: int, val_loss: float | None) -> dict[str, Any]:
+        self.saved_at = time.monotonic()
         weights = self.engine.trainable_weights()
         finite = mx.all(mx.stack([mx.all(mx.isfinite(w)) for w in weights.values()]))
         if not finite.item():

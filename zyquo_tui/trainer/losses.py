@@ -99,6 +99,32 @@ def sft_packed_objective(model, inputs: mx.array, targets: mx.array, mask: mx.ar
     return ce.astype(mx.float32).sum() / ntoks, ntoks, {}
 
 
+def trained_tokens(batch) -> mx.array:
+    """The tokens an SFT batch trains (unpacked: tokens and lengths; packed: inputs, targets,
+    mask and segments), counted as sft_objective and sft_packed_objective count them."""
+    if len(batch) == 4:
+        return batch[2].sum()
+    tokens, lengths = batch
+    return mlx_lm_target_mask(lengths, tokens.shape[1] - 1).sum()
+
+
+def row_slices(batch, parts: int) -> list[tuple[mx.array, ...]]:
+    """An SFT batch's rows (a packed batch's sequences) in at most `parts` slices of as even a
+    size as can be, in order; each array of the batch sliced alike."""
+    rows = batch[0].shape[0]
+    parts = max(min(parts, rows), 1)
+    bounds = [rows * i // parts for i in range(parts + 1)]
+    return [tuple(array[start:end] for array in batch)
+            for start, end in zip(bounds, bounds[1:])]
+
+
+def weighted_loss(objective, model, weight: mx.array, *arrays):
+    """`objective`'s loss times `weight` (a micro-batch's share of its batch's tokens, so the
+    slices' gradients add up to the batch's; trainer/objectives.py)."""
+    loss, ntoks, metrics = objective(model, *arrays)
+    return loss * weight, ntoks, metrics
+
+
 def sft_validation_loss(model, tokens: mx.array, lengths: mx.array, sliced):
     """`sft_objective`'s loss and token count, in slices and without the gradient's work, as
     mlx-lm's `evaluate` calls a loss."""

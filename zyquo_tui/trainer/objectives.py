@@ -96,6 +96,9 @@ class SftObjective(LossSlicing):
                             if self.sliced is not None else None)
         self.sliced_packed_loss = (partial(losses.sft_packed_objective, sliced=self.sliced)
                                    if self.sliced is not None else None)
+        # Micro-batches (the micro_batches setting; a rung of the out-of-memory ladder).
+        self.micro_batches = int(SETTINGS["micro_batches"].get(settings))
+        self._weighted: dict[Any, Any] = {}
 
     def batches(self, train_set, world, pack: bool | None = None) -> BatchStream:
         """The batch stream: packed as the run says, or as `pack` says (a resume follows
@@ -107,14 +110,36 @@ class SftObjective(LossSlicing):
         return BatchStream(train_set, self.settings.batch_size, self.settings.max_seq_length,
                            world.rank, world.size)
 
-    def forward_backward(self, engine: StepEngine, batch):
+    def _loss_for(self, batch):
         if len(batch) == 4:  # a packed batch: inputs, targets, mask, segments
-            if self._sliced_for(batch[0]):
-                return engine.forward_backward(self.sliced_packed_loss, *batch)
-            return engine.forward_backward(losses.sft_packed_objective, *batch)
-        if self._sliced_for(batch[0]):
-            return engine.forward_backward(self.sliced_loss, *batch)
-        return engine.forward_backward(losses.sft_objective, *batch)
+            return (self.sliced_packed_loss if self._sliced_for(batch[0])
+                    else losses.sft_packed_objective)
+        return self.sliced_loss if self._sliced_for(batch[0]) else losses.sft_objective
+
+    def forward_backward(self, engine: StepEngine, batch):
+        if self.micro_batches == 1:
+            return engine.forward_backward(self._loss_for(batch), *batch)
+        return self._micro_batched(engine, batch)
+
+    def _micro_batched(self, engine: StepEngine, batch):
+        """The batch's rows in `micro_batches` slices, each slice's mean loss weighted by its
+        share of the batch's trained tokens: the weighted gradients add up to the whole
+        batch's, and the slices count as one forward_backward in the update's average. The
+        loop never compiles these with the update (`update_with_next`)."""
+        parts = losses.row_slices(batch, self.micro_batches)
+        counts = [losses.trained_tokens(part) for part in parts]
+        total = sum(counts)
+        loss = ntoks = 0
+        for part, count in zip(parts, counts):
+            objective = self._loss_for(part)
+            weighted = self._weighted.get(objective)
+            if weighted is None:
+                weighted = self._weighted[objective] = partial(losses.weighted_loss, objective)
+            part_loss, part_tokens, _ = engine.forward_backward(
+                weighted, (count / total).astype(mx.float32), *part, key=("micro", objective))
+            loss, ntoks = loss + part_loss, ntoks + part_tokens
+        engine.count_as_one(len(parts))
+        return loss, ntoks, {}
 
     def validate(self, model, val_set) -> tuple[float, dict[str, float]]:
         s = self.settings
@@ -320,6 +345,7 @@ class DistillObjective(SftObjective):
         from zyquo_tui.trainer.teacher import Teacher, TeacherError, output_width
 
         super().__init__(settings, model, chunk_tokens)
+        self.micro_batches = 1  # (micro-batches are SFT's: a distill step is one call)
         self.model = model
         self.tokenizer = tokenizer
         self.temperature = float(SETTINGS["distill_temperature"].get(settings))

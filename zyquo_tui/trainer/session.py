@@ -405,11 +405,16 @@ class TrainingSession:
 
         chunk_tokens = loss_chunk_tokens_for(hp, run.method, run.model,
                                              max(train_lengths, default=None), world.size)
+        from zyquo_tui.core.runs.out_of_memory import memory_limit
+        from zyquo_tui.trainer.memory_limit import MemoryLimit
+
         loop = self.loop = TrainingLoop(model, optimizer, train_set, val_set, hp, adapters,
                                         hooks,
                                         objective_for(hp, model, run.model, chunk_tokens,
                                                       tokenizer),
-                                        world=world)
+                                        world=world,
+                                        memory_limit=MemoryLimit(*memory_limit(
+                                            hp, self.settings.memory_limit_bytes)))
         resumed_from = run.resume_from_step
         if resumed_from is not None:
             loop.restore(resumed_from)

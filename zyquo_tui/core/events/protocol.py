@@ -26,12 +26,13 @@ CHECKPOINT = "checkpoint"
 WARNING = "warning"
 SAMPLE = "sample"
 EVAL = "eval"
+STEP_DOWN = "step_down"
 COMPLETED = "completed"
 FAILED = "failed"
 CANCELLED = "cancelled"
 
 TERMINAL_TYPES = frozenset({COMPLETED, FAILED, CANCELLED})
-KNOWN_TYPES = frozenset({STARTED, TRAIN, VAL, CHECKPOINT, WARNING, SAMPLE, EVAL}) \
+KNOWN_TYPES = frozenset({STARTED, TRAIN, VAL, CHECKPOINT, WARNING, SAMPLE, EVAL, STEP_DOWN}) \
     | TERMINAL_TYPES
 
 # Failure causes carried by `failed` events and run.json.
@@ -133,6 +134,13 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
            Field("nll_se", (float, _NONE)), Field("metric", (str, _NONE)),
            Field("score", (float, _NONE), optional=True),
            Field("score_se", (float, _NONE), optional=True), Field("eval_time", _FLOAT)),
+    # A run that ran out of memory, resumed by its runner one rung down the ladder
+    # (core/runs/out_of_memory.py): the checkpoint it resumes from (`iteration`; null: from the
+    # start), the rung's number (1 to 3), the setting changed and its new value, the change
+    # and the whole story in words.
+    STEP_DOWN: (Field("iteration", (int, _NONE)), Field("rung", _INT), Field("setting", _STR),
+                Field("value", (bool, int, float, str)), Field("change", _STR),
+                Field("message", _STR)),
     COMPLETED: (Field("iteration", _INT), Field("summary", (dict,))),
     FAILED: (
         Field("iteration", _INT), Field("cause", _STR), Field("message", _STR),

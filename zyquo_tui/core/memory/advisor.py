@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE, UserError
 from zyquo_tui.core.formatting import fmt_bytes
-from zyquo_tui.core.memory.budget import CPU, MemoryBudget, machine_budget
+from zyquo_tui.core.memory.budget import CPU, MemoryBudget, capped, machine_budget
 from zyquo_tui.core.memory.estimate import (
     COEFFICIENTS,
     CPU_COEFFICIENTS,
@@ -37,6 +37,7 @@ from zyquo_tui.core.memory.measure import (
     measure_replica,
 )
 from zyquo_tui.core.memory.replica import REPLICA_ERROR, plan_replica, why_no_replica
+from zyquo_tui.core.runs.out_of_memory import memory_limit
 from zyquo_tui.core.runs.problems import Problem
 from zyquo_tui.core.runs.run import Run
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
@@ -169,11 +170,24 @@ class MemoryAdvisor:
                              coefficients=self._coefficients, world_size=world_size,
                              ranks_here=ranks_here)
 
+    def within(self, hp: Hyperparameters, machine_limit: int | None) -> MemoryAdvisor:
+        """This advisor judging a run with these settings against its memory limit
+        (core/runs/out_of_memory.py), where that is below the budget."""
+        limit, source = memory_limit(hp, machine_limit)
+        budget = capped(self.budget, limit, source)
+        if budget is self.budget:
+            return self
+        return MemoryAdvisor(budget, device=self.device, history=self.history,
+                             coefficients=self._coefficients, world_size=self.world_size,
+                             ranks_here=self.ranks_here)
+
     def rank_config(self, config: TrainingConfig) -> TrainingConfig:
-        """The config one rank trains: its share of each batch."""
-        if self.world_size == 1:
+        """The config one rank trains at once: its share of each batch, or the widest slice
+        of that share when the batch is computed in micro-batches."""
+        if self.world_size == 1 and config.micro_batches == 1:
             return config
-        return config.replace(batch_size=max(config.batch_size // self.world_size, 1))
+        share = max(config.batch_size // self.world_size, 1)
+        return config.replace(batch_size=-(-share // config.micro_batches), micro_batches=1)
 
     @classmethod
     def for_machine(cls, home: Path | None = None, *, refresh_probe: bool = False
@@ -289,6 +303,9 @@ class MemoryAdvisor:
             notes.append(f"one rank of {self.world_size}: each trains "
                          f"{self.rank_config(config).batch_size} of the batch's "
                          f"{config.batch_size} rows per step.")
+        if config.micro_batches > 1:
+            notes.append(f"each batch in {config.micro_batches} micro-batches: the "
+                         f"activations of {self.rank_config(config).batch_size} rows at once.")
         if config.longest_row_tokens is None:
             notes.append(f"row lengths unknown: assumed every batch is {config.max_seq_length} "
                          "tokens wide (give the dataset for its real longest row).")
@@ -622,6 +639,22 @@ def gate(run: Run, advisor: MemoryAdvisor, *, override: bool = False,
                         f"{_what_would_fit(advisor.suggest(model, config))}, or start it with an "
                         "explicit override (--override-memory).", EXIT_PROBLEMS)
     return assessment
+
+
+def what_would_fit_after_oom(run: Run, advisor: MemoryAdvisor) -> str:
+    """What to change after a run ran out of memory for good: the changes that fit its
+    limit; where the estimate says it fits already (the run proved it wrong), what lowers
+    memory most, and the limit to raise."""
+    from zyquo_tui.core.runs.failures import SUGGESTIONS
+
+    model = ModelFacts.from_folder(run.model)
+    config = TrainingConfig.from_run(run)
+    estimate = advisor.estimate(model, config)
+    if estimate.problems or advisor.judge(estimate).verdict is not Verdict.FITS:
+        return _what_would_fit(advisor.suggest(model, config))
+    return (f"its estimate ({fmt_bytes(estimate.total_bytes)}) is under the "
+            f"{fmt_bytes(advisor.budget.budget_bytes)} of {advisor.budget.budget_source}, yet "
+            f"it did not fit: {SUGGESTIONS['oom']}; or raise the limit")
 
 
 def _what_would_fit(suggestions: list[Suggestion], shown: int = 2) -> str:

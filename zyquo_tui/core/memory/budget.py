@@ -14,6 +14,7 @@ What other processes use right now (and so what is available) is read live, ever
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 import socket
@@ -125,3 +126,11 @@ def machine_budget(home: Path | None = None, *, refresh: bool = False,
     return budget_from(cached_probe(home, refresh=refresh, probe=probe),
                        total_bytes=facts.total_bytes, available_bytes=facts.available_bytes,
                        wired_limit=facts.wired_limit_bytes)
+
+
+def capped(budget: MemoryBudget, limit_bytes: int | None, source: str) -> MemoryBudget:
+    """`budget` no higher than a memory limit (a run's memory_limit or config.toml's [memory]
+    limit, named by `source`); as it is when there is no limit or the limit is above it."""
+    if limit_bytes is None or limit_bytes >= budget.budget_bytes:
+        return budget
+    return dataclasses.replace(budget, budget_bytes=limit_bytes, budget_source=source)

@@ -266,6 +266,9 @@ class TrainingConfig:
     # An SFT run that packs its rows (`pack`, core/runs/packing.py): its positions never
     # exceed the unpacked batch's, but a sequence may hold several rows, so it is wider.
     packed: bool = False
+    # An SFT run that computes each batch in micro_batches slices of its rows: the activations
+    # are a slice's (MemoryAdvisor.rank_config folds it into batch_size).
+    micro_batches: int = 1
 
     @property
     def sequences_per_row(self) -> int:
@@ -383,6 +386,8 @@ class TrainingConfig:
             on_policy=objective == "distill" and bool(SETTINGS["on_policy"].get(hp)),
             max_completion_tokens=int(SETTINGS["max_completion_tokens"].get(hp) or 0),
             packed=objective == "sft" and SETTINGS["pack"].get(hp) is True,
+            micro_batches=(max(int(SETTINGS["micro_batches"].get(hp)), 1)
+                           if objective == "sft" else 1),
         )
 
     @classmethod

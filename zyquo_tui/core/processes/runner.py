@@ -21,7 +21,13 @@ from pathlib import Path
 
 from zyquo_tui.core.events import protocol as ev
 from zyquo_tui.core.processes import distributed_launch
+from zyquo_tui.core.processes.memory_steps import (
+    SteppedDown,
+    explain_failure,
+    step_down_after_oom,
+)
 from zyquo_tui.core.runs.failures import classify_exit, failure
+from zyquo_tui.core.runs.out_of_memory import memory_limit
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.store.logs import read_tail
 from zyquo_tui.core.store.queue import RunQueue
@@ -29,9 +35,11 @@ from zyquo_tui.core.store.store import EVENTS_FILE, LOG_FILE, RunStore
 from zyquo_tui.core.store.user_settings import Settings
 from zyquo_tui.core.system.entry_points import RUNNER, TRAINER, python_command, usage
 from zyquo_tui.core.system.liveness import identity, signal_group
+from zyquo_tui.core.system.memory_deaths import killed_for_memory, oom_kill_count, sample_memory
 from zyquo_tui.core.system.machine import caffeinate_prefix
 
 POLL_SECONDS = 0.25
+SAMPLE_SECONDS = 1.0  # how often the trainer's memory is sampled (memory_deaths.py)
 LOG_TAIL_BYTES = 16_384
 
 
@@ -59,6 +67,8 @@ class Runner:
         self.queue = RunQueue(home)
         self.lock_fd = lock_fd
         self.settings = Settings.load(home)
+        self.oom_kills_before: int | None = None  # the kernel's count as the trainer started
+        self.last_sample = None  # the trainer's memory as last seen (memory_deaths.py)
 
     def serve(self, first: str | None) -> None:
         run_id = first
@@ -67,7 +77,9 @@ class Runner:
                 run_id = self._next_queued()
                 if run_id is None:
                     return
-            self._execute(run_id)
+            # Out of memory: again from its last checkpoint, one rung down the ladder.
+            while self._execute(run_id):
+                pass
             run_id = None
 
     def _next_queued(self) -> str | None:
@@ -86,7 +98,9 @@ class Runner:
             self.lock_fd = -1
             return None
 
-    def _execute(self, run_id: str) -> None:
+    def _execute(self, run_id: str) -> bool:
+        """Train the run once; True when it ran out of memory and was made ready to resume
+        one rung down the ladder (core/processes/memory_steps.py)."""
         me = identity(os.getpid())
 
         def starting(run):
@@ -99,7 +113,7 @@ class Runner:
             self.store.update(run_id, starting)
         except Exception as error:
             print(f"runner: cannot start {run_id}: {error}", flush=True)
-            return
+            return False
         run_dir = self.store.run_dir(run_id)
         argv = python_command(TRAINER, str(run_dir))
         distribution = preexec = None
@@ -114,7 +128,9 @@ class Runner:
                     f"{distribution.world_size} processes: {shlex.join(argv)}")
         except distributed_launch.LaunchError as error:
             self._fail_before_start(run_id, str(error))
-            return
+            return False
+        self.oom_kills_before = oom_kill_count()
+        self.last_sample = None
         with open(run_dir / LOG_FILE, "ab") as log:
             trainer = subprocess.Popen(
                 [*caffeinate_prefix(), *argv],
@@ -128,7 +144,7 @@ class Runner:
                            "start_time": started["start_time"]}
         self.store.update(run_id, record)
         returncode = self._wait(run_id, trainer, distributed=distribution is not None)
-        self._settle(run_id, returncode)
+        return self._settle(run_id, returncode)
 
     def _fail_before_start(self, run_id: str, message: str) -> None:
         """A run that could not be launched: failed, with the sentence that says why."""
@@ -148,11 +164,16 @@ class Runner:
         grace = self.settings.cancel_grace_seconds
         terminated = killed = False
         rank_zero_gone_at = None
+        sampled_at = 0.0
         while True:
             try:
                 return trainer.wait(timeout=POLL_SECONDS)
             except subprocess.TimeoutExpired:
                 pass
+            if time.monotonic() - sampled_at >= SAMPLE_SECONDS:
+                # The memory a SIGKILL would have been the answer to (memory_deaths.py).
+                self.last_sample = sample_memory(trainer.pid) or self.last_sample
+                sampled_at = time.monotonic()
             if killed:
                 continue
             try:
@@ -183,18 +204,33 @@ class Runner:
                 signal_group(trainer.pid, signal.SIGKILL)
                 killed = True
 
-    def _settle(self, run_id: str, returncode: int) -> None:
+    def _settle(self, run_id: str, returncode: int) -> bool:
         run_dir = self.store.run_dir(run_id)
+        stepped: list[SteppedDown] = []
 
         def settle(run):
             run.process = {**(run.process or {}), "returncode": returncode,
                            "ended_at": time.time()}
-            record_end(run, run_dir, returncode)
+            limit, _ = memory_limit(run.hyperparameters, self.settings.memory_limit_bytes)
+            record_end(run, run_dir, returncode, killed_for_memory(
+                self.last_sample, limit, self.oom_kills_before, oom_kill_count()))
+            # In the same update: a follower sees a death by memory and its resume at once.
+            down = step_down_after_oom(run, self.store.adapters_dir(run_id))
+            if down is not None:
+                stepped.append(down)
         try:
             run = self.store.update(run_id, settle)
         except Exception as error:
             print(f"runner: cannot record the end of {run_id}: {error}", flush=True)
-            return
+            return False
+        if stepped:
+            stepped[0].write_event(run_dir / EVENTS_FILE)
+            print(f"runner: {run_id}: {stepped[0].message}", flush=True)
+            return True
+        try:
+            explain_failure(self.store, run, self.settings.memory_limit_bytes)
+        except Exception as error:  # a suggestion, never worth a failure of the runner
+            print(f"runner: no memory suggestion for {run_id}: {error}", flush=True)
         try:
             from zyquo_tui.core.store.retention import apply_retention
 
@@ -216,9 +252,11 @@ class Runner:
             keep_cache(run_dir / EVENTS_FILE)
         except Exception as error:  # a cache, never worth a failure
             print(f"runner: metrics cache not kept for {run_id}: {error}", flush=True)
+        return False
 
 
-def record_end(run: Run, run_dir: Path, returncode: int | None) -> None:
+def record_end(run: Run, run_dir: Path, returncode: int | None,
+               memory_death: str | None = None) -> None:
     """Make the record tell how the trainer ended, also when it could not say so itself.
 
     Called under the run's lock by the runner (which knows the exit status) and by any reader
@@ -240,7 +278,8 @@ def record_end(run: Run, run_dir: Path, returncode: int | None) -> None:
         writer.close()
         run.set_state(RunState.CANCELLED)
         return
-    run.failure = classify_exit(returncode, log_tail(run_dir / LOG_FILE)).to_dict()
+    run.failure = classify_exit(returncode, log_tail(run_dir / LOG_FILE),
+                                memory_death).to_dict()
     run.set_state(RunState.INTERRUPTED)
 
 

@@ -516,7 +516,8 @@ class Supervisor:
                 batch = reader.read_new()
                 if batch:
                     yield batch
-                    if batch[-1]["type"] in ev.TERMINAL_TYPES and not self._restarting(run_id):
+                    if batch[-1]["type"] in ev.TERMINAL_TYPES and \
+                            not await self._goes_on(run_id, batch[-1]):
                         return
             now = time.monotonic()
             if now - last_check > 1.0:  # liveness is dearer than a stat: once a second
@@ -526,19 +527,42 @@ class Supervisor:
                     # The trainer saves its final state a moment before its final event:
                     # give that event a little time to arrive, so no follower misses it.
                     grace_end = time.monotonic() + 2.0
-                    while True:
+                    goes_on = False
+                    while not goes_on:
                         rest = reader.read_new()
                         if rest:
                             yield rest
                             if rest[-1]["type"] in ev.TERMINAL_TYPES:
-                                return
-                        if time.monotonic() > grace_end:
+                                if not await self._goes_on(run_id, rest[-1]):
+                                    return
+                                goes_on = True
+                        if not goes_on and time.monotonic() > grace_end:
                             return
                         await _sleep(0.05)
+                    last_size = -1
             await _sleep(poll)
 
     def _restarting(self, run_id: str) -> bool:
         return self.get(run_id).state in (RunState.STARTING, RunState.QUEUED)
+
+    async def _goes_on(self, run_id: str, final: dict, timeout: float = 30.0) -> bool:
+        """Whether the run goes on after this terminal event: started again, or (a death by
+        memory) resumed one rung down the ladder, which its runner decides as it records the
+        end (core/processes/memory_steps.py): until then, wait."""
+        if self._restarting(run_id):
+            return True
+        if final["type"] != ev.FAILED or final.get("cause") != "oom":
+            return False
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            run = self.get(run_id)
+            if run.state in (RunState.STARTING, RunState.QUEUED, RunState.RUNNING):
+                return True
+            process = run.process or {}
+            if "ended_at" in process or not process_alive(process, "runner_"):
+                return False  # the runner recorded the end as it is, or there is none
+            await _sleep(0.1)
+        return False
 
     async def follow(self, run_id: str, poll: float = 0.2) -> AsyncIterator[dict]:
         """Every event of the run, from the first, as it arrives; ends with the run."""

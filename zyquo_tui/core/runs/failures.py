@@ -89,8 +89,11 @@ def looks_like_oom(text: str) -> bool:
     return any(marker in text for marker in _OOM_MARKERS)
 
 
-def classify_exit(returncode: int | None, log_tail: str) -> Failure:
-    """The cause of a trainer that ended without a terminal event, from its exit and its log."""
+def classify_exit(returncode: int | None, log_tail: str,
+                  memory_death: str | None = None) -> Failure:
+    """The cause of a trainer that ended without a terminal event, from its exit and its log;
+    `memory_death` says why a SIGKILL looks like the system's answer to memory running out
+    (core/system/memory_deaths.py), when the runner saw a sign of it."""
     if looks_like_oom(log_tail):
         return failure("oom", "The trainer ran out of memory.")
     rank = lost_rank(log_tail)
@@ -98,6 +101,9 @@ def classify_exit(returncode: int | None, log_tail: str) -> Failure:
         return rank
     if returncode is not None and returncode < 0:
         signum = -returncode
+        if signum == signal.SIGKILL and memory_death:
+            return failure("oom", f"The trainer was killed (SIGKILL) as memory ran out: "
+                                  f"{memory_death}.")
         if signum == signal.SIGKILL:
             # On macOS the kernel's memory killer (jetsam) sends SIGKILL without a word.
             return failure(

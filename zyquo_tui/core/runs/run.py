@@ -130,6 +130,9 @@ class Run:
     queued_at: str | None = None
     # The grid it was made in (`runs grid`): its runs share this id.
     group: str | None = None
+    # The out-of-memory ladder's steps taken (core/runs/out_of_memory.py), in order: each the
+    # rung's setting, value and change, the step resumed from, the failure and when.
+    memory_steps: list[dict[str, Any]] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     @classmethod

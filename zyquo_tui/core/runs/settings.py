@@ -28,6 +28,7 @@ from zyquo_tui.core.runs.hosts import (
     HostfileCheck,
     HostNames,
     distribution_problems,
+    world_size_of,
 )
 from zyquo_tui.core.runs.problems import WARNING, Problem
 from zyquo_tui.core.runs.value_checks import (
@@ -36,6 +37,7 @@ from zyquo_tui.core.runs.value_checks import (
     OFF_TEXT,
     AnyNumber,
     BaseOrModelFolder,
+    ByteSize,
     CountOrFile,
     CountOrOff,
     ExistingFile,
@@ -53,6 +55,7 @@ from zyquo_tui.core.runs.value_checks import (
     TRACKERS,
     TrueOrFalse,
     WholeNumber,
+    bytes_from_text,
     is_whole,
     number_from_text,
 )
@@ -95,6 +98,7 @@ NUMBERS = "numbers"  # a list of numbers, written "1e-05, 1000, 0"
 NAMES = "names"  # a list of names, written "self_attn.q_proj, self_attn.v_proj"
 COUNT_OR_FILE = "count_or_file"  # a whole number, or the path of a file
 COUNT_OR_OFF = "count_or_off"  # a whole number, auto or off
+BYTES = "bytes"  # a size: whole bytes, or text such as 12GB or 800MB
 
 # Tokens per slice of the sliced loss (trainer/chunked_loss.py) when a run leaves it to auto:
 # with a 151,936-token vocabulary a slice is 0.16 GB of float32 logits, and about four such
@@ -109,6 +113,9 @@ OBJECTIVES = ("sft", "dpo", "orpo", "grpo", "distill")
 PREFERENCE_OBJECTIVES = ("dpo", "orpo")
 # The objectives that sample answers from the model while training (distill with on_policy).
 SAMPLING_OBJECTIVES = ("grpo", "distill")
+# What a run that runs out of memory does (core/runs/memory_ladder.py, docs/unattended.md):
+# resume from its last checkpoint one rung down the ladder, or stop.
+ON_OOM = ("step-down", "stop")
 # What picks a run's best checkpoint: the lowest validation loss, or the best in-run evaluation
 # (eval_every on eval_data: the highest score with a scorer, else the lowest answer NLL).
 BEST_BY = ("val_loss", "eval")
@@ -249,6 +256,9 @@ class Setting:
         if self.kind == BASE_OR_PATH:
             return stripped if stripped == "base" else os.path.abspath(
                 os.path.expanduser(stripped))
+        if self.kind == BYTES:
+            size = bytes_from_text(stripped)
+            return stripped if size is None else size
         if self.kind == COUNT_OR_FILE:
             plain = stripped.replace("_", "")
             if INT_TEXT.match(plain):
@@ -321,6 +331,14 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
     Setting("grad_accumulation_steps", "grad_accumulation_steps", INT, 1, "Grad accum steps",
             "batches summed per update: a bigger effective batch in the same memory", ADVANCED,
             "--grad-accumulation-steps", WholeNumber()),
+    # zyquo-tui's own: each batch's rows computed in N slices, their gradients summed into the
+    # batch's before the update (trainer/loop.py): the same update, a fraction of the
+    # activations. The out-of-memory ladder's second rung doubles it (memory_ladder.py).
+    Setting("micro_batches", f"{OWN_KEY}.micro_batches", INT, 1, "Micro-batches",
+            "compute each batch's rows in N slices, their gradients summed before the update: "
+            "the same update as the whole batch, with the activations of a slice", ADVANCED,
+            "--micro-batches", WholeNumber(), in_form=False, objectives=("sft",),
+            called="micro_batches"),
     Setting("lora_scale", "lora_parameters.scale", FLOAT, 20.0, "LoRA scale",
             "multiplies the adapter's output", ADVANCED, "--lora-scale", AnyNumber(),
             lora_only=True, called="lora_parameters.scale"),
@@ -476,6 +494,23 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
             "elsewhere; N always slices N tokens at a time; off computes the whole batch's, "
             "as mlx-lm does. The same losses either way", ADVANCED,
             "--loss-chunk-tokens", CountOrOff(), in_form=False, called="loss_chunk_tokens"),
+    # Running out of memory (docs/unattended.md): the run's limit, what a death by it does,
+    # and checkpoints by the clock besides those by the step, so a death loses little.
+    Setting("memory_limit", f"{OWN_KEY}.memory_limit", BYTES, None, "Memory limit",
+            "the most memory the run may use, e.g. 12GB (MLX's limit is set to it; a step whose "
+            "peak passes it ends as out of memory); unset, config.toml [memory] limit, else "
+            "the machine's budget", ADVANCED, "--memory-limit", ByteSize(), optional=True,
+            in_form=False, called="memory_limit"),
+    Setting("on_oom", f"{OWN_KEY}.on_oom", CHOICE, "step-down", "On out of memory",
+            "step-down resumes the run from its last checkpoint one rung down (gradient "
+            "checkpointing, then half the micro-batch, then loss slices; at most three); stop "
+            "ends it", ADVANCED, "--on-oom", OneOf(ON_OOM), choices=ON_OOM, in_form=False,
+            called="on_oom"),
+    Setting("save_every_minutes", f"{OWN_KEY}.save_every_minutes", FLOAT, 10.0,
+            "Save every (minutes)", "also save a checkpoint when this many minutes have "
+            "passed since the last one, whatever save_every says", ADVANCED,
+            "--save-every-minutes", LearningRate(high=math.inf), in_form=False,
+            called="save_every_minutes"),
     # Experiment trackers, with mlx-lm's own keys (docs/CLI.md): our trainer sends a run's
     # metrics through each tracker's library (trainer/trackers.py).
     Setting("report_to", "report_to", TEXT, None, "Report to",
@@ -673,6 +708,19 @@ def _batch_splits_across_ranks(hp: Hyperparameters) -> list[Problem]:
     return distribution_problems(hp.batch_size, hp.zyquo_tui)
 
 
+def _micro_batches_of_rows(hp: Hyperparameters) -> list[Problem]:
+    """Each micro-batch needs a row: at most the rows each process trains of a batch."""
+    micro = SETTINGS["micro_batches"].get(hp)
+    if not (is_whole(micro) and is_whole(hp.batch_size)) or micro <= 1:
+        return []
+    rows = hp.batch_size // max(world_size_of(hp.zyquo_tui), 1)
+    if micro > rows:
+        return [Problem("micro_batches", f"micro_batches ({micro}) is more than the {rows} "
+                                         "rows each process trains of a batch; give at most "
+                                         f"{rows}.")]
+    return []
+
+
 def _distillation_needs_a_teacher(hp: Hyperparameters) -> list[Problem]:
     if SETTINGS["objective"].get(hp) == "distill" and SETTINGS["teacher"].get(hp) is None:
         # Said so that it reads at the form's Teacher field as well as after `runs new`.
@@ -717,6 +765,8 @@ CROSS_CHECKS: tuple[CrossCheck, ...] = (
     CrossCheck(("eval_every", "eval_data", "eval_exact", "eval_reward", "best_by"),
                _evaluation_needs_its_parts),
     CrossCheck(("batch_size", "ranks", "hosts", "hostfile"), _batch_splits_across_ranks),
+    CrossCheck(("micro_batches", "batch_size", "ranks", "hosts", "hostfile"),
+               _micro_batches_of_rows),
     CrossCheck(("schedule",), _schedule_shape),
     CrossCheck(("objective", "teacher"), _distillation_needs_a_teacher),
     CrossCheck(("objective", "reward_functions", "reward_weights"), _one_weight_per_reward),

@@ -203,6 +203,44 @@ class CountOrFile:
         return []
 
 
+# Sizes as people write them: 12GB, 12 GiB, 800M, 1.5T, or whole bytes. GB and GiB alike mean
+# 2**30 bytes, as macOS counts a Mac's memory and as fmt_bytes writes sizes back.
+_SIZE_TEXT = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def bytes_from_text(text: str) -> int | None:
+    """`12GB` is 12 * 2**30 bytes, `800M` 800 * 2**20, `4096` 4096; None for other text."""
+    found = _SIZE_TEXT.match(text.strip().replace("_", ""))
+    if found is None:
+        return None
+    return int(float(found.group(1)) * _SIZE_UNITS[found.group(2).lower()])
+
+
+def size_in_bytes(value: Any) -> int | None:
+    """A size setting's value (whole bytes, or text such as 12GB from a YAML file) in bytes;
+    None for no size."""
+    if is_whole(value):
+        return int(value)
+    return bytes_from_text(value) if isinstance(value, str) else None
+
+
+@dataclass(frozen=True)
+class ByteSize:
+    """A size of at least `minimum` bytes: whole bytes, or text such as 12GB or 800MB."""
+
+    minimum: int = 1 << 20
+
+    def __call__(self, called: str, value: Any) -> list[tuple[str, str]]:
+        size = size_in_bytes(value)
+        if size is None:
+            return [(ERROR, f"{called} must be a size such as 12GB or 800MB, not {value!r}.")]
+        if size < self.minimum:
+            return [(ERROR, f"{called} must be at least {self.minimum >> 20} MiB, not "
+                            f"{size} bytes.")]
+        return []
+
+
 OFF_TEXT = "off"
 AUTO_TEXT = "auto"
 

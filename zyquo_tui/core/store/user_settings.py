@@ -17,6 +17,7 @@ from pathlib import Path
 import tomli_w
 
 from zyquo_tui.core.errors import UserError
+from zyquo_tui.core.runs.value_checks import size_in_bytes
 from zyquo_tui.core.store.atomic import write_atomic
 from zyquo_tui.core.store.paths import settings_file
 
@@ -137,6 +138,9 @@ class Settings:
     # trainer.log and runner.log are rotated at this size, keeping this many older files.
     log_max_bytes: int = DEFAULT_LOG_MAX_BYTES
     log_backups: int = DEFAULT_LOG_BACKUPS
+    # [memory] limit: the most memory a run on this machine may use, unless the run sets its
+    # own memory_limit (a size such as "16GB"; None: the machine's budget decides).
+    memory_limit_bytes: int | None = None
 
     @classmethod
     def load(cls, home: Path | None = None) -> "Settings":
@@ -178,6 +182,13 @@ class Settings:
                                             minimum=4096)
         settings.log_backups = read.typed("logs", "backups", int, DEFAULT_LOG_BACKUPS,
                                           minimum=1)
+        limit = read.section("memory").get("limit")
+        if limit is not None:
+            size = size_in_bytes(limit)
+            if size is None or size < 1 << 20:
+                raise read.refuse("memory", "limit", f"[memory] limit must be a size of at "
+                                  f"least 1 MiB such as \"16GB\", not {limit!r}")
+            settings.memory_limit_bytes = size
         return settings
 
     def save(self, home: Path | None = None) -> None:
