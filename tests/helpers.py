@@ -137,3 +137,11 @@ def assert_losses_equal_mlx_lm(store: RunStore, run: Run, theirs: dict,
     for step, loss in their_val.items():
         assert our_val[step] == pytest.approx(loss, abs=tolerance), step
     return our_train
+
+
+def wait_until_ended(supervisor: Supervisor, run_id: str, timeout: float = 300) -> Run:
+    """The run once it is neither queued nor active (nor about to resume one rung down the
+    out-of-memory ladder: Supervisor.wait waits through that)."""
+    import asyncio
+
+    return asyncio.run(supervisor.wait(run_id, timeout=timeout))

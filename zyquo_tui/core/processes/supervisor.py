@@ -489,7 +489,8 @@ class Supervisor:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             run = self.get(run_id)
-            if not run.state.is_active and run.state is not RunState.QUEUED:
+            if not run.state.is_active and run.state is not RunState.QUEUED \
+                    and not _may_step_down(run):
                 return run
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} is still {run.state.value}")
@@ -558,9 +559,8 @@ class Supervisor:
             run = self.get(run_id)
             if run.state in (RunState.STARTING, RunState.QUEUED, RunState.RUNNING):
                 return True
-            process = run.process or {}
-            if "ended_at" in process or not process_alive(process, "runner_"):
-                return False  # the runner recorded the end as it is, or there is none
+            if not _may_step_down(run):
+                return False
             await _sleep(0.1)
         return False
 
@@ -569,6 +569,14 @@ class Supervisor:
         async for batch in self.follow_batches(run_id, poll):
             for event in batch:
                 yield event
+
+
+def _may_step_down(run: Run) -> bool:
+    """A run the trainer recorded out of memory whose runner has not recorded the end yet: it
+    may resume one rung down the ladder (core/processes/memory_steps.py) in a moment."""
+    process = run.process or {}
+    return (run.state is RunState.FAILED and (run.failure or {}).get("cause") == "oom"
+            and "ended_at" not in process and process_alive(process, "runner_"))
 
 
 async def _sleep(seconds: float) -> None:
