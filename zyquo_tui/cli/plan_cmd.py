@@ -141,7 +141,11 @@ def run(args) -> int:
         if not lengths:
             raise UserError(f"{data}/train.jsonl has no rows.")
 
-    advisor = placed_advisor(MemoryAdvisor.for_machine(), placement)
+    from zyquo_tui.core.store.user_settings import Settings
+
+    # Judged against the run's memory limit, or config.toml's, where it is below the budget.
+    advisor = placed_advisor(MemoryAdvisor.for_machine().within(
+        hp, Settings.load().memory_limit_bytes), placement)
     try:
         from zyquo_tui.core.store.store import RunStore
 

@@ -25,6 +25,7 @@ from zyquo_tui.dashboard.dialogs.machine import MachineDialog
 from zyquo_tui.dashboard.messages import (
     MetricsReceived,
     RunEnded,
+    RunSteppedDown,
     RunsRefreshed,
     RunWarned,
     SampleChanged,
@@ -133,6 +134,13 @@ class ZyquoApp(App[None]):
         run = self.service.run(message.run_id)
         name = run.name if run is not None else message.run_id
         self.notifier.send("zyquo-tui: run diverging", f"{name}: {message.message}",
+                           failed=False, warning=True)
+
+    def on_run_stepped_down(self, message: RunSteppedDown) -> None:
+        run = self.service.run(message.run_id)
+        name = run.name if run is not None else message.run_id
+        self.notifier.send("zyquo-tui: run out of memory",
+                           f"{name} ran out of memory and resumed with {message.change}.",
                            failed=False, warning=True)
 
     def on_run_ended(self, message: RunEnded) -> None:

@@ -48,3 +48,12 @@ class RunWarned(Message, bubble=False):
 
 class SampleChanged(Message, bubble=False):
     """Building the sample model started, finished or failed."""
+
+
+class RunSteppedDown(Message, bubble=False):
+    """A run ran out of memory and its runner resumed it one rung down the ladder."""
+
+    def __init__(self, run_id: str, change: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.change = change

@@ -35,7 +35,7 @@ from zyquo_tui.core.library.sample import (
     sample_exists,
     sample_model_path,
 )
-from zyquo_tui.core.processes.supervisor import Supervisor, resume_point
+from zyquo_tui.core.processes.supervisor import Supervisor, may_step_down, resume_point
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.stopping import DIVERGED
 from zyquo_tui.core.setup.draft import RunDraft
@@ -47,6 +47,7 @@ from zyquo_tui.dashboard.messages import (
     MetricsReceived,
     RunEnded,
     RunsRefreshed,
+    RunSteppedDown,
     RunWarned,
     SampleChanged,
 )
@@ -128,6 +129,7 @@ class RunService:
         self._closed_order: list[str] = []
         self._loading: set[str] = set()
         self._states: dict[str, RunState] = {}
+        self._memory_steps: dict[str, int] = {}  # each run's out-of-memory steps, last seen
         self._record_cache: dict[str, tuple[tuple[int, int, int], Run | DamagedRun]] = {}
         self._polling = False
         self._poll_again = False
@@ -199,16 +201,23 @@ class RunService:
     def _apply(self, snapshot: StoreSnapshot, sample_ready: bool) -> None:
         self._polling = False
         ended: list[Run] = []
+        stepped: list[Run] = []  # resumed one rung down the out-of-memory ladder
         for run_id, record in snapshot.runs.items():
             if not isinstance(record, Run):
                 continue
             before = self._states.get(run_id)
+            if may_step_down(record):
+                continue  # out of memory, and its runner about to resume it: not ended yet
             # A run first seen already ended, after the first read of the store, started and
             # ended between two polls (a short run): it ended while the dashboard watched.
             if record.state.is_terminal and (before is not None and not before.is_terminal
                                              or before is None and self.loaded):
                 ended.append(record)
             self._states[run_id] = record.state
+            steps = len(record.memory_steps)
+            if steps > self._memory_steps.get(run_id, steps if not self.loaded else 0):
+                stepped.append(record)
+            self._memory_steps[run_id] = steps
         for gone in set(self._states) - set(snapshot.runs):
             del self._states[gone]
         self.runs = snapshot.runs
@@ -225,6 +234,8 @@ class RunService:
         self.app.post_message(RunsRefreshed())
         for run in ended:
             self.app.post_message(RunEnded(run.id, run.state.value))
+        for run in stepped:
+            self.app.post_message(RunSteppedDown(run.id, run.memory_steps[-1].get("change", "")))
         if self._poll_again:
             self._poll_again = False
             self.poll_now()

@@ -145,7 +145,8 @@ class Supervisor:
         # A distributed run is judged per host: one rank's share of the batch, times the
         # ranks on each machine (core/memory/host_verdicts.py).
         placement = placement_of(run.hyperparameters.zyquo_tui)
-        advisor = placed_advisor(MemoryAdvisor.for_machine(self.store.home), placement)
+        advisor = placed_advisor(MemoryAdvisor.for_machine(self.store.home).within(
+            run.hyperparameters, self.settings.memory_limit_bytes), placement)
 
         def judge(longest_row_tokens: int | None = None, replica: bool = False) -> None:
             assessment = gate(run, advisor, override=override,
@@ -490,7 +491,7 @@ class Supervisor:
         while True:
             run = self.get(run_id)
             if not run.state.is_active and run.state is not RunState.QUEUED \
-                    and not _may_step_down(run):
+                    and not may_step_down(run):
                 return run
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} is still {run.state.value}")
@@ -559,7 +560,7 @@ class Supervisor:
             run = self.get(run_id)
             if run.state in (RunState.STARTING, RunState.QUEUED, RunState.RUNNING):
                 return True
-            if not _may_step_down(run):
+            if not may_step_down(run):
                 return False
             await _sleep(0.1)
         return False
@@ -571,7 +572,7 @@ class Supervisor:
                 yield event
 
 
-def _may_step_down(run: Run) -> bool:
+def may_step_down(run: Run) -> bool:
     """A run the trainer recorded out of memory whose runner has not recorded the end yet: it
     may resume one rung down the ladder (core/processes/memory_steps.py) in a moment."""
     process = run.process or {}

@@ -57,10 +57,13 @@ def placement(draft: "RunDraft") -> Placement:
     return placement_of(draft.hyperparameters.zyquo_tui)
 
 
-def advisor_for(draft: "RunDraft", advisor: MemoryAdvisor) -> MemoryAdvisor:
+def advisor_for(draft: "RunDraft", advisor: MemoryAdvisor,
+                machine_limit: int | None = None) -> MemoryAdvisor:
     """The advisor of where the run trains: a distributed run is judged on one rank's share
-    of the batch, with --ranks N putting N of them in this machine's memory."""
+    of the batch, with --ranks N putting N of them in this machine's memory; against the
+    run's memory limit (or config.toml's) where that is below the budget."""
     where = placement(draft)
+    advisor = advisor.within(draft.hyperparameters, machine_limit)
     return advisor if where.distribution is None else placed_advisor(advisor, where)
 
 
@@ -87,7 +90,8 @@ def assess(draft: "RunDraft", facts: "ModelFacts | None", advisor: MemoryAdvisor
     settings_ok = not any(p.is_error and p.key != "dataset" for p in found)
     if facts is None or advisor is None or not settings_ok:
         return DraftVerdicts(None)
-    placed = advisor_for(draft, advisor)
+    placed = advisor_for(draft, advisor,
+                         disk_settings.memory_limit_bytes if disk_settings else None)
     plan = placed.plan(facts, training_config(draft, lengths), lengths)
     plan = judged_by_replica(plan, placed, replica)
     hosts: list[HostVerdict] = []

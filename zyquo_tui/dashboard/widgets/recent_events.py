@@ -18,7 +18,7 @@ from zyquo_tui.dashboard.widgets.live_text import LiveText
 
 EVENT_STYLES = {ev.STARTED: "cyan", ev.TRAIN: "", ev.VAL: "yellow", ev.CHECKPOINT: "blue",
                 ev.WARNING: "bold yellow", ev.COMPLETED: "bold green", ev.FAILED: "bold red",
-                ev.CANCELLED: "yellow"}
+                ev.CANCELLED: "yellow", ev.STEP_DOWN: "bold magenta"}
 
 
 def _rewards(event: dict) -> str:
@@ -69,6 +69,10 @@ def describe(event: dict[str, Any]) -> str:
         return f"completed at step {step}"
     if kind == ev.FAILED:
         return f"failed at step {step} ({event.get('cause', '?')}): {event.get('message', '')}"
+    if kind == ev.STEP_DOWN:
+        where = f"from step {step}" if step is not None else "from the start"
+        return f"out of memory: stepped down {event.get('rung', '?')}, {event.get('change', '')}, " \
+            f"resumed {where}"
     if kind == ev.CANCELLED:
         saved = event.get("checkpoint")
         return f"cancelled at step {step}" + (

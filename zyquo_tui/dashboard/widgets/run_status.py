@@ -66,4 +66,7 @@ class RunStatus(LiveText):
             speed = metrics.series["iterations_per_second"].last
             if speed:
                 second.append(f"   {fmt_rate(speed)} it/s")
+        if run.memory_steps:  # out of memory, resumed one rung down the ladder
+            second.append(f"   ↓{len(run.memory_steps)} {run.memory_steps[-1].get('change')}",
+                          style="bold magenta")
         self.text = Text("\n").join((first, second))
