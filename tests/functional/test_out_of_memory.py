@@ -181,3 +181,12 @@ def test_a_failing_reward_never_steps_down(tiny_model, tmp_path):
     assert ended.state is RunState.FAILED and ended.failure["cause"] == "reward"
     assert ended.memory_steps == []
     assert not [e for e in read_events(store.events_path(run.id)) if e["type"] == "step_down"]
+
+
+def test_checkpoints_by_the_clock_come_between_those_by_the_step(tiny_model):
+    store = RunStore().ensure()
+    # save_every past the end: only the clock (a minute's millionth) saves before the last step
+    events = trained(tiny_model, store, iters=4, save_every=100, save_every_minutes=1e-6)
+    assert [e["iteration"] for e in events if e["type"] == "checkpoint"] == [1, 2, 3, 4]
+    events = trained(tiny_model, store, iters=4, save_every=100)  # the default: 10 minutes
+    assert [e["iteration"] for e in events if e["type"] == "checkpoint"] == [4]
