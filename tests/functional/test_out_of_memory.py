@@ -46,7 +46,8 @@ def trained(model, store: RunStore, **own) -> list[dict]:
     """The events of a run of SMALL, started by a runner and followed to its end."""
     run = own_run(model, store, **own)
     supervisor = Supervisor(store)
-    supervisor.start(run.id)
+    # (A limit set below the run's peak on purpose: its memory verdict says so.)
+    supervisor.start(run.id, override_memory="memory_limit" in own)
     try:
         ended = wait_until_ended(supervisor, run.id)
     finally:
@@ -106,7 +107,7 @@ def test_with_no_rung_left_the_run_fails_saying_what_it_tried(tiny_model):
     store = RunStore().ensure()
     run = own_run(tiny_model, store, memory_limit="1MB")  # below the weights alone
     supervisor = Supervisor(store)
-    supervisor.start(run.id)
+    supervisor.start(run.id, override_memory=True)
     try:
         ended = wait_until_ended(supervisor, run.id)
     finally:
@@ -128,7 +129,7 @@ def test_on_oom_stop_never_steps_down(tiny_model):
     store = RunStore().ensure()
     run = own_run(tiny_model, store, memory_limit="1MB", on_oom="stop")
     supervisor = Supervisor(store)
-    supervisor.start(run.id)
+    supervisor.start(run.id, override_memory=True)
     try:
         ended = wait_until_ended(supervisor, run.id)
     finally:
