@@ -40,7 +40,7 @@ def ladder(hp: Hyperparameters) -> list[tuple[str, Hyperparameters]]:
     while (rung := next_rung(hp, taken, sliced="off")) is not None:
         taken.append(rung.setting)
         hp = step_down(hp, rung)
-        steps.append((rung.sentence.split(",")[0], hp))
+        steps.append((f"+ {rung.setting} {rung.value}".lower(), hp))
     return steps
 
 
@@ -88,14 +88,14 @@ def main() -> int:
         base_losses = results["original"][0]["losses"]
         print(f"model {model}, batch {args.batch_size}, {args.iters} steps, "
               f"{args.repeat} rounds (medians)")
-        print(f"{'settings':<34} {'MLX peak':>10} {'ratio':>6} {'tokens/s':>9} {'ratio':>6} "
+        print(f"{'settings':<26} {'MLX peak':>10} {'ratio':>6} {'tokens/s':>9} {'ratio':>6} "
               f"{'max |Δloss|':>11}")
         for name, _ in rungs:
             peak = statistics.median(r["peak"] for r in results[name])
             speed = statistics.median(r["speed"] for r in results[name])
             drift = max(abs(r["losses"][step] - base_losses[step])
                         for r in results[name] for step in base_losses)
-            print(f"{name:<34} {fmt_bytes(peak):>10} {peak / base_peak:>6.2f} "
+            print(f"{name:<26} {fmt_bytes(peak):>10} {peak / base_peak:>6.2f} "
                   f"{speed:>9.0f} {speed / base_speed:>6.2f} {drift:>11.2e}")
     return 0
 
