@@ -42,16 +42,21 @@ def own_run(model, store: RunStore, **own):
     return store.get(run.id)
 
 
+def to_the_end(store: RunStore, run_id: str, override_memory: bool = False):
+    """The run started by a runner and waited for to its end (through any step down)."""
+    supervisor = Supervisor(store)
+    supervisor.start(run_id, override_memory=override_memory)
+    try:
+        return wait_until_ended(supervisor, run_id)
+    finally:
+        stop_runs(store, run_id)
+
+
 def trained(model, store: RunStore, **own) -> list[dict]:
     """The events of a run of SMALL, started by a runner and followed to its end."""
     run = own_run(model, store, **own)
-    supervisor = Supervisor(store)
     # (A limit set below the run's peak on purpose: its memory verdict says so.)
-    supervisor.start(run.id, override_memory="memory_limit" in own)
-    try:
-        ended = wait_until_ended(supervisor, run.id)
-    finally:
-        stop_runs(store, run.id)
+    ended = to_the_end(store, run.id, override_memory="memory_limit" in own)
     assert ended.state is RunState.COMPLETED, ended.failure
     return read_events(store.events_path(run.id))
 
@@ -106,12 +111,7 @@ def test_a_run_past_its_memory_limit_steps_down_and_trains_on_as_that_rung_would
 def test_with_no_rung_left_the_run_fails_saying_what_it_tried(tiny_model):
     store = RunStore().ensure()
     run = own_run(tiny_model, store, memory_limit="1MB")  # below the weights alone
-    supervisor = Supervisor(store)
-    supervisor.start(run.id, override_memory=True)
-    try:
-        ended = wait_until_ended(supervisor, run.id)
-    finally:
-        stop_runs(store, run.id)
+    ended = to_the_end(store, run.id, override_memory=True)
     assert ended.state is RunState.FAILED and ended.failure["cause"] == "oom"
     assert [step["setting"] for step in ended.memory_steps] == [
         "grad_checkpoint", "micro_batches", "loss_chunk_tokens"]
@@ -128,12 +128,7 @@ def test_with_no_rung_left_the_run_fails_saying_what_it_tried(tiny_model):
 def test_on_oom_stop_never_steps_down(tiny_model):
     store = RunStore().ensure()
     run = own_run(tiny_model, store, memory_limit="1MB", on_oom="stop")
-    supervisor = Supervisor(store)
-    supervisor.start(run.id, override_memory=True)
-    try:
-        ended = wait_until_ended(supervisor, run.id)
-    finally:
-        stop_runs(store, run.id)
+    ended = to_the_end(store, run.id, override_memory=True)
     assert ended.state is RunState.FAILED and ended.failure["cause"] == "oom"
     assert ended.memory_steps == [] and not ended.hyperparameters.grad_checkpoint
     assert not [e for e in read_events(store.events_path(run.id)) if e["type"] == "step_down"]
@@ -173,12 +168,7 @@ def test_a_failing_reward_never_steps_down(tiny_model, tmp_path):
                            "memory_limit": 64 << 30}.items():
             SETTINGS[key].set(r.hyperparameters, value)
     store.update(run.id, grpo)
-    supervisor = Supervisor(store)
-    supervisor.start(run.id)
-    try:
-        ended = wait_until_ended(supervisor, run.id)
-    finally:
-        stop_runs(store, run.id)
+    ended = to_the_end(store, run.id)
     assert ended.state is RunState.FAILED and ended.failure["cause"] == "reward"
     assert ended.memory_steps == []
     assert not [e for e in read_events(store.events_path(run.id)) if e["type"] == "step_down"]
