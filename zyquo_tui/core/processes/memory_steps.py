@@ -74,20 +74,17 @@ def step_down_after_oom(run: Run, adapters: Path) -> SteppedDown | None:
 
 
 def explain_failure(store: RunStore, run: Run, machine_limit: int | None) -> None:
-    """A run out of memory for good (on_oom stop, or no rung left): its failure with what would
-    fit as the suggestion and, after the ladder, the steps it took."""
+    """A run out of memory for good (on_oom stop, or no rung left): its failure, changed in
+    place, gets what would fit as the suggestion and, after the ladder, the steps it took.
+    Called in the update that records the end, so no follower sees the failure without it."""
     if not ran_out_of_memory(run):
         return
     from zyquo_tui.core.memory.advisor import MemoryAdvisor, what_would_fit_after_oom
 
-    advisor = MemoryAdvisor.for_machine(store.home).within(run.hyperparameters, machine_limit)
-    suggestion = what_would_fit_after_oom(run, advisor)
     steps = "; ".join(step["change"] for step in run.memory_steps)
     after = (f" It ran out of memory again after {len(run.memory_steps)} step"
              f"{'s' if len(run.memory_steps) > 1 else ''} down the ladder ({steps})."
              if steps else "")
-
-    def explained(r: Run) -> None:
-        r.failure = {**(r.failure or {}), "message": (r.failure or {}).get("message", "") + after,
-                     "suggestion": suggestion}
-    store.update(run.id, explained)
+    run.failure = {**(run.failure or {}), "message": (run.failure or {}).get("message", "") + after}
+    advisor = MemoryAdvisor.for_machine(store.home).within(run.hyperparameters, machine_limit)
+    run.failure["suggestion"] = what_would_fit_after_oom(run, advisor)

@@ -218,6 +218,11 @@ class Runner:
             down = step_down_after_oom(run, self.store.adapters_dir(run_id))
             if down is not None:
                 stepped.append(down)
+                return
+            try:
+                explain_failure(self.store, run, self.settings.memory_limit_bytes)
+            except Exception as error:  # a suggestion, never worth a failure of the runner
+                print(f"runner: no memory suggestion for {run_id}: {error}", flush=True)
         try:
             run = self.store.update(run_id, settle)
         except Exception as error:
@@ -227,10 +232,6 @@ class Runner:
             stepped[0].write_event(run_dir / EVENTS_FILE)
             print(f"runner: {run_id}: {stepped[0].message}", flush=True)
             return True
-        try:
-            explain_failure(self.store, run, self.settings.memory_limit_bytes)
-        except Exception as error:  # a suggestion, never worth a failure of the runner
-            print(f"runner: no memory suggestion for {run_id}: {error}", flush=True)
         try:
             from zyquo_tui.core.store.retention import apply_retention
 
