@@ -12,7 +12,7 @@ import pytest
 from conftest import SAMPLE_DATA, zyquo_cli
 from helpers import copy_run
 
-from zyquo_tui.core.errors import EXIT_USAGE
+from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE
 from zyquo_tui.core.store.store import RunStore
 from zyquo_tui.trainer.evaluation import normalised
 
@@ -167,6 +167,25 @@ def test_eval_reward_from_a_file_scores_both_sides_with_its_signature(trained_ru
         assert result[side]["score"]["mean"] == pytest.approx(sum(lengths) / 4)
     assert table.returncode == 0, table.stderr
     assert table.stdout.splitlines()[2].split()[:3] == ["reward", f"{reward}:characters", "(n=4)"]
+
+
+def test_a_reward_that_never_returns_stops_the_eval_after_its_timeout(trained_runs,
+                                                                      isolated_home, tmp_path):
+    run_id = copy_run(trained_runs["float"], isolated_home)
+    asleep = tmp_path / "asleep.py"
+    asleep.write_text("import threading\n\ndef forever(prompts, completions, answer, "
+                      "types=None):\n    threading.Event().wait()\n")
+    data = SAMPLE_DATA / "rl" / "test.jsonl"
+
+    done = zyquo_cli("eval", run_id, "--data", str(data), "--limit", "2", "--reward",
+                     f"{asleep}:forever", "--reward-timeout", "1")
+    assert done.returncode == EXIT_PROBLEMS, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("zyquo-tui: ") and line.endswith("."), line
+    assert "was still running after 1 s (reward_timeout)" in line, line
+
+    refused = zyquo_cli("eval", run_id, "--reward-timeout", "0", "--reward", "bogus")
+    assert refused.returncode == EXIT_USAGE and "--reward-timeout is 0" in refused.stderr
 
 
 def test_eval_of_a_model_alone_on_chat_rows(sample_models, isolated_home):

@@ -9,6 +9,7 @@ from pathlib import Path
 from zyquo_tui.cli.output import print_json, print_table
 from zyquo_tui.core.processes.evaluation import (
     DEFAULT_EVAL_MAX_TOKENS,
+    REWARD_TIMEOUT_SECONDS,
     eval_request,
     result_headers,
     result_rows,
@@ -37,6 +38,10 @@ def register(subparsers) -> None:
     scored.add_argument("--reward", metavar="NAME|FILE.py:FUNC",
                         help=f"score greedy answers with a reward ({', '.join(BUILTIN_REWARDS)}"
                              ", or a file's function with mlx-lm-lora's signature)")
+    p.add_argument("--reward-timeout", type=float, default=REWARD_TIMEOUT_SECONDS,
+                   metavar="SECONDS",
+                   help=f"a reward still running after this long on one answer stops the "
+                        f"evaluation (default {REWARD_TIMEOUT_SECONDS:g})")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_EVAL_MAX_TOKENS,
                    help=f"the longest greedy answer, in tokens (default "
                         f"{DEFAULT_EVAL_MAX_TOKENS})")
@@ -48,7 +53,8 @@ def register(subparsers) -> None:
 def cmd_eval(args) -> int:
     request = eval_request(RunStore(), args.id, step=args.checkpoint, model=args.model,
                            data=args.data, exact=args.exact, reward=args.reward,
-                           max_tokens=args.max_tokens, limit=args.limit)
+                           max_tokens=args.max_tokens, limit=args.limit,
+                           reward_timeout=args.reward_timeout)
     if not args.json and sys.stderr.isatty():  # for a person waiting; a script reads stdout
         what = (f"step {request.step} of run {request.run_id}" if request.run_id
                 else request.model)

@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--exact", action="store_true")
     parser.add_argument("--reward")
+    parser.add_argument("--reward-timeout", type=float)
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_EVAL_MAX_TOKENS)
     parser.add_argument("--limit", type=int)
     args = parser.parse_args(argv)
@@ -62,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         say("error", message=f"MLX could not be loaded: {error}", bad_input=False)
         return EXIT_PROBLEMS
     try:
-        scorer = Scorer(exact=args.exact, rewards=[args.reward] if args.reward else None)
+        scorer = Scorer(exact=args.exact, rewards=[args.reward] if args.reward else None,
+                        reward_timeout=args.reward_timeout)
     except RewardError as error:
         say("error", message=f"The reward {error.name} cannot be used: {error}; give a "
                              "built-in reward or FILE.py:FUNCTION.", bad_input=True)

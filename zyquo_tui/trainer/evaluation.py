@@ -88,11 +88,14 @@ class Scorer:
     """What scores a greedy answer: exact match, or reward functions (names as a run's
     reward_functions setting holds them)."""
 
-    def __init__(self, exact: bool = False, rewards: list[str] | None = None) -> None:
+    def __init__(self, exact: bool = False, rewards: list[str] | None = None,
+                 reward_timeout: float | None = None) -> None:
+        """`reward_timeout`: seconds a reward may take for one call, after which it fails
+        the evaluation (None waits for it)."""
         from zyquo_tui.trainer.rewards import Rewards
 
         self.exact = exact
-        self.rewards = Rewards(rewards) if rewards else None
+        self.rewards = Rewards(rewards, timeout=reward_timeout) if rewards else None
 
     @property
     def metric(self) -> str | None:
@@ -186,7 +189,8 @@ class InRunEvaluation:
 
         rows = read_eval_rows(SETTINGS["eval_data"].get(hp), SETTINGS["eval_max_rows"].get(hp))
         scorer = Scorer(exact=SETTINGS["eval_exact"].get(hp) is True,
-                        rewards=SETTINGS["eval_reward"].get(hp) or None)
+                        rewards=SETTINGS["eval_reward"].get(hp) or None,
+                        reward_timeout=float(SETTINGS["reward_timeout"].get(hp)))
         return cls(model, tokenizer, rows, scorer, int(SETTINGS["eval_every"].get(hp)),
                    int(hp.iters), SETTINGS["best_by"].get(hp) == "eval")
 

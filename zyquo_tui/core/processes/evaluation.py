@@ -17,7 +17,7 @@ from typing import Any
 
 from zyquo_tui.core.errors import EXIT_PROBLEMS, EXIT_USAGE, UserError
 from zyquo_tui.core.library.eval_rows import DEFAULT_EVAL_MAX_TOKENS, read_eval_rows
-from zyquo_tui.core.runs.settings import BUILTIN_REWARDS
+from zyquo_tui.core.runs.settings import BUILTIN_REWARDS, SETTINGS
 from zyquo_tui.core.runs.value_checks import RewardFunctions
 from zyquo_tui.core.store.checkpoints import checkpoint_at, list_checkpoints
 from zyquo_tui.core.store.store import RunStore
@@ -26,6 +26,8 @@ from zyquo_tui.core.system.entry_points import EVALUATE, python_command
 
 # Loading a model and answering every row twice can take long on a big test split.
 EVAL_TIMEOUT_SECONDS = 3600.0
+# What a reward function may take for one row's answer, as a run's reward_timeout defaults to.
+REWARD_TIMEOUT_SECONDS = float(SETTINGS["reward_timeout"].default)
 TEST_SPLIT = "test.jsonl"
 
 
@@ -43,6 +45,7 @@ class EvalRequest:
     reward: str | None = None
     max_tokens: int = DEFAULT_EVAL_MAX_TOKENS
     limit: int | None = None
+    reward_timeout: float = REWARD_TIMEOUT_SECONDS
 
     def command(self) -> list[str]:
         argv = python_command(EVALUATE, "--model", self.model, "--data", str(self.data),
@@ -52,7 +55,7 @@ class EvalRequest:
         if self.exact:
             argv.append("--exact")
         if self.reward:
-            argv += ["--reward", self.reward]
+            argv += ["--reward", self.reward, "--reward-timeout", repr(self.reward_timeout)]
         if self.limit is not None:
             argv += ["--limit", str(self.limit)]
         return argv
@@ -86,7 +89,8 @@ def default_step(store: RunStore, run_id: str) -> int:
 def eval_request(store: RunStore, run_id: str | None = None, *, step: int | None = None,
                  model: str | None = None, data: Path | None = None, exact: bool = False,
                  reward: str | None = None, max_tokens: int = DEFAULT_EVAL_MAX_TOKENS,
-                 limit: int | None = None) -> EvalRequest:
+                 limit: int | None = None,
+                 reward_timeout: float = REWARD_TIMEOUT_SECONDS) -> EvalRequest:
     """The request, checked: UserError (exit 2) for anything that cannot be evaluated."""
     if (run_id is None) == (model is None):
         raise UserError("Give a run id or --model MODEL (not both): what to evaluate.")
@@ -96,6 +100,9 @@ def eval_request(store: RunStore, run_id: str | None = None, *, step: int | None
         raise UserError(f"--max-tokens is {max_tokens}; give a whole number of at least 1.")
     if limit is not None and limit < 1:
         raise UserError(f"--limit is {limit}; give a whole number of rows, at least 1.")
+    if not reward_timeout > 0:
+        raise UserError(f"--reward-timeout is {reward_timeout:g}; give the seconds a reward may "
+                        "take for one answer, more than 0.")
     if reward:
         problems = RewardFunctions(BUILTIN_REWARDS)("--reward", [reward])
         if problems:
@@ -125,7 +132,7 @@ def eval_request(store: RunStore, run_id: str | None = None, *, step: int | None
     data = Path(data).expanduser().absolute()
     rows = read_eval_rows(data, limit)
     return EvalRequest(model, data, len(rows), run_id, adapters, step, exact, reward or None,
-                       max_tokens, limit)
+                       max_tokens, limit, reward_timeout)
 
 
 def parse_line(line: str) -> dict[str, Any] | None:
