@@ -61,14 +61,16 @@ def trained(model, store: RunStore, **own) -> list[dict]:
     return read_events(store.events_path(run.id))
 
 
-def limit_between(original: dict[int, int], lower_peak: int) -> tuple[int, int]:
-    """(a limit, the step that passes it): above everything the stepped-down settings reach
-    and the original's first step, below a later step's peak of the original."""
+def limit_between(original: dict[int, int], lower_peak: int) -> int:
+    """A limit above everything the stepped-down settings reach and the original's first
+    step, halfway to the original's highest later peak: the original dies after its first
+    checkpoint, the stepped-down run fits, each with half the gap to spare (MLX's peak moves a
+    little from one run to the next, so which step passes it is read, not foretold)."""
     floor = max(lower_peak, original[1])
-    later = [step for step in sorted(original) if original[step] > floor]
-    assert later, (f"the original settings never peak above {floor} bytes after step 1 "
-                   f"({original}): this data gives the ladder nothing to show")
-    return (floor + original[later[0]]) // 2, later[0]
+    highest = max(original.values())
+    assert highest > floor, (f"the original settings never peak above {floor} bytes after "
+                             f"step 1 ({original}): this data gives the ladder nothing to show")
+    return (floor + highest) // 2
 
 
 @pytest.mark.parametrize("original, stepped, rung", [
@@ -83,13 +85,14 @@ def test_a_run_past_its_memory_limit_steps_down_and_trains_on_as_that_rung_would
     straight = trained(tiny_model, store, **original)
     lower = trained(tiny_model, store, **stepped)
     peaks = losses_by_iteration(straight, "train", "peak_memory_bytes")
-    limit, dies_at = limit_between(peaks, max(losses_by_iteration(
+    limit = limit_between(peaks, max(losses_by_iteration(
         lower, "train", "peak_memory_bytes").values()))
 
     limited = trained(tiny_model, store, **original, memory_limit=limit)
     failed = [e for e in limited if e["type"] == "failed"]
     assert len(failed) == 1 and failed[0]["cause"] == "oom", failed
-    assert failed[0]["iteration"] == dies_at and "memory_limit" in failed[0]["message"]
+    dies_at = failed[0]["iteration"]
+    assert dies_at > 1 and "memory_limit" in failed[0]["message"]  # after a checkpoint
     [down] = [e for e in limited if e["type"] == "step_down"]
     assert (down["setting"], down["value"], down["rung"]) == (*rung, 1)
     assert down["iteration"] == dies_at - 1  # its last checkpoint
