@@ -254,3 +254,19 @@ def test_flags_that_cost_no_memory_leave_the_figure_as_it_was(capsys, model, iso
     assert status == status_with == 0, err
     assert given["estimate_bytes"] == bare["estimate_bytes"]
     assert given["verdict"] == bare["verdict"]
+
+
+def test_a_packed_run_s_plan_says_so_and_counts_the_wider_attention(capsys, tiny_model,
+                                                                    isolated_home):
+    fake_machine(isolated_home, 64 * GIB)
+    chat = REPO / "sample_data" / "chat"
+    runs = {pack: plan(capsys, "--model", tiny_model, "--data", chat, "--num-layers", "-1",
+                       f"--{pack}", "--json")[1] for pack in ("pack", "no-pack")}
+    packed, unpacked = runs["pack"], runs["no-pack"]
+    assert unpacked["packed_width"] is None
+    # batch 4 of rows up to the longest: their positions together, padded to a multiple of 32
+    assert packed["packed_width"] == 32 * -(-4 * packed["longest_row_tokens"] // 32)
+    assert packed["breakdown"]["attention"] > unpacked["breakdown"]["attention"]
+    _, text, _ = plan(capsys, "--model", tiny_model, "--data", chat, "--num-layers", "-1", "--pack")
+    assert (f"rows packed into sequences of up to {packed['packed_width']} tokens, attention "
+            "kept inside each row") in text

@@ -226,6 +226,9 @@ def _json(plan: Plan, measurement: Measurement | None, skipped: str | None,
           lengths: list[int] | None) -> dict[str, Any]:
     data = plan.to_json()
     data["objective"] = plan.estimate.config.objective
+    config = plan.estimate.config
+    data["packed_width"] = (config.attention_width
+                            if config.packed and config.objective == "sft" else None)
     data["longest_row_tokens"] = max(lengths) if lengths else None
     data["rows"] = len(lengths) if lengths else None
     if measurement is not None or skipped is not None:
@@ -265,6 +268,9 @@ def _print(plan: Plan, facts: ModelFacts, measurement: Measurement | None, skipp
                else ", padded as mlx-lm pads a batch")
         sequence += f" (the longest of {len(lengths)} rows has {longest} tokens{how})"
     parts.append(sequence)
+    if config.packed and config.objective == "sft":
+        parts.append(f"rows packed into sequences of up to {config.attention_width} tokens, "
+                     "attention kept inside each row")
     if config.objective == "grpo":
         parts.append(f"{config.group_size} sampled answers a prompt, up to "
                      f"{config.completion_tokens} tokens each")
