@@ -176,8 +176,10 @@ def test_a_packed_run_trains_and_resumes_exactly(tiny_model):
 
 def test_a_packed_run_trains_what_the_unpacked_run_trains_step_by_step(tiny_model):
     """A packed step trains the rows of the unpacked step, so without dropout (whose random
-    masks follow the batch's shape) the losses are the same, step by step, within 1e-4."""
-    settings = dict(iters=12, steps_per_report=1, save_every=100, steps_per_eval=100,
+    masks follow the batch's shape) the losses are the same, step by step, within 1e-4, and
+    so is the validation loss after the same steps (the same rows seen)."""
+    settings = dict(iters=12, steps_per_report=1, save_every=100, steps_per_eval=6,
+                    val_batches=2,
                     max_seq_length=256, lora_parameters={"rank": 8, "dropout": 0.0,
                                                          "scale": 20.0})
     events = []
@@ -194,4 +196,8 @@ def test_a_packed_run_trains_what_the_unpacked_run_trains_step_by_step(tiny_mode
     tokens = [[e["trained_tokens"] for e in history if e["type"] == "train"]
               for history in events]
     assert tokens[0] == tokens[1]
+    have, want = (losses_by_iteration(e, "val", "val_loss") for e in events)
+    assert sorted(have) == sorted(want) and {6, 12} <= set(want)
+    for step in want:
+        assert have[step] == pytest.approx(want[step], abs=1e-4), step
 
