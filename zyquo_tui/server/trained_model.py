@@ -349,11 +349,25 @@ class TrainedModel:
 
 
 def read_description(folder: Path) -> ModelSpec:
+    """What a saved state fits (its tinker.json); RequestError with one sentence when the
+    file is missing or not one this server wrote (a folder edited or damaged by hand)."""
     path = folder / DESCRIPTION_FILE
     try:
-        return ModelSpec.from_json(json.loads(path.read_text(encoding="utf-8")))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RequestError(f"{folder} was not saved by this server ({DESCRIPTION_FILE} is "
                            "missing).") from None
-    except (json.JSONDecodeError, TypeError) as error:
-        raise RequestError(f"{path} cannot be read: {error}.") from None
+    except (OSError, ValueError, RecursionError) as error:  # ValueError: bad JSON or UTF-8
+        raise RequestError(f"{path} cannot be read ({type(error).__name__}); save the state "
+                           "again.") from None
+    fields_ok = isinstance(data, dict) and all(
+        isinstance(data.get(name), str) and data.get(name) for name in ("base_model", "folder"))
+    rank = data.get("rank") if isinstance(data, dict) else None
+    if not fields_ok or not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+        raise RequestError(f"{path} does not describe a saved state (it needs base_model, "
+                           "folder and a rank of at least 1); save the state again.")
+    try:
+        return ModelSpec.from_json(data)
+    except TypeError as error:
+        raise RequestError(f"{path} does not describe a saved state ({error}); save the state "
+                           "again.") from None
