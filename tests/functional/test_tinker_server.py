@@ -408,7 +408,13 @@ def test_serve_detach_outlives_its_command_and_serves(tmp_path):
     pid = int(re.search(r"\(pid (\d+),", done.stdout).group(1))
     try:
         key = (home / "tinker_api_key").read_text().strip()
-        assert f"TINKER_API_KEY={key}" in done.stdout
+        # The key is never in the output (it goes to logs): `serve --show-key` prints it.
+        assert key not in done.stdout and "serve --show-key" in done.stdout
+        assert key not in (home / "serve.log").read_text()
+        shown = subprocess.run([sys.executable, "-m", "zyquo_tui", "serve", "--show-key"],
+                               capture_output=True, text=True, timeout=60,
+                               env={**os.environ, "ZYQUO_HOME": str(home)})
+        assert shown.returncode == 0 and shown.stdout.strip() == key
         assert os.getsid(pid) == pid  # a session of its own: a closed terminal does not end it
         answer = httpx.get(f"http://127.0.0.1:{port}/api/v1/healthz",
                            headers={"X-API-Key": key}, timeout=10)

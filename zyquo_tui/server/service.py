@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from zyquo_tui.core.store.serve_settings import ServeSettings
 from zyquo_tui.server.trained_model import (ModelSpec, RequestError, TrainedModel,
                                             read_description)
 
@@ -77,8 +78,10 @@ def tinker_path(run_id: str, kind: str, name: str) -> str:
 
 
 class Service:
-    def __init__(self, home: Path, models_home: Path | None = None) -> None:
+    def __init__(self, home: Path, models_home: Path | None = None,
+                 limits: ServeSettings | None = None) -> None:
         self.home = home
+        self.limits = limits or ServeSettings()  # config.toml [serve]
         self.sessions: dict[str, Session] = {}
         self.models: dict[str, TrainingModel] = {}
         self.samplers: dict[str, Sampler] = {}
