@@ -429,6 +429,19 @@ def test_serve_detach_outlives_its_command_and_serves(tmp_path):
             time.sleep(0.1)
 
 
+def test_serve_refuses_a_wrong_serve_setting_in_one_sentence(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text("[serve]\nmax_num_samples = 0\n")
+    done = subprocess.run([sys.executable, "-m", "zyquo_tui", "serve", "--port",
+                           str(free_port())], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "ZYQUO_HOME": str(home)}, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"zyquo-tui: {home / 'config.toml'}:2: [serve] "
+                                   "max_num_samples must be a whole number of at least 1, not 0; "
+                                   "fix the file.")
+
+
 def test_waiting_on_a_forward_backward_before_its_step_gives_the_same_training(
         server, service_client):
     # Submitted together, the two run as one compiled step; waited on first, the
