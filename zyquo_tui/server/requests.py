@@ -55,7 +55,11 @@ def backend(request: Request) -> Backend:
 
 
 def error(status: int, sentence: str) -> JSONResponse:
-    return JSONResponse({"detail": sentence, "message": sentence}, status_code=status)
+    """The one-sentence answer of a refusal. What a request sent may be echoed in it (an
+    unknown id): its newlines and control characters are written escaped, so the sentence
+    stays one printable line."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in sentence)
+    return JSONResponse({"detail": shown, "message": shown}, status_code=status)
 
 
 def future(request_id: str, **extra: Any) -> JSONResponse:

@@ -291,8 +291,11 @@ class TrainedModel:
                 self.engine.load_state(folder, latest.step)
             except ValueError as error:
                 raise RequestError(str(error)) from None
+            except (RuntimeError, OSError) as error:  # MLX's reader of a damaged file
+                raise RequestError(f"The state saved in {folder} cannot be read ({error}); "
+                                   "save it again.") from None
             return
-        self.set_weights(dict(mx.load(str(adapter_file(folder, latest.step)))))
+        self.set_weights(read_weights(adapter_file(folder, latest.step)))
 
     def set_weights(self, weights: dict[str, mx.array]) -> None:
         try:
@@ -346,6 +349,16 @@ class TrainedModel:
             self.model.train()
             mx.random.seed(mlx_rng_seed(key))
         return sequences, scored
+
+
+def read_weights(file: Path) -> dict[str, mx.array]:
+    """The arrays of a saved safetensors file; RequestError with one sentence when the file
+    is missing or damaged (MLX's reader raises RuntimeError for a file it cannot read)."""
+    try:
+        return dict(mx.load(str(file)))
+    except (RuntimeError, ValueError, OSError) as error:
+        raise RequestError(f"The weights in {file} cannot be read ({error}); save them "
+                           "again.") from None
 
 
 def read_description(folder: Path) -> ModelSpec:
