@@ -192,6 +192,10 @@ def protobuf_faults(known: Known, rng: random.Random) -> list[tuple[str, bytes]]
                                          weights=tensor).SerializeToString()))
     faults.append(("32769 tokens in a datum",
                    fb_message(known.model, [1] * 32769).SerializeToString()))
+    many = pb.ForwardBackwardRequest(model_id=known.model, loss_fn="cross_entropy")
+    for _ in range(200_000):  # 400 kB of empty datums: far more memory once read
+        many.data.add()
+    faults.append(("200000 empty datums", many.SerializeToString()))
     faults.append(("no model_id", fb_message("", [1, 2, 3]).SerializeToString()))
     faults.append(("an unknown model", fb_message("nobody:train:0", [1, 2, 3],
                                                   target_tokens=targets).SerializeToString()))
@@ -539,3 +543,42 @@ def test_an_sdk_program_trains_on_the_server_after_the_faults(server, known):
     assert httpx.get(f"{server.url}/api/v1/healthz", headers={"X-API-Key": server.key},
                      timeout=10).json() == {"status": "ok"}
     assert server.process.poll() is None
+
+
+def test_the_sdk_splits_a_batch_to_the_servers_limits_and_hears_the_others(tmp_path,
+                                                                          sample_models,
+                                                                          monkeypatch):
+    # A server of its own with small limits: the SDK learns max_datums from the server's
+    # client config and sends a batch of 5 in requests of 2; a sample over max_num_samples
+    # is the program's error, with the sentence.
+    home = tmp_path / "home"
+    (home / "models").mkdir(parents=True)
+    shutil.copytree(sample_models["zyquo-tiny"], home / "models" / "zyquo-tiny")
+    (home / "config.toml").write_text("[serve]\nmax_datums = 2\nmax_num_samples = 2\n")
+    small = start_server(home)
+    try:
+        monkeypatch.setenv("TINKER_BASE_URL", small.url)
+        monkeypatch.setenv("TINKER_API_KEY", small.key)
+        monkeypatch.setenv("TINKER_TELEMETRY", "0")
+        from test_tinker_server import ADAM, TEXTS, sft_datum
+
+        service = tinker.ServiceClient()
+        training = service.create_lora_training_client(base_model="zyquo-tiny", rank=2,
+                                                       seed=3).result()
+        tokenizer = training.get_tokenizer()
+        data = [sft_datum(tokenizer, TEXTS[i % 2]) for i in range(5)]
+        losses = []
+        for _ in range(3):
+            result = training.forward_backward(data, "cross_entropy").result()
+            training.optim_step(ADAM).result()
+            assert len(result.loss_fn_outputs) == 5
+            losses.append(result.metrics["loss:sum"])
+        assert all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0]
+        sampler = training.save_weights_and_get_sampling_client()
+        with pytest.raises(tinker.BadRequestError, match="max_num_samples"):
+            sampler.sample(tinker.types.ModelInput.from_ints([1, 2, 3]), 3,
+                           tinker.types.SamplingParams(max_tokens=2)).result()
+        service.close("success").result(timeout=60)
+    finally:
+        os.killpg(small.process.pid, signal.SIGTERM)
+        small.process.wait(timeout=30)

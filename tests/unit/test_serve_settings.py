@@ -16,21 +16,24 @@ def test_the_defaults_without_a_file_or_a_serve_table(isolated_home):
     (isolated_home / "config.toml").write_text('[logs]\nbackups = 2\n')
     defaults = ServeSettings.load()
     assert defaults.max_body_bytes == 16 << 20 and defaults.max_num_samples == 128
+    assert defaults.max_datums == 1024
     assert defaults.max_tokens == 16384 and defaults.max_sequence_tokens == 32768
     assert defaults.max_tensor_elements == 16 << 20 and defaults.idle_seconds == 3600
 
 
 def test_each_limit_is_read_from_the_serve_table(isolated_home):
     (isolated_home / "config.toml").write_text(
-        '[serve]\nmax_body_bytes = "2MiB"\nmax_num_samples = 8\nmax_tokens = 64\n'
+        '[serve]\nmax_body_bytes = "2MiB"\nmax_datums = 16\nmax_num_samples = 8\n'
+        'max_tokens = 64\n'
         'max_sequence_tokens = 512\nmax_tensor_elements = 1000\nidle_seconds = 90\n')
     assert ServeSettings.load() == ServeSettings(
-        max_body_bytes=2 << 20, max_num_samples=8, max_tokens=64, max_sequence_tokens=512,
+        max_body_bytes=2 << 20, max_datums=16, max_num_samples=8, max_tokens=64, max_sequence_tokens=512,
         max_tensor_elements=1000, idle_seconds=90.0)
 
 
 @pytest.mark.parametrize("line, names", [
     ("max_num_samples = 0", "max_num_samples must be a whole number of at least 1"),
+    ("max_datums = 0", "max_datums must be a whole number of at least 1"),
     ("max_tokens = -5", "max_tokens must be a whole number of at least 1"),
     ("max_sequence_tokens = 1.5", "max_sequence_tokens must be a whole number"),
     ("max_tensor_elements = true", "max_tensor_elements must be a whole number"),
@@ -85,6 +88,18 @@ def test_a_datum_over_the_sequence_limit_is_refused_with_the_limit():
     with pytest.raises(WireError, match=r"100 tokens.*\(99, config.toml \[serve\] "
                                         r"max_sequence_tokens\)"):
         read_forward_backward(body, max_sequence_tokens=99)
+
+
+def test_a_request_of_more_datums_than_the_limit_is_refused_before_they_are_read():
+    from zyquo_tui.server.wire import WireError, read_forward_backward
+
+    message = pb.ForwardBackwardRequest(model_id="m", loss_fn="cross_entropy")
+    for _ in range(5):
+        message.data.add().model_input.add().encoded_text.tokens = b"\x01\x00\x00\x00"
+    body = message.SerializeToString()
+    assert len(read_forward_backward(body, max_datums=5).data) == 5
+    with pytest.raises(WireError, match=r"5 datums.*\(4, config.toml \[serve\] max_datums\)"):
+        read_forward_backward(body, max_datums=4)
 
 
 def test_a_sparse_tensor_is_refused_by_its_declared_shape_before_it_is_made(monkeypatch):

@@ -100,7 +100,7 @@ def _tokens(chunk, index: int) -> np.ndarray:
     return np.frombuffer(data, dtype=np.int32)
 
 
-def read_forward_backward(body: bytes, *,
+def read_forward_backward(body: bytes, *, max_datums: int = ServeSettings.max_datums,
                           max_sequence_tokens: int = ServeSettings.max_sequence_tokens,
                           max_tensor_elements: int = ServeSettings.max_tensor_elements
                           ) -> ForwardBackwardCall:
@@ -114,6 +114,11 @@ def read_forward_backward(body: bytes, *,
                         "(tinker/proto): send it with the tinker SDK.") from None
     if not message.model_id:
         raise WireError("The forward_backward request names no model_id.")
+    if len(message.data) > max_datums:  # counted before any datum is read
+        raise WireError(f"The forward_backward request has {len(message.data)} datums, more "
+                        f"than this server takes in one request ({max_datums}, config.toml "
+                        "[serve] max_datums): send them in several requests, as the tinker "
+                        "SDK does, or raise the limit.")
     config: dict[str, float | str] = {}
     for key, value in message.loss_fn_config.items():
         config[key] = float(value)

@@ -7,6 +7,7 @@ body) saying which limit and how to stay under it; the server goes on serving.
 
     [serve]
     max_body_bytes = "16MiB"       # a request's body, after zstd decompression too
+    max_datums = 1024              # datums of one forward_backward request
     max_num_samples = 128          # answers of one sample request
     max_tokens = 16384             # tokens of one answer (SamplingParams.max_tokens)
     max_sequence_tokens = 32768    # tokens of one datum's model_input, or of a prompt
@@ -31,6 +32,10 @@ class ServeSettings:
     few programs (a 16 MiB body holds about 4M tokens with their weights)."""
 
     max_body_bytes: int = 16 << 20
+    # The SDK splits a batch into requests of at most this many datums (the server's client
+    # config tells it), so a program never meets it; a hand-made request of millions of
+    # empty datums would cost the server far more memory than its bytes.
+    max_datums: int = 1024
     max_num_samples: int = 128
     max_tokens: int = 16384
     max_sequence_tokens: int = 32768
@@ -58,7 +63,7 @@ class ServeSettings:
                               f"a size of at least 4096 bytes, such as \"16MiB\" or 16777216, "
                               f"not {body!r}")
         values["max_body_bytes"] = size
-        for name in ("max_num_samples", "max_tokens", "max_sequence_tokens",
+        for name in ("max_datums", "max_num_samples", "max_tokens", "max_sequence_tokens",
                      "max_tensor_elements"):
             values[name] = read.typed(SECTION, name, int, getattr(cls, name), minimum=1)
         values["idle_seconds"] = float(read.typed(SECTION, "idle_seconds", float,

@@ -13,10 +13,17 @@ from zyquo_tui.server.requests import RouteSpec, backend, json_body
 
 async def client_config(request: Request) -> dict:
     await json_body(request, types.ClientConfigRequest)
-    # Defaults, but: plain httpx (no pyqwest), and forward_backward chunks one after another,
-    # so a model's requests arrive in their order.
-    return types.ClientConfigResponse(use_pyqwest_transport=False,
-                                      parallel_fwdbwd_chunks=False).model_dump()
+    limits = backend(request).limits
+    defaults = types.ClientConfigResponse()
+    # Defaults, but: plain httpx (no pyqwest); forward_backward chunks one after another, so
+    # a model's requests arrive in their order; and chunks the [serve] limits take, so the
+    # SDK splits a large batch rather than sending what the server refuses (its size
+    # estimate leaves out the protobuf's framing: half the body limit is the margin).
+    return types.ClientConfigResponse(
+        use_pyqwest_transport=False, parallel_fwdbwd_chunks=False,
+        fwdbwd_max_chunk_len=min(defaults.fwdbwd_max_chunk_len, limits.max_datums),
+        fwdbwd_max_chunk_bytes_count=min(defaults.fwdbwd_max_chunk_bytes_count,
+                                         limits.max_body_bytes // 2)).model_dump()
 
 
 async def dynamic_config(request: Request) -> dict:

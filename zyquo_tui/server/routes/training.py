@@ -41,7 +41,8 @@ async def forward_backward(request: Request) -> Response:
     limits = backend(request).limits
     raw = await read_body(request)  # zstd, as the SDK may send it, decompressed under the cap
     try:
-        call = read_forward_backward(raw, max_sequence_tokens=limits.max_sequence_tokens,
+        call = read_forward_backward(raw, max_datums=limits.max_datums,
+                                     max_sequence_tokens=limits.max_sequence_tokens,
                                      max_tensor_elements=limits.max_tensor_elements)
     except WireError as problem:
         raise UserFacing(400, str(problem)) from None
