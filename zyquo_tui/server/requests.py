@@ -94,10 +94,10 @@ def route(path: str, handler: Handler, methods: tuple[str, ...] = ("POST",)) -> 
     return Route(f"/api/v1/{path}", guarded, methods=list(methods))
 
 
-def _too_large(request: Request, limit: int, what: str) -> UserFacing:
-    return UserFacing(413, f"The body of {request.url.path} is larger than this server takes "
-                      f"({what} over {limit} bytes, config.toml [serve] max_body_bytes): send "
-                      "fewer datums a request, or raise the limit.")
+def _too_large(request: Request, limit: int, size: str = "") -> UserFacing:
+    return UserFacing(413, f"The body of {request.url.path}{size} is larger than this server "
+                      f"takes ({limit} bytes, config.toml [serve] max_body_bytes): send fewer "
+                      "datums a request, or raise the limit.")
 
 
 async def read_body(request: Request) -> bytes:
@@ -109,12 +109,12 @@ async def read_body(request: Request) -> bytes:
     limit = backend(request).limits.max_body_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise _too_large(request, limit, f"{int(declared)} bytes declared,")
+        raise _too_large(request, limit, f" ({int(declared)} bytes)")
     pieces, size = [], 0
     async for piece in request.stream():
         size += len(piece)
         if size > limit:
-            raise _too_large(request, limit, "its bytes")
+            raise _too_large(request, limit)
         pieces.append(piece)
     raw = b"".join(pieces)
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
