@@ -107,6 +107,23 @@ def test_the_key_is_made_once_readable_by_its_owner_and_needed(server):
     assert refused.status_code == 401 and "TINKER_API_KEY" in refused.json()["detail"]
 
 
+def test_serve_show_key_makes_the_key_once_prints_it_and_exits(tmp_path):
+    home = tmp_path / "home"
+    env = {**os.environ, "ZYQUO_HOME": str(home)}
+
+    def show_key() -> str:
+        done = subprocess.run([sys.executable, "-m", "zyquo_tui", "serve", "--show-key"],
+                              capture_output=True, text=True, timeout=60, env=env,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        return done.stdout
+
+    first = show_key()
+    assert first.startswith("tml-") and first.count("\n") == 1
+    assert (home / "tinker_api_key").stat().st_mode & 0o777 == 0o600
+    assert show_key() == first == (home / "tinker_api_key").read_text()
+
+
 def test_capabilities_list_the_library_models_by_name_and_folder(server, service_client):
     names = [m.model_name for m in tinker.RestClient().get_server_capabilities().result()
              .supported_models]
