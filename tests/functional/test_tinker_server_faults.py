@@ -1,8 +1,10 @@
 """No request of any shape breaks `zyquo-tui serve`: hundreds of generated malformed requests
 (junk bytes, wrong JSON types, huge and negative numbers, unknown ids, wrong content types,
 a body over the limit, zstd bombs, truncated and lying protobufs, bad tinker:// paths, saved
-states damaged on disk) across every route each get a 4xx with one sentence, never a 5xx;
-then a program on the official tinker SDK trains on the same server as if nothing happened.
+states damaged on disk) across every route, none answered with a 5xx: a refusal is a 4xx
+with one sentence, and a request accepted as a future fails, when it fails, as the program's
+own mistake (category `user`). Then a program on the official tinker SDK trains on the same
+server as if nothing happened.
 
 The generator is seeded: a failure names the request (its label and number), and the same
 seed sends the same requests again.
@@ -569,9 +571,8 @@ def test_an_sdk_program_trains_on_the_server_after_the_faults(server, known):
     assert server.process.poll() is None
 
 
-def test_the_sdk_splits_a_batch_to_the_servers_limits_and_hears_the_others(tmp_path,
-                                                                          sample_models,
-                                                                          monkeypatch):
+def test_the_sdk_splits_its_batches_to_the_servers_limits_and_is_told_the_others(
+        tmp_path, sample_models, monkeypatch):
     # A server of its own with small limits: the SDK learns max_datums from the server's
     # client config and sends a batch of 5 in requests of 2; a sample over max_num_samples
     # is the program's error, with the sentence.
