@@ -265,6 +265,15 @@ def generate(known: Known, drawn: int) -> list[Fault]:
                                                           "format": "png"})]:
         faults.append(Fault(f"asample: {label}", "POST", "asample",
                             dumps(with_field(sample, path, value)), plain_json))
+    for name in ["x" * 5000, "a\u0000b", "", "/", "..", "/dev/zero", "/etc/passwd",
+                 "zyquo-tiny/../../zyquo-tiny", "http://example.com/model"]:
+        for route, body in [
+                ("create_model", {**templates["create_model"], "base_model": name}),
+                ("create_sampling_session", {**templates["create_sampling_session"],
+                                             "base_model": name}),
+                ("asample", {**sample, "sampling_session_id": None, "base_model": name})]:
+            faults.append(Fault(f"{route} of base_model {name[:40]!r}", "POST", route,
+                                dumps(body), plain_json))
     for path in bad_paths(known):
         for route, body in [
                 ("load_weights", {"model_id": known.model, "path": path, "optimizer": True}),
