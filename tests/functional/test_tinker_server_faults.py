@@ -259,12 +259,23 @@ def generate(known: Known, drawn: int) -> list[Fault]:
             ("temperature -1", ("sampling_params", "temperature"), -1.0),
             ("top_p Infinity", ("sampling_params", "top_p"), "Infinity"),
             ("top_k -9", ("sampling_params", "top_k"), -9),
+            ("top_k 10^20", ("sampling_params", "top_k"), 10 ** 20),
+            ("a stop token of 10^20", ("sampling_params", "stop"), [10 ** 20]),
+            ("a stop token of -5", ("sampling_params", "stop"), [-5]),
+            ("seed 10^30", ("sampling_params", "seed"), 10 ** 30),
             ("a 32769-token prompt", ("prompt", "chunks", 0, "tokens"), [1] * 32769),
             ("a token past the vocabulary", ("prompt", "chunks", 0, "tokens"), [10 ** 12]),
             ("an image prompt", ("prompt", "chunks", 0), {"type": "image", "data": "AAAA",
                                                           "format": "png"})]:
         faults.append(Fault(f"asample: {label}", "POST", "asample",
                             dumps(with_field(sample, path, value)), plain_json))
+    for name in ["x" * 300, "a\u0000b", "line\nbreak", "é" * 200, "a/b", "..", "."]:
+        for route in ("save_weights", "save_weights_for_sampler"):
+            faults.append(Fault(f"{route} named {name[:40]!r}", "POST", route, dumps(
+                {**templates[route], "path": name}), plain_json))
+    for seed in (-1, 2 ** 32, 10 ** 30):
+        faults.append(Fault(f"create_model of LoRA seed {seed}", "POST", "create_model", dumps(
+            with_field(templates["create_model"], ("lora_config", "seed"), seed)), plain_json))
     for name in ["x" * 5000, "a\u0000b", "", "/", "..", "/dev/zero", "/etc/passwd",
                  "zyquo-tiny/../../zyquo-tiny", "http://example.com/model"]:
         for route, body in [

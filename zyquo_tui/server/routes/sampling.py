@@ -29,6 +29,9 @@ async def get_sampler(request: Request) -> dict:
             "model_path": sampler.model_path}
 
 
+TOKEN_IDS = 1 << 31  # token ids and top_k are int32 where sampling uses them
+
+
 def checked_sample(body: types.SampleRequest, limits: ServeSettings) -> list[int]:
     """The prompt's tokens, once the request is within the limits and its sampling
     parameters are numbers sampling can use; UserFacing(400) with one sentence otherwise."""
@@ -48,9 +51,14 @@ def checked_sample(body: types.SampleRequest, limits: ServeSettings) -> list[int
                          f"{params.temperature}.")
     if not (math.isfinite(params.top_p) and 0 <= params.top_p <= 1):
         raise UserFacing(400, f"top_p must be between 0 and 1, not {params.top_p}.")
-    if params.top_k < -1:
-        raise UserFacing(400, f"top_k must be -1 (no limit) or a whole number of 0 or more, "
-                         f"not {params.top_k}.")
+    if not -1 <= params.top_k < TOKEN_IDS:
+        raise UserFacing(400, f"top_k must be -1 (no limit) or a whole number from 0 to "
+                         f"{TOKEN_IDS - 1}, not {params.top_k}.")
+    stop = params.stop if isinstance(params.stop, (list, tuple)) else []
+    for token in stop:
+        if isinstance(token, int) and not 0 <= token < TOKEN_IDS:
+            raise UserFacing(400, f"A stop token must be a token id from 0 to "
+                             f"{TOKEN_IDS - 1}, not {token}.")
     try:
         prompt = body.prompt.to_ints()
     except ValueError as problem:

@@ -14,11 +14,18 @@ from zyquo_tui.server.service import UserFacing
 from zyquo_tui.server.wire import WireError, read_forward_backward
 
 
+SEEDS = 1 << 32  # numpy's and MLX's seeds both take a seed below this
+NAME_BYTES = 255  # the longest file name the file systems here take
+
+
 async def create_model(request: Request) -> Response:
     body = await json_body(request, types.CreateModelRequest)
     lora = body.lora_config or types.LoraConfig(rank=32)
     if lora.rank < 1:
         raise UserFacing(400, f"LoRA rank must be at least 1, not {lora.rank}.")
+    if lora.seed is not None and not 0 <= lora.seed < SEEDS:
+        raise UserFacing(400, f"The LoRA seed must be a whole number from 0 to {SEEDS - 1}, "
+                         f"not {lora.seed}.")
     if body.optimizer_config.type != "adamw":
         raise UserFacing(400, f"This server trains with Adam only, not "
                          f"{body.optimizer_config.type}.")
@@ -76,14 +83,29 @@ async def optim_step(request: Request) -> Response:
     return future(request_id, model_id=body.model_id)
 
 
+def check_save_name(name: str | None) -> None:
+    """A name save_state or save_weights_for_sampler gives a folder: one a file system can
+    hold (the service refuses slashes and dots)."""
+    if name is None:
+        return
+    if not name.isprintable():
+        raise UserFacing(400, f"The name {name!r} holds a control character; give a plain "
+                         "name.")
+    if len(name.encode("utf-8")) > NAME_BYTES:
+        raise UserFacing(400, f"The name given is {len(name.encode('utf-8'))} bytes long; a "
+                         f"saved state's name takes at most {NAME_BYTES}.")
+
+
 async def save_weights(request: Request) -> Response:
     body = await json_body(request, types.SaveWeightsRequest)
+    check_save_name(body.path)
     return future(backend(request).service.save_state(body.model_id, body.path, "weights"),
                   model_id=body.model_id)
 
 
 async def save_weights_for_sampler(request: Request) -> Response:
     body = await json_body(request, types.SaveWeightsForSamplerRequest)
+    check_save_name(body.path)
     service = backend(request).service
     if body.path is None:
         request_id = service.snapshot_sampler(body.model_id)
