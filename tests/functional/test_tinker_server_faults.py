@@ -573,6 +573,27 @@ def test_a_bad_saved_state_is_a_sentence_that_names_it(server, known):
         assert "\n" not in result["error"] and result["error"].endswith("."), result
 
 
+def test_a_step_whose_metrics_are_not_finite_is_answered_as_they_are(server, known):
+    # Log-probabilities of 1e30 make a finite ppo loss whose gradients are not: the step's
+    # grad_norm is NaN, which its result carries (JSON's NaN, as the SDK's reader takes it)
+    # instead of failing the poll.
+    created = post(server, "create_model", {"session_id": known.session, "model_seq_id": 77,
+                                            "base_model": "zyquo-tiny",
+                                            "lora_config": {"rank": 2}})
+    resolved(server, created["request_id"])
+    model = created["model_id"]
+    ppo = fb_message(model, [1, 2, 3], target_tokens=dense([2, 3, 4], pb.DTYPE_INT64),
+                     logprobs=dense([-1e30, 1e30, 0.0]), advantages=dense([1.0, 1.0, 1.0]))
+    ppo.loss_fn = "ppo"
+    accepted = send(server, Fault("ppo", "POST", "forward_backward", ppo.SerializeToString()))
+    assert future_problem(server, accepted.json()["request_id"]) is None
+    step = post(server, "optim_step", {"model_id": model, "adam_params": {"learning_rate": 0.1}})
+    answer = server.post("retrieve_future", json.dumps({"request_id": step["request_id"]}))
+    while answer.json().get("type") == "try_again":
+        answer = server.post("retrieve_future", json.dumps({"request_id": step["request_id"]}))
+    assert answer.status_code == 200 and math.isnan(answer.json()["metrics"]["grad_norm:mean"])
+
+
 def test_an_sdk_program_trains_on_the_server_after_the_faults(server, known):
     # After every fault above (pytest runs this file's tests in order): a whole program.
     from conftest import REPO
