@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,22 +51,31 @@ def cookbook_python(venv: Path) -> Path:
 
 
 def start_server(home: Path, port: int) -> tuple[subprocess.Popen, str, str]:
+    """The server on loopback, once it answers, and its key: `zyquo-tui serve --show-key`
+    (the server never prints it; made here on first use, so the server finds it)."""
     env = {**os.environ, "ZYQUO_HOME": str(home)}
+    key = subprocess.run([sys.executable, "-m", "zyquo_tui", "serve", "--show-key"], cwd=REPO,
+                         env=env, check=True, capture_output=True, text=True).stdout.strip()
+    url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
         [sys.executable, "-m", "zyquo_tui.server", "--host", "127.0.0.1", "--port", str(port)],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         stdin=subprocess.DEVNULL)
-    url = key = None
     assert server.stdout is not None
     for line in server.stdout:
         print(f"  server: {line.rstrip()}", flush=True)
-        found = re.search(r"TINKER_BASE_URL=(\S+)", line)
-        url = found.group(1) if found else url
-        found = re.search(r"TINKER_API_KEY=(\S+)", line)
-        key = found.group(1) if found else key
-        if url and key:
-            return server, url, key
-    raise SystemExit(f"the server exited ({server.wait()}) before printing its address")
+        if "Tinker API on" in line:
+            break
+    else:
+        raise SystemExit(f"the server exited ({server.wait()}) before it started")
+    for _ in range(300):
+        try:
+            if urllib.request.urlopen(urllib.request.Request(
+                    f"{url}/api/v1/healthz", headers={"X-API-Key": key}), timeout=5).status == 200:
+                return server, url, key
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit("the server did not answer within a minute")
 
 
 def main() -> int:

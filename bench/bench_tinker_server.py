@@ -148,19 +148,19 @@ def start_server(home: Path) -> tuple[subprocess.Popen, str, str]:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {**os.environ, "ZYQUO_HOME": str(home)}
+    # The key from the store (made on first use); the server never prints it.
+    key = subprocess.run([sys.executable, "-m", "zyquo_tui", "serve", "--show-key"], env=env,
+                         check=True, capture_output=True, text=True).stdout.strip()
     server = subprocess.Popen([sys.executable, "-m", "zyquo_tui", "serve", "--port", str(port)],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               stdin=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
-        key_file = home / "tinker_api_key"
-        if key_file.is_file():
-            key = key_file.read_text().strip()
-            try:
-                if httpx.get(f"{url}/api/v1/healthz", headers={"X-API-Key": key}).is_success:
-                    return server, url, key
-            except httpx.TransportError:
-                pass
+        try:
+            if httpx.get(f"{url}/api/v1/healthz", headers={"X-API-Key": key}).is_success:
+                return server, url, key
+        except httpx.TransportError:
+            pass
         time.sleep(0.2)
     raise SystemExit("the server did not start")
 

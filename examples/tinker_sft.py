@@ -1,7 +1,8 @@
 """A Tinker program, unchanged but for the model name, training on `zyquo-tui serve`.
 
-    zyquo-tui serve &                        # prints TINKER_BASE_URL and TINKER_API_KEY
-    export TINKER_BASE_URL=http://127.0.0.1:8765 TINKER_API_KEY=tml-...
+    zyquo-tui serve &                        # prints TINKER_BASE_URL
+    export TINKER_BASE_URL=http://127.0.0.1:8765
+    export TINKER_API_KEY=$(zyquo-tui serve --show-key)
     python examples/tinker_sft.py --model zyquo-tiny --steps 10
 
 It uses the official `tinker` SDK only (no zyquo_tui import): a LoRA training client on a

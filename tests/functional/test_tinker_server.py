@@ -107,6 +107,23 @@ def test_the_key_is_made_once_readable_by_its_owner_and_needed(server):
     assert refused.status_code == 401 and "TINKER_API_KEY" in refused.json()["detail"]
 
 
+def test_serve_show_key_makes_the_key_once_prints_it_and_exits(tmp_path):
+    home = tmp_path / "home"
+    env = {**os.environ, "ZYQUO_HOME": str(home)}
+
+    def show_key() -> str:
+        done = subprocess.run([sys.executable, "-m", "zyquo_tui", "serve", "--show-key"],
+                              capture_output=True, text=True, timeout=60, env=env,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        return done.stdout
+
+    first = show_key()
+    assert first.startswith("tml-") and first.count("\n") == 1
+    assert (home / "tinker_api_key").stat().st_mode & 0o777 == 0o600
+    assert show_key() == first == (home / "tinker_api_key").read_text()
+
+
 def test_capabilities_list_the_library_models_by_name_and_folder(server, service_client):
     names = [m.model_name for m in tinker.RestClient().get_server_capabilities().result()
              .supported_models]
@@ -408,7 +425,13 @@ def test_serve_detach_outlives_its_command_and_serves(tmp_path):
     pid = int(re.search(r"\(pid (\d+),", done.stdout).group(1))
     try:
         key = (home / "tinker_api_key").read_text().strip()
-        assert f"TINKER_API_KEY={key}" in done.stdout
+        # The key is never in the output (it goes to logs): `serve --show-key` prints it.
+        assert key not in done.stdout and "serve --show-key" in done.stdout
+        assert key not in (home / "serve.log").read_text()
+        shown = subprocess.run([sys.executable, "-m", "zyquo_tui", "serve", "--show-key"],
+                               capture_output=True, text=True, timeout=60,
+                               env={**os.environ, "ZYQUO_HOME": str(home)})
+        assert shown.returncode == 0 and shown.stdout.strip() == key
         assert os.getsid(pid) == pid  # a session of its own: a closed terminal does not end it
         answer = httpx.get(f"http://127.0.0.1:{port}/api/v1/healthz",
                            headers={"X-API-Key": key}, timeout=10)
@@ -421,6 +444,19 @@ def test_serve_detach_outlives_its_command_and_serves(tmp_path):
             except ProcessLookupError:
                 break
             time.sleep(0.1)
+
+
+def test_serve_refuses_a_wrong_serve_setting_in_one_sentence(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text("[serve]\nmax_num_samples = 0\n")
+    done = subprocess.run([sys.executable, "-m", "zyquo_tui", "serve", "--port",
+                           str(free_port())], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "ZYQUO_HOME": str(home)}, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"zyquo-tui: {home / 'config.toml'}:2: [serve] "
+                                   "max_num_samples must be a whole number of at least 1, not 0; "
+                                   "fix the file.")
 
 
 def test_waiting_on_a_forward_backward_before_its_step_gives_the_same_training(

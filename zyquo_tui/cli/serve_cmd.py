@@ -1,7 +1,8 @@
 """`zyquo-tui serve`: the Tinker-compatible server (docs/tinker-server.md).
 
 The official `tinker` SDK trains and samples this machine's models through it: a program needs
-TINKER_BASE_URL and the key this command prints. The server is its own process (it imports
+TINKER_BASE_URL and the server's key, which `--show-key` prints (the server's output never
+shows it: that output goes to logs). The server is its own process (it imports
 mlx and the SDK; this command imports neither): `python -m zyquo_tui.server`, which this
 command becomes.
 
@@ -31,14 +32,16 @@ def register(subparsers) -> None:
         "serve", help="serve the Tinker API: tinker programs train local models",
         description="Serve the Tinker API (the tinker SDK 0.38's wire protocol) so that "
                     "programs written for Tinker train and sample this machine's models: "
-                    "set TINKER_BASE_URL to the address and TINKER_API_KEY to the key it "
-                    "prints (made on the first start, kept in the store, readable by you "
-                    "only). Needs the serve extra: pip install 'zyquo-tui[serve]'.")
+                    "set TINKER_BASE_URL to the address and TINKER_API_KEY to the key "
+                    "`zyquo-tui serve --show-key` prints (made on the first start, kept in the "
+                    "store, readable by you only). Limits on each request: config.toml "
+                    "[serve]. Needs the serve extra: pip install 'zyquo-tui[serve]'.")
     add_address_arguments(parser, DEFAULT_PORT)
     parser.add_argument("--detach", action="store_true",
                         help="serve in the background, in a session of its own (it survives "
-                             "the terminal); prints the address, the key and the server's pid "
-                             "once it answers; its output goes to serve.log in the store")
+                             "the terminal); prints the address and the server's pid "
+                             "once it answers; its output goes to serve.log in the store (rotated at "
+                             "start past config.toml [logs] max_bytes)")
     parser.add_argument("--show-key", action="store_true",
                         help="print the server's key (making it if there is none) and exit")
     parser.set_defaults(handler=cmd_serve)
@@ -54,6 +57,9 @@ def cmd_serve(args) -> int:
     if missing:
         raise UserError(f"`zyquo-tui serve` needs {', '.join(missing)}, not installed here: "
                         f"run {shlex.quote(sys.executable)} -m pip install 'zyquo-tui[serve]'.")
+    from zyquo_tui.core.store.serve_settings import ServeSettings
+
+    ServeSettings.load()  # a wrong [serve] value: one sentence here, before anything starts
     check_can_listen(args.host, args.port)
     key = load_or_create_key()  # a store that cannot hold the key fails here, in one sentence
     from zyquo_tui.core.system.entry_points import TINKER_SERVER, python_command
@@ -73,9 +79,13 @@ def detach(argv: list[str], host: str, port: int, key: str, wait: float = 180.0)
     import urllib.error
     import urllib.request
 
+    from zyquo_tui.core.store.logs import SERVE_LOG, rotate_if_large
     from zyquo_tui.core.store.paths import zyquo_home
+    from zyquo_tui.core.store.user_settings import Settings
 
-    log = zyquo_home() / "serve.log"
+    log = zyquo_home() / SERVE_LOG
+    settings = Settings.load()
+    rotate_if_large(log, settings.log_max_bytes, settings.log_backups)
     with open(log, "ab") as output:
         server = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=output,
                                   stderr=subprocess.STDOUT, start_new_session=True)
@@ -99,5 +109,5 @@ def detach(argv: list[str], host: str, port: int, key: str, wait: float = 180.0)
                         f"see {log}.")
     print(f"zyquo-tui serve: Tinker API on http://{shown}:{port} (pid {server.pid}, output in "
           f"{log})\n  export TINKER_BASE_URL=http://{shown}:{port}\n"
-          f"  export TINKER_API_KEY={key}")
+          f"  export TINKER_API_KEY=$(zyquo-tui serve --show-key)")
     return 0

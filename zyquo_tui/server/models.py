@@ -29,4 +29,8 @@ def resolve(base_model: str) -> ModelSpec:
         model = resolve_model(base_model)
     except UserError as error:
         raise UserFacing(400, error.message) from None
+    except OSError:  # a name no file system holds (too long): no folder has it
+        raise UserFacing(400, f"No model has a name this long ({len(base_model)} "
+                         "characters): give a model folder, or a name that `zyquo-tui models` "
+                         "lists.") from None
     return ModelSpec(base_model=base_model, folder=str(model.path.resolve()), rank=1)

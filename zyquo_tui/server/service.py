@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from zyquo_tui.core.store.serve_settings import ServeSettings
 from zyquo_tui.server.trained_model import (ModelSpec, RequestError, TrainedModel,
-                                            read_description)
+                                            read_description, read_weights)
 
 LONG_POLL = 20.0  # seconds a retrieve_future waits for its result before "try_again"
 KEPT_RESULTS = 4096  # finished results kept for a late or repeated retrieve
@@ -77,8 +78,10 @@ def tinker_path(run_id: str, kind: str, name: str) -> str:
 
 
 class Service:
-    def __init__(self, home: Path, models_home: Path | None = None) -> None:
+    def __init__(self, home: Path, models_home: Path | None = None,
+                 limits: ServeSettings | None = None) -> None:
         self.home = home
+        self.limits = limits or ServeSettings()  # config.toml [serve]
         self.sessions: dict[str, Session] = {}
         self.models: dict[str, TrainingModel] = {}
         self.samplers: dict[str, Sampler] = {}
@@ -303,7 +306,11 @@ class Service:
                              "like tinker://RUN/weights/NAME or tinker://RUN/sampler_weights/"
                              "NAME.")
         folder = self.checkpoint_folder(parts[0], parts[1], parts[2])
-        if not folder.is_dir():
+        try:
+            found = folder.is_dir()
+        except OSError:  # a name too long for the file system: nothing can be saved there
+            found = False
+        if not found:
             raise UserFacing(404, f"Nothing is saved at {path} (no folder {folder}).")
         return folder
 
@@ -414,8 +421,6 @@ class Service:
         """A model of its own for a sampler no live training model serves (on the MLX
         thread): the base with untrained adapters (which change nothing), and the saved
         weights when the sampler has a path."""
-        import mlx.core as mx
-
         spec = sampler.spec
         key = (spec.folder, spec.rank, spec.train_attn, spec.train_mlp)
         if key not in self._standalone:
@@ -431,7 +436,7 @@ class Service:
                 if latest is None:
                     raise RequestError(f"{sampler.model_path} holds no weights.")
                 file = adapter_file(folder, latest.step)
-            sampler.weights = dict(mx.load(str(file)))
+            sampler.weights = read_weights(file)
         return self._standalone[key]
 
     # -- the watchdog ------------------------------------------------------------------------------

@@ -291,8 +291,11 @@ class TrainedModel:
                 self.engine.load_state(folder, latest.step)
             except ValueError as error:
                 raise RequestError(str(error)) from None
+            except (RuntimeError, OSError) as error:  # MLX's reader of a damaged file
+                raise RequestError(f"The state saved in {folder} cannot be read ({error}); "
+                                   "save it again.") from None
             return
-        self.set_weights(dict(mx.load(str(adapter_file(folder, latest.step)))))
+        self.set_weights(read_weights(adapter_file(folder, latest.step)))
 
     def set_weights(self, weights: dict[str, mx.array]) -> None:
         try:
@@ -348,12 +351,36 @@ class TrainedModel:
         return sequences, scored
 
 
+def read_weights(file: Path) -> dict[str, mx.array]:
+    """The arrays of a saved safetensors file; RequestError with one sentence when the file
+    is missing or damaged (MLX's reader raises RuntimeError for a file it cannot read)."""
+    try:
+        return dict(mx.load(str(file)))
+    except (RuntimeError, ValueError, OSError) as error:
+        raise RequestError(f"The weights in {file} cannot be read ({error}); save them "
+                           "again.") from None
+
+
 def read_description(folder: Path) -> ModelSpec:
+    """What a saved state fits (its tinker.json); RequestError with one sentence when the
+    file is missing or not one this server wrote (a folder edited or damaged by hand)."""
     path = folder / DESCRIPTION_FILE
     try:
-        return ModelSpec.from_json(json.loads(path.read_text(encoding="utf-8")))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RequestError(f"{folder} was not saved by this server ({DESCRIPTION_FILE} is "
                            "missing).") from None
-    except (json.JSONDecodeError, TypeError) as error:
-        raise RequestError(f"{path} cannot be read: {error}.") from None
+    except (OSError, ValueError, RecursionError) as error:  # ValueError: bad JSON or UTF-8
+        raise RequestError(f"{path} cannot be read ({type(error).__name__}); save the state "
+                           "again.") from None
+    fields_ok = isinstance(data, dict) and all(
+        isinstance(data.get(name), str) and data.get(name) for name in ("base_model", "folder"))
+    rank = data.get("rank") if isinstance(data, dict) else None
+    if not fields_ok or not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+        raise RequestError(f"{path} does not describe a saved state (it needs base_model, "
+                           "folder and a rank of at least 1); save the state again.")
+    try:
+        return ModelSpec.from_json(data)
+    except TypeError as error:
+        raise RequestError(f"{path} does not describe a saved state ({error}); save the state "
+                           "again.") from None

@@ -32,7 +32,7 @@ from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.store.store import EVENTS_FILE, RUN_FILE, RunStore
 from zyquo_tui.server.run_record import TINKER_DIR, TRAINING_RUN_FILE
 from zyquo_tui.server.service import UserFacing
-from zyquo_tui.server.trained_model import DESCRIPTION_FILE
+from zyquo_tui.server.trained_model import DESCRIPTION_FILE, read_description
 
 # The folder of each kind of checkpoint, and Tinker's name for the kind.
 KINDS = {"weights": "training", "sampler_weights": "sampler"}
@@ -54,7 +54,7 @@ def served_run(store: RunStore, run_id: str):
     """The served run with this id; UserFacing(404) with one sentence when there is none."""
     try:
         run = store.get(run_id)
-    except UserError:
+    except (UserError, OSError):  # OSError: a name no file system holds (too long)
         raise UserFacing(404, f"No training run {run_id} on this server: list_training_runs() "
                          "shows them.") from None
     if not run.served:
@@ -165,7 +165,11 @@ def checkpoint_folder(store: RunStore, run_id: str, checkpoint_id: str) -> Path:
                          "checkpoints are weights/NAME and sampler_weights/NAME (tinker://RUN/"
                          "weights/NAME).")
     folder = tinker_dir(store, run_id) / kind / name
-    if not folder.is_dir():
+    try:
+        found = folder.is_dir()
+    except OSError:  # a name too long for the file system: no checkpoint has it
+        found = False
+    if not found:
         raise UserFacing(404, f"Run {run_id} has no checkpoint {checkpoint_id} (no folder "
                          f"{folder}); list_checkpoints({run_id!r}) shows its checkpoints.")
     return folder
@@ -183,16 +187,13 @@ def weights_info(store: RunStore, tinker_path: str) -> types.WeightsInfoResponse
                          "tinker://RUN/weights/NAME or tinker://RUN/sampler_weights/NAME.") \
             from None
     folder = checkpoint_folder(store, parsed.training_run_id, parsed.checkpoint_id)
-    try:
-        spec = json.loads((folder / DESCRIPTION_FILE).read_text("utf-8"))
-    except (OSError, ValueError):
+    if not (folder / DESCRIPTION_FILE).exists():
         raise UserFacing(404, f"{tinker_path} was not saved by this server ({DESCRIPTION_FILE} "
-                         "is missing).") from None
-    return types.WeightsInfoResponse(base_model=spec["base_model"], is_lora=True,
-                                     lora_rank=spec.get("rank"),
-                                     train_unembed=spec.get("train_unembed"),
-                                     train_mlp=spec.get("train_mlp"),
-                                     train_attn=spec.get("train_attn"))
+                         "is missing).")
+    spec = read_description(folder)  # one sentence (a 400) when it is damaged
+    return types.WeightsInfoResponse(base_model=spec.base_model, is_lora=True,
+                                     lora_rank=spec.rank, train_unembed=spec.train_unembed,
+                                     train_mlp=spec.train_mlp, train_attn=spec.train_attn)
 
 
 # -- the routes --------------------------------------------------------------------------------

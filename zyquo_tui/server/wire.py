@@ -16,6 +16,8 @@ import numpy as np
 from google.protobuf.message import DecodeError
 from tinker.proto import tinker_public_pb2 as pb
 
+from zyquo_tui.core.store.serve_settings import ServeSettings
+
 
 class WireError(ValueError):
     """A request body that cannot be read: its message is the one sentence the 400 carries."""
@@ -40,38 +42,83 @@ class ForwardBackwardCall:
 _DTYPES = {pb.DTYPE_FLOAT32: np.float32, pb.DTYPE_INT64: np.int64, pb.DTYPE_INT32: np.int32}
 
 
-def _tensor(message: pb.Tensor, where: str) -> np.ndarray:
+def _elements(shape: list[int]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+def _tensor(message: pb.Tensor, where: str, max_elements: int) -> np.ndarray:
     dtype = _DTYPES.get(message.dtype)
     if dtype is None:
         raise WireError(f"{where} has a tensor dtype this server does not read "
                         f"({message.dtype}); send float32 or int64.")
     shape = [int(s) for s in message.shape]
+    if any(size < 0 for size in shape):
+        raise WireError(f"{where} has a negative size in its shape {shape}.")
+    # By the shape it declares, before anything of that size is made: a sparse tensor's few
+    # bytes can declare billions of elements.
+    if _elements(shape) > max_elements:
+        raise WireError(f"{where} declares {_elements(shape)} elements (shape {shape}), more "
+                        f"than this server takes in one tensor ({max_elements}, config.toml "
+                        "[serve] max_tensor_elements): send shorter datums, or raise the "
+                        "limit.")
     try:
         if message.HasField("sparse_csr"):
+            if len(shape) != 2:
+                raise WireError(f"{where} is a sparse tensor of shape {shape}; a sparse "
+                                "(CSR) tensor has two dimensions.")
             csr = message.sparse_csr
             values = np.frombuffer(csr.values, dtype=dtype)
             rows = np.frombuffer(csr.crow_indices, dtype=np.int64)
             cols = np.frombuffer(csr.col_indices, dtype=np.int64)
+            if len(rows) != shape[0] + 1 or len(cols) != len(values) or \
+                    (len(rows) and (rows[0] != 0 or rows[-1] != len(values)
+                                    or np.any(np.diff(rows) < 0))) or \
+                    (len(cols) and (cols.min() < 0 or cols.max() >= shape[1])):
+                raise WireError(f"{where} is not a sparse (CSR) tensor of shape {shape}: its "
+                                "row offsets, columns and values do not agree.")
             dense = np.zeros(shape, dtype=dtype)
             for row in range(len(rows) - 1):
                 dense[row, cols[rows[row]:rows[row + 1]]] = values[rows[row]:rows[row + 1]]
             return dense
         values = np.frombuffer(message.dense, dtype=dtype)
         return values.reshape(shape) if shape else values
+    except WireError:
+        raise
     except (ValueError, IndexError) as error:
-        raise WireError(f"{where} does not match its shape {shape}: {error}.") from None
+        raise WireError(f"{where} does not match its shape {shape}: "
+                        f"{str(error).rstrip('.')}.") from None
 
 
-def read_forward_backward(body: bytes) -> ForwardBackwardCall:
-    """A forward_backward request's datums as arrays; WireError when it cannot be read."""
+def _tokens(chunk, index: int) -> np.ndarray:
+    data = chunk.encoded_text.tokens
+    if len(data) % 4:
+        raise WireError(f"Datum {index} has a token chunk of {len(data)} bytes; tokens are "
+                        "int32, 4 bytes each (ModelInput.from_ints writes them so).")
+    return np.frombuffer(data, dtype=np.int32)
+
+
+def read_forward_backward(body: bytes, *, max_datums: int = ServeSettings.max_datums,
+                          max_sequence_tokens: int = ServeSettings.max_sequence_tokens,
+                          max_tensor_elements: int = ServeSettings.max_tensor_elements
+                          ) -> ForwardBackwardCall:
+    """A forward_backward request's datums as arrays; WireError when it cannot be read or a
+    datum is over a limit (config.toml [serve]: its defaults here)."""
     message = pb.ForwardBackwardRequest()
     try:
         message.ParseFromString(body)
-    except DecodeError:
+    except (DecodeError, RecursionError):
         raise WireError("The forward_backward body is not a ForwardBackwardRequest protobuf "
                         "(tinker/proto): send it with the tinker SDK.") from None
     if not message.model_id:
         raise WireError("The forward_backward request names no model_id.")
+    if len(message.data) > max_datums:  # counted before any datum is read
+        raise WireError(f"The forward_backward request has {len(message.data)} datums, more "
+                        f"than this server takes in one request ({max_datums}, config.toml "
+                        "[serve] max_datums): send them in several requests, as the tinker "
+                        "SDK does, or raise the limit.")
     config: dict[str, float | str] = {}
     for key, value in message.loss_fn_config.items():
         config[key] = float(value)
@@ -84,9 +131,14 @@ def read_forward_backward(body: bytes) -> ForwardBackwardCall:
             if chunk.WhichOneof("chunk") != "encoded_text":
                 raise WireError(f"Datum {index} has a {chunk.WhichOneof('chunk')} chunk; this "
                                 "server reads token chunks (ModelInput.from_ints) only.")
-            pieces.append(np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32))
+            pieces.append(_tokens(chunk, index))
+        length = sum(len(piece) for piece in pieces)
+        if length > max_sequence_tokens:
+            raise WireError(f"Datum {index} has {length} tokens, more than this server takes "
+                            f"in one datum ({max_sequence_tokens}, config.toml [serve] "
+                            "max_sequence_tokens): shorten it, or raise the limit.")
         tokens = np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
-        inputs = {name: _tensor(tensor, f"Datum {index}'s {name}")
+        inputs = {name: _tensor(tensor, f"Datum {index}'s {name}", max_tensor_elements)
                   for name, tensor in datum.loss_fn_inputs.items()}
         data.append(WireDatum(tokens, inputs))
     return ForwardBackwardCall(message.model_id, int(message.seq_id), message.loss_fn, config,

@@ -1,18 +1,21 @@
-"""Bounded logs: trainer.log and runner.log rotate at a size, and readers read across rotations.
+"""Bounded logs: trainer.log, runner.log and serve.log rotate at a size, and readers read across rotations.
 
 `trainer.log` is the newest file, `trainer.log.1` the one before it, up to `trainer.log.N`
 (N = config.toml `[logs] backups`); the oldest is dropped. The writer rotates by renaming
 (`.N-1` to `.N`, ..., the log to `.1`) and goes on in a new file: the trainer does it between
-steps, for its own output (trainer/session.py), and the supervisor before a runner starts. A
-reader keeps its file open, so a rename never costs it a line: it reads the old file to its
-end, then the new one from its start.
+steps, for its own output (trainer/session.py), the supervisor before a runner starts, and
+the Tinker server as it starts, for its own output. A reader keeps its file open, so a rename
+never costs it a line: it reads the old file to its end, then the new one from its start.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
+
+SERVE_LOG = "serve.log"  # the Tinker server's output in the store (detached or launchd)
 
 
 def rotated(path: Path, number: int) -> Path:
@@ -58,6 +61,43 @@ def rotate_if_large(path: Path, max_bytes: int, backups: int) -> bool:
     except FileNotFoundError:
         return False
     rotate(path, backups)
+    return True
+
+
+def rotate_own_output_if_large(path: Path, max_bytes: int, backups: int) -> bool:
+    """Rotate the log this process's stdout and stderr write to, when it has reached
+    `max_bytes`, and write on in a new file at `path`; True when it did.
+
+    For a process whose output file was opened by whoever started it (launchd's
+    StandardOutPath, a detached server's serve.log): renaming alone would leave the process
+    writing into the renamed file, so its stdout and stderr are pointed at the new one.
+    Nothing happens when neither writes to `path`."""
+    try:
+        log = path.stat()
+    except OSError:
+        return False
+    if log.st_size < max_bytes:
+        return False
+    ours = []
+    for descriptor in (1, 2):
+        try:
+            written = os.fstat(descriptor)
+        except OSError:
+            continue
+        if (written.st_dev, written.st_ino) == (log.st_dev, log.st_ino):
+            ours.append(descriptor)
+    if not ours:
+        return False
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    rotate(path, backups)
+    fresh = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for descriptor in ours:
+            os.dup2(fresh, descriptor)
+    finally:
+        os.close(fresh)
     return True
 
 

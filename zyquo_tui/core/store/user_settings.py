@@ -108,6 +108,25 @@ class _Reader:
         return value
 
 
+def read_config(home: Path | None = None) -> _Reader | None:
+    """config.toml read and parsed (None when there is none); one sentence when it cannot
+    be. Each table's reader (Settings here, serve_settings.py for `[serve]`) checks its own."""
+    path = settings_file(home)
+    if not path.exists():
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"{path}: cannot be read ({error}); fix or remove the file.") \
+            from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise UserError(f"{path}:{toml_error_line(error, text)}: not valid TOML ({error}); "
+                        "fix or remove the file.") from None
+    return _Reader(path, text, data)
+
+
 @dataclass
 class NotificationSettings:
     """How a run's end reaches the user: `[notifications]` (docs/dashboard.md). `desktop` is
@@ -144,20 +163,9 @@ class Settings:
 
     @classmethod
     def load(cls, home: Path | None = None) -> "Settings":
-        path = settings_file(home)
-        if not path.exists():
+        read = read_config(home)
+        if read is None:
             return cls()
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise UserError(f"{path}: cannot be read ({error}); fix or remove the file.") \
-                from None
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as error:
-            raise UserError(f"{path}:{toml_error_line(error, text)}: not valid TOML ({error}); "
-                            "fix or remove the file.") from None
-        read = _Reader(path, text, data)
         settings = cls()
         folders = read.section("models").get("folders", [])
         if not isinstance(folders, list) or not all(isinstance(f, str) for f in folders):
