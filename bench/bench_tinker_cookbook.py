@@ -17,14 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 # The cookbook release this was run with, and what its math_rl recipe needs besides.
 COOKBOOK = ["tinker-cookbook==0.5.8", "sympy", "pylatexenc", "math-verify"]
 DEFAULT_VENV = Path.home() / ".cache" / "zyquo-tui" / "tinker-cookbook-venv"
@@ -51,22 +52,34 @@ def cookbook_python(venv: Path) -> Path:
 
 
 def start_server(home: Path, port: int) -> tuple[subprocess.Popen, str, str]:
+    """The server on `port` with the store `home`, once it answers; its key is read from the
+    store's key file (zyquo_tui/core/store/server_key.py), never from its output."""
+    from zyquo_tui.core.store.server_key import key_path
+
     env = {**os.environ, "ZYQUO_HOME": str(home)}
+    log = (home.parent / "server.log").open("w")
     server = subprocess.Popen(
         [sys.executable, "-m", "zyquo_tui.server", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        stdin=subprocess.DEVNULL)
-    url = key = None
-    assert server.stdout is not None
-    for line in server.stdout:
-        print(f"  server: {line.rstrip()}", flush=True)
-        found = re.search(r"TINKER_BASE_URL=(\S+)", line)
-        url = found.group(1) if found else url
-        found = re.search(r"TINKER_API_KEY=(\S+)", line)
-        key = found.group(1) if found else key
-        if url and key:
-            return server, url, key
-    raise SystemExit(f"the server exited ({server.wait()}) before printing its address")
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"the server exited ({server.returncode}) before answering:\n"
+                             + (home.parent / "server.log").read_text()[-2000:])
+        if key_path(home).is_file():
+            key = key_path(home).read_text(encoding="utf-8").strip()
+            try:
+                request = urllib.request.Request(f"{url}/api/v1/healthz",
+                                                 headers={"X-API-Key": key})
+                with urllib.request.urlopen(request, timeout=5) as answer:
+                    if answer.status == 200:
+                        return server, url, key
+            except OSError:
+                pass
+        time.sleep(0.2)
+    server.terminate()
+    raise SystemExit(f"the server did not answer on {url} within 120 s")
 
 
 def main() -> int:
