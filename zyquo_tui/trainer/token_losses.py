@@ -101,6 +101,18 @@ def token_objective(model, inputs: mx.array, targets: mx.array, mask: mx.array,
     return elementwise.sum(), mask.sum(), {"logprobs": lp, "elementwise_loss": elementwise}
 
 
+def topk_cross_entropy_objective(model, inputs: mx.array, targets: mx.array, mask: mx.array,
+                                 weights: mx.array):
+    """cross_entropy with K targets a position (Tinker's top-k distillation): `targets` and
+    `weights` (B, T, K); the loss is the sum of `-weights * lp` over every position's K
+    tokens, and `logprobs` and `elementwise_loss` come back (B, T, K)."""
+    logits = model(inputs).astype(mx.float32)
+    logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    lp = mx.take_along_axis(logp, targets, axis=-1) * mask[..., None]
+    elementwise = -weights * lp
+    return elementwise.sum(), mask.sum(), {"logprobs": lp, "elementwise_loss": elementwise}
+
+
 def objective_for(loss_fn: str, config: dict[str, float]) -> tuple[Callable, tuple]:
     """The objective of `loss_fn` with its config bound (defaults filled in), and the key the
     engine compiles it under. KeyError for an unknown loss or config key (the caller says
