@@ -631,3 +631,20 @@ def test_sampling_options_the_server_does_not_serve_get_a_400(server, service_cl
     with pytest.raises(tinker.BadRequestError, match="topk_sample_logprobs"):
         sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2),
                        topk_sample_logprobs=3).result()
+
+
+def test_unseeded_sample_calls_draw_afresh_and_a_seed_draws_the_same_again(server,
+                                                                          service_client):
+    # An RL group samples its answers one call each (tinker-cookbook's completers): without a
+    # seed each call must draw new answers, not the last call's again; with one, the same.
+    training = new_training_client(service_client, seed=61)
+    tokenizer = training.get_tokenizer()
+    sampler = training.save_weights_and_get_sampling_client().result()
+    prompt = types.ModelInput.from_ints(tokenizer.encode("The quick brown"))
+    params = types.SamplingParams(max_tokens=8, temperature=1.0, stop=[])
+    seeded = types.SamplingParams(max_tokens=8, temperature=1.0, stop=[], seed=3)
+    before = sampler.sample(prompt, 1, seeded).result().sequences[0].tokens
+    answers = {tuple(sampler.sample(prompt, 1, params).result().sequences[0].tokens)
+               for _ in range(4)}
+    assert len(answers) > 1, answers
+    assert sampler.sample(prompt, 1, seeded).result().sequences[0].tokens == before

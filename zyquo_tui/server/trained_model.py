@@ -104,6 +104,9 @@ class TrainedModel:
     tokenizer: Any = None
     engine: Any = None
     _rng_key: int | None = None
+    # Where unseeded sampling's draws go on from: a state of their own, so each sample call
+    # draws afresh while training's random state stays as it was (None: not sampled yet).
+    _sampling_rng_key: int | None = None
     _lora_keys: list[str] | None = field(default=None)
     last_tokens: int = 0  # the positions of the last forward_backward
 
@@ -343,8 +346,11 @@ class TrainedModel:
         try:
             if weights is not None:
                 self.engine.set_trainable_weights(weights)
-            if params.get("seed") is not None:
+            seeded = params.get("seed") is not None
+            if seeded:
                 mx.random.seed(int(params["seed"]) % (2 ** 63))
+            elif self._sampling_rng_key is not None:
+                mx.random.seed(self._sampling_rng_key)
             max_tokens = int(params.get("max_tokens") or 0)
             sequences = []
             # The answers decode together, the prompt read once (complete_batch), at most
@@ -356,6 +362,8 @@ class TrainedModel:
                     float(params.get("top_p", 1.0)), int(params.get("top_k", -1)),
                     params.get("stop"), keep_stop=True)
                 sequences += [Sequence(c.tokens, c.logprobs, c.finish_reason) for c in done]
+            if not seeded:  # the next unseeded call draws on from here, not these again
+                self._sampling_rng_key = mlx_rng_seed()
             if max_tokens < 1:  # complete_batch makes no answer then: empty ones
                 sequences = [Sequence([], [], "length") for _ in range(num_samples)]
             scored = top = None
