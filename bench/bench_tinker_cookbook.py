@@ -13,7 +13,7 @@ session became in our store, then exits with the recipe's status (non-zero when 
 same command again and checks that the second run went on from that checkpoint.
 
     python bench/bench_tinker_cookbook.py [--venv DIR] [--recipe NAME] [--steps N]
-        [--resume-check]
+        [--resume-check] [--keep-log DIR]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -84,7 +85,7 @@ RECIPES = {
         "renderer_name=role_colon", "batch_size=2", "group_size=4", "max_tokens=8",
         "learning_rate=1e-3", "eval_every=0", f"max_steps={steps}", f"log_path={log}",
         "behavior_if_log_dir_exists=delete"],
-        ("env/all/reward/total", "env/all/ac_tokens_per_turn", "kl_pre_post", "optim/lr")),
+        ("env/all/reward/total", "env/all/format", "kl_pre_post_v1", "kl_pre_post_v2")),
     # Self-distillation (SDFT): the base model, shown the golden answer, is the teacher; its
     # top-k prompt log-probabilities are the student's cross_entropy targets ([N, K]).
     "sdft": Recipe(lambda model, steps, log, scratch: [
@@ -148,6 +149,8 @@ def main() -> int:
     parser.add_argument("--resume-check", action="store_true",
                         help="kill the recipe after its first checkpoint, run it again and "
                         "check that it went on from that checkpoint")
+    parser.add_argument("--keep-log", type=Path, metavar="DIR",
+                        help="copy the recipe's log folder (metrics.jsonl, logs.log) to DIR")
     args = parser.parse_args()
     recipe = RECIPES[args.recipe]
 
@@ -190,6 +193,8 @@ def main() -> int:
         if finished.returncode != 0:
             print(finished.stdout[-3000:], finished.stderr[-3000:], sep="\n")
         rows = metrics_rows(log)
+        if args.keep_log is not None and log.is_dir():
+            shutil.copytree(log, args.keep_log, dirs_exist_ok=True)
         shown = [name for name in recipe.shown if any(name in row for row in rows)]
         print(f"{'step':>4}  " + "  ".join(f"{name:>26}" for name in shown))
         for row in rows:
@@ -203,6 +208,7 @@ def main() -> int:
             print(f"second run: steps {again}, "
                   + (f"went on from the checkpoint at batch {saved.get('batch')}" if status == 0
                      else f"did NOT go on from the checkpoint at batch {saved.get('batch')}"))
+        print("metrics logged:", ", ".join(sorted({name for row in rows for name in row})))
         for run in json.loads(runs or "[]"):
             print(f"run in the store: {run.get('id')} {run.get('state')}, step "
                   f"{run.get('step')}, last loss {_fmt(run.get('last_train_loss'))} "
