@@ -85,7 +85,8 @@ RECIPES = {
         "renderer_name=role_colon", "batch_size=2", "group_size=4", "max_tokens=8",
         "learning_rate=1e-3", "eval_every=0", f"max_steps={steps}", f"log_path={log}",
         "behavior_if_log_dir_exists=delete"],
-        ("env/all/reward/total", "env/all/format", "kl_pre_post_v1", "kl_pre_post_v2")),
+        ("env/all/reward/total", "env/all/by_group/frac_mixed", "grad_norm:mean",
+         "kl_pre_post_v1", "kl_pre_post_v2")),
     # Self-distillation (SDFT): the base model, shown the golden answer, is the teacher; its
     # top-k prompt log-probabilities are the student's cross_entropy targets ([N, K]).
     "sdft": Recipe(lambda model, steps, log, scratch: [
@@ -95,8 +96,8 @@ RECIPES = {
         "group_size=2", "max_tokens=8", "topk=5", "lora_rank=8", "learning_rate=1e-3",
         "max_context_length=512", "eval_every=0", "save_every=0", f"max_steps={steps}",
         f"log_path={log}", "behavior_if_log_dir_exists=delete"],
-        ("sdft/mean_teacher_entropy", "sdft/total_completion_tokens", "optim/lr",
-         "progress/done_frac"), toolalpaca_arrow),
+        ("sdft/mean_teacher_entropy", "sdft/total_completion_tokens", "grad_norm:mean",
+         "optim/lr", "progress/done_frac"), toolalpaca_arrow),
 }
 
 
