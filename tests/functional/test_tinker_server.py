@@ -625,12 +625,19 @@ def test_cross_entropy_with_k_targets_a_position_sums_their_weighted_logprobs(se
     assert losses[-1] < losses[0], losses
 
 
-def test_sampling_options_the_server_does_not_serve_get_a_400(server, service_client):
+@pytest.mark.parametrize("option, value", [
+    ("topk_sample_logprobs", 3), ("prompt_alt_tokens_k", 2), ("prompt_logprobs_last_n", 1),
+    ("target_prompt_logprobs", "ids")])
+def test_sampling_options_the_server_does_not_serve_get_a_400(server, service_client, option,
+                                                              value):
+    # Ignored, they would leave a program reading an answer that silently lacks them.
     sampler = service_client.create_sampling_client(base_model="zyquo-tiny").result()
     prompt = types.ModelInput.from_ints([5, 6, 7])
-    with pytest.raises(tinker.BadRequestError, match="topk_sample_logprobs"):
+    if value == "ids":
+        value = types.TensorData.from_numpy(np.full((2, 1), 5, np.int64))
+    with pytest.raises(tinker.BadRequestError, match=option):
         sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2),
-                       topk_sample_logprobs=3).result()
+                       include_prompt_logprobs=True, **{option: value}).result()
 
 
 def test_unseeded_sample_calls_draw_afresh_and_a_seed_draws_the_same_again(server,

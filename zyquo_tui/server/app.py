@@ -26,7 +26,7 @@ from zyquo_tui.core.store.server_key import key_matches
 from zyquo_tui.server.service import Service, UserFacing
 from zyquo_tui.server.trained_model import ModelSpec
 from zyquo_tui.server.training_runs import rest_routes
-from zyquo_tui.server.wire import WireError, read_forward_backward
+from zyquo_tui.server.wire import WireError, read_forward_backward, sample_options
 
 log = logging.getLogger(__name__)
 PROTOBUF = "application/x-protobuf"
@@ -222,14 +222,10 @@ def make_app(service: Service, key: str, resolve: Callable[[str], ModelSpec],
             prompt = body.prompt.to_ints()
         except ValueError as problem:
             raise UserFacing(400, f"The prompt must be tokens only: {problem}.") from None
-        unserved = [name for name, asked in (
-            ("topk_sample_logprobs", body.topk_sample_logprobs), ("target_prompt_logprobs",
-            body.target_prompt_logprobs), ("prompt_alt_tokens_k", body.prompt_alt_tokens_k),
-            ("prompt_logprobs_last_n", body.prompt_logprobs_last_n)) if asked]
-        if unserved or body.topk_prompt_logprobs < 0:
-            raise UserFacing(400, f"This server does not serve {unserved[0]} in asample; "
-                             "leave it unset." if unserved else "topk_prompt_logprobs must be "
-                             f"0 or more, not {body.topk_prompt_logprobs}.")
+        try:
+            topk_prompt_logprobs = sample_options(body)
+        except WireError as problem:
+            raise UserFacing(400, str(problem)) from None
         params = body.sampling_params
         stop = params.stop
         if isinstance(stop, str):
@@ -238,7 +234,7 @@ def make_app(service: Service, key: str, resolve: Callable[[str], ModelSpec],
             "max_tokens": params.max_tokens, "seed": params.seed,
             "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
             "stop": None if stop is None else list(stop)}, bool(body.prompt_logprobs),
-            body.topk_prompt_logprobs)
+            topk_prompt_logprobs)
         return future(request_id, sample_sequence_ids=[f"{request_id}-{i}" for i in
                                                        range(body.num_samples)])
 

@@ -115,6 +115,24 @@ def forward_backward_output(outputs: list[dict[str, np.ndarray]], metrics: dict[
     return message.SerializeToString()
 
 
+# SampleRequest's options this server does not compute: asked for, they get a 400 rather
+# than an answer that silently lacks them.
+UNSERVED_SAMPLE_OPTIONS = ("topk_sample_logprobs", "target_prompt_logprobs",
+                           "prompt_alt_tokens_k", "prompt_logprobs_last_n")
+
+
+def sample_options(request) -> int:
+    """The top-k of prompt log-probabilities an asample request (tinker's SampleRequest) asks
+    for (0: none); WireError when it asks for an option this server does not serve."""
+    for name in UNSERVED_SAMPLE_OPTIONS:
+        if getattr(request, name, None):
+            raise WireError(f"This server does not serve {name} in asample; leave it unset.")
+    if request.topk_prompt_logprobs < 0:
+        raise WireError(f"topk_prompt_logprobs must be 0 or more, not "
+                        f"{request.topk_prompt_logprobs}.")
+    return int(request.topk_prompt_logprobs)
+
+
 @dataclass
 class Sequence:
     tokens: list[int]
