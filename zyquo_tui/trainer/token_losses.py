@@ -19,6 +19,9 @@ advantage, `r = exp(lp - sampling_lp)`):
 | cispo | `-sg(clip(r, low, high)) * lp * A` (sg: no gradient through it), same defaults |
 | dro | `-(lp * A - beta / 2 * (lp - sampling_lp)^2)`, beta 0.05 by default |
 
+cross_entropy also takes K target tokens and weights a position (Tinker's top-k distillation:
+`topk_cross_entropy_objective`), summing `-weights * lp` over the K.
+
 The objective returns each position's log-probability and loss as metrics, so the step engine
 (trainer/engine.py) hands them back with the loss: Tinker's per-datum `loss_fn_outputs`.
 """
