@@ -586,3 +586,108 @@ def test_many_samples_of_one_prompt_keep_seed_stop_and_top_k(server, service_cli
     ends = greedy.tokens.index(stop_id) + 1
     for row in answers(3, max_tokens=8, temperature=0.0, stop=[stop_id]):
         assert row.tokens == greedy.tokens[:ends] and row.stop_reason == "stop"
+
+
+def test_top_k_prompt_logprobs_are_each_positions_likeliest_tokens(server, service_client):
+    # Tinker's topk_prompt_logprobs: for each prompt position after the first, the k likeliest
+    # tokens the prompt before it predicts, likeliest first; None for the first position.
+    sampler = service_client.create_sampling_client(base_model="zyquo-tiny").result()
+    tokenizer = new_training_client(service_client, seed=53).get_tokenizer()
+    ids = tokenizer.encode("The quick brown")
+    greedy = types.SamplingParams(max_tokens=4, temperature=0.0, stop=[])
+    answer = sampler.sample(types.ModelInput.from_ints(ids), 1, greedy).result()
+    prompt = ids + answer.sequences[0].tokens[:3]  # the greedy answer: each the top-1
+    vocabulary = len(tokenizer.get_vocab())
+
+    def scored(k: int):
+        return sampler.sample(types.ModelInput.from_ints(prompt), 1,
+                              types.SamplingParams(max_tokens=1), include_prompt_logprobs=True,
+                              topk_prompt_logprobs=k).result()
+
+    top5 = scored(5)
+    rows = top5.topk_prompt_logprobs
+    assert len(rows) == len(prompt) and rows[0] is None
+    for row in rows[1:]:
+        assert len(row) == 5
+        logprobs = [lp for _, lp in row]
+        assert logprobs == sorted(logprobs, reverse=True) and all(lp <= 0 for lp in logprobs)
+    for position in range(len(ids), len(prompt)):  # greedy tokens are the likeliest
+        assert rows[position][0][0] == prompt[position]
+        assert rows[position][0][1] == pytest.approx(top5.prompt_logprobs[position], abs=1e-4)
+
+    # k at least the vocabulary: every token, a distribution, with the prompt's own token at
+    # its prompt log-probability; the cells past the vocabulary hold nothing.
+    every = scored(vocabulary + 3)
+    for position, row in enumerate(every.topk_prompt_logprobs[1:], start=1):
+        assert len(row) == vocabulary
+        assert sum(np.exp(lp) for _, lp in row) == pytest.approx(1.0, abs=1e-3)
+        assert dict(row)[prompt[position]] == pytest.approx(every.prompt_logprobs[position],
+                                                            abs=1e-4)
+    assert scored(0).topk_prompt_logprobs is None
+
+
+def test_cross_entropy_with_k_targets_a_position_sums_their_weighted_logprobs(server,
+                                                                               service_client):
+    # Tinker's top-k distillation: [N, K] target_tokens and weights; the loss is
+    # -sum(w[n, k] * log p(target[n, k])) and the logprobs come back [N, K].
+    training = new_training_client(service_client, seed=59)
+    tokenizer = training.get_tokenizer()
+    ids = tokenizer.encode(TEXTS[0])
+    inputs, first = ids[:-1], ids[1:]
+    second = [(t + 7) % 200 for t in first]
+    rng = np.random.default_rng(0)
+    w1, w2 = rng.uniform(0.1, 1, len(first)), rng.uniform(0.1, 1, len(first))
+
+    def datum(targets, weights) -> types.Datum:
+        return types.Datum(model_input=types.ModelInput.from_ints(inputs), loss_fn_inputs={
+            "target_tokens": types.TensorData.from_numpy(np.asarray(targets, np.int64)),
+            "weights": types.TensorData.from_numpy(np.asarray(weights, np.float32))})
+
+    pair = datum(np.stack([first, second], axis=1), np.stack([w1, w2], axis=1))
+    both = training.forward([pair], "cross_entropy").result()
+    one = [training.forward([datum(t, w)], "cross_entropy").result() for t, w in
+           ((first, w1), (second, w2))]
+    logprobs = both.loss_fn_outputs[0]["logprobs"]
+    assert logprobs.shape == [len(first), 2]
+    table = np.asarray(logprobs.data).reshape(len(first), 2)
+    for column in (0, 1):
+        assert table[:, column] == pytest.approx(
+            np.asarray(one[column].loss_fn_outputs[0]["logprobs"].data), abs=1e-4)
+    assert both.metrics["loss:sum"] == pytest.approx(
+        one[0].metrics["loss:sum"] + one[1].metrics["loss:sum"], rel=1e-4)
+
+    # And it trains: a few steps toward those soft targets lower the loss.
+    losses = [step(training, [pair]) for _ in range(5)]
+    assert losses[-1] < losses[0], losses
+
+
+@pytest.mark.parametrize("option, value", [
+    ("topk_sample_logprobs", 3), ("prompt_alt_tokens_k", 2), ("prompt_logprobs_last_n", 1),
+    ("target_prompt_logprobs", "ids")])
+def test_sampling_options_the_server_does_not_serve_get_a_400(server, service_client, option,
+                                                              value):
+    # Ignored, they would leave a program reading an answer that silently lacks them.
+    sampler = service_client.create_sampling_client(base_model="zyquo-tiny").result()
+    prompt = types.ModelInput.from_ints([5, 6, 7])
+    if value == "ids":
+        value = types.TensorData.from_numpy(np.full((2, 1), 5, np.int64))
+    with pytest.raises(tinker.BadRequestError, match=option):
+        sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2),
+                       include_prompt_logprobs=True, **{option: value}).result()
+
+
+def test_unseeded_sample_calls_draw_afresh_and_a_seed_draws_the_same_again(server,
+                                                                          service_client):
+    # An RL group samples its answers one call each (tinker-cookbook's completers): without a
+    # seed each call must draw new answers, not the last call's again; with one, the same.
+    training = new_training_client(service_client, seed=61)
+    tokenizer = training.get_tokenizer()
+    sampler = training.save_weights_and_get_sampling_client().result()
+    prompt = types.ModelInput.from_ints(tokenizer.encode("The quick brown"))
+    params = types.SamplingParams(max_tokens=8, temperature=1.0, stop=[])
+    seeded = types.SamplingParams(max_tokens=8, temperature=1.0, stop=[], seed=3)
+    before = sampler.sample(prompt, 1, seeded).result().sequences[0].tokens
+    answers = {tuple(sampler.sample(prompt, 1, params).result().sequences[0].tokens)
+               for _ in range(4)}
+    assert len(answers) > 1, answers
+    assert sampler.sample(prompt, 1, seeded).result().sequences[0].tokens == before

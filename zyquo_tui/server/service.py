@@ -398,7 +398,8 @@ class Service:
         return sampler
 
     def sample(self, sampler_id: str, prompt: list[int], num_samples: int,
-               params: dict[str, Any], prompt_logprobs: bool) -> str:
+               params: dict[str, Any], prompt_logprobs: bool, topk_prompt_logprobs: int = 0
+               ) -> str:
         from zyquo_tui.server.wire import sample_response
 
         sampler = self.sampler(sampler_id)
@@ -411,9 +412,11 @@ class Service:
             else:
                 trained = self._standalone_model(sampler)
                 weights = sampler.weights
-            sequences, scored = trained.run_as_own(trained.sample, weights, prompt,
-                                                   num_samples, params, prompt_logprobs)
-            return sample_response(sequences, scored)
+            sequences, scored, top = trained.run_as_own(
+                trained.sample, weights, prompt, num_samples, params, prompt_logprobs,
+                topk_prompt_logprobs)
+            return sample_response(sequences, scored,
+                                   None if top is None else (top.token_ids, top.logprobs))
 
         return self._on_mlx(run)
 

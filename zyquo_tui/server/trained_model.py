@@ -104,6 +104,9 @@ class TrainedModel:
     tokenizer: Any = None
     engine: Any = None
     _rng_key: int | None = None
+    # Where unseeded sampling's draws go on from: a state of their own, so each sample call
+    # draws afresh while training's random state stays as it was (None: not sampled yet).
+    _sampling_rng_key: int | None = None
     _lora_keys: list[str] | None = field(default=None)
     last_tokens: int = 0  # the positions of the last forward_backward
 
@@ -157,20 +160,21 @@ class TrainedModel:
         vocabulary = self.vocabulary_size()
         lengths = [len(d.tokens) for d in data]
         width = PAD_TO * max(1, math.ceil(max(lengths) / PAD_TO))
+        per_position = self._targets_per_position(loss_fn, data)  # () or (K,)
         inputs = np.zeros((len(data), width), np.int32)
-        targets = np.zeros((len(data), width), np.int32)
+        targets = np.zeros((len(data), width, *per_position), np.int32)
         mask = np.zeros((len(data), width), np.float32)
-        extra = [np.zeros((len(data), width), np.float32) for _ in columns]
+        extra = [np.zeros((len(data), width, *per_position), np.float32) for _ in columns]
         for row, (datum, n) in enumerate(zip(data, lengths, strict=True)):
             if n == 0:
                 raise RequestError(f"Datum {row} has an empty model_input.")
             given = datum.inputs.get("target_tokens")
             if given is None:
                 raise RequestError(f"Datum {row} has no target_tokens in its loss_fn_inputs.")
-            if given.shape != (n,):
+            if given.shape != (n, *per_position):
                 raise RequestError(f"Datum {row}'s target_tokens has shape {list(given.shape)} "
                                    f"and its model_input {n} tokens; give one target per "
-                                   "input token.")
+                                   "input token (or K of them, [N, K], for cross_entropy).")
             for name, tokens in (("model_input", datum.tokens), ("target_tokens", given)):
                 if tokens.min() < 0 or tokens.max() >= vocabulary:
                     raise RequestError(f"Datum {row}'s {name} holds token {int(tokens.max())} "
@@ -184,12 +188,30 @@ class TrainedModel:
                 if value is None:
                     raise RequestError(f"Datum {row} has no {name} in its loss_fn_inputs, which "
                                        f"{loss_fn} needs ({', '.join(columns)}).")
-                if value.shape != (n,):
+                if value.shape != (n, *per_position):
                     raise RequestError(f"Datum {row}'s {name} has shape {list(value.shape)}; "
-                                       f"it needs {n} values, one per input token.")
+                                       f"it needs the shape of its target_tokens, "
+                                       f"{[n, *per_position]}.")
                 extra[index][row, :n] = value
         return lengths, (mx.array(inputs), mx.array(targets), mx.array(mask),
                          *(mx.array(e) for e in extra))
+
+    @staticmethod
+    def _targets_per_position(loss_fn: str, data: list[WireDatum]) -> tuple[int, ...]:
+        """() when each position has one target token; (K,) when cross_entropy's datums give
+        K a position ([N, K] target_tokens and weights, Tinker's top-k distillation)."""
+        shapes = {datum.inputs["target_tokens"].shape[1:] for datum in data
+                  if "target_tokens" in datum.inputs}
+        if shapes <= {()}:
+            return ()
+        if loss_fn != "cross_entropy":
+            raise RequestError(f"{loss_fn} takes one target token a position ([N] "
+                               "target_tokens); [N, K] targets are for cross_entropy only.")
+        if len(shapes) > 1 or len(next(iter(shapes))) != 1 or next(iter(shapes))[0] < 1:
+            raise RequestError("The datums' target_tokens must all be [N] or all [N, K] with "
+                               "the same K >= 1 in one forward_backward, not "
+                               f"{sorted(str([None, *s]) for s in shapes)}.")
+        return next(iter(shapes))
 
     def vocabulary_size(self) -> int:
         args = getattr(self.model, "args", None)
@@ -213,6 +235,8 @@ class TrainedModel:
         except (TypeError, ValueError):
             raise RequestError(f"loss_fn_config of {loss_fn} takes numbers only.") from None
         lengths, arrays = self.batch(loss_fn, data)
+        if arrays[1].ndim == 3:  # K targets a position: top-k distillation's cross_entropy
+            objective, key = token_losses.topk_cross_entropy_objective, ("tinker", "topk_ce")
         engine = self.engine
         if forward_only:
             loss, _, metrics = objective(self.model, *arrays)
@@ -307,10 +331,12 @@ class TrainedModel:
     # -- sampling ------------------------------------------------------------------------------
 
     def sample(self, weights: dict[str, mx.array] | None, prompt: list[int], num_samples: int,
-               params: dict[str, Any], prompt_logprobs: bool
-               ) -> tuple[list[Sequence], np.ndarray | None]:
+               params: dict[str, Any], prompt_logprobs: bool, topk_prompt_logprobs: int = 0
+               ) -> tuple[list[Sequence], np.ndarray | None, TopK | None]:
         """Completions of `prompt` with `weights` in place of the trained ones (None: as they
-        are), which are put back after; training's random state is left as it was."""
+        are), which are put back after; training's random state is left as it was. With
+        `prompt_logprobs`, each prompt token's log-probability (NaN for the first); with
+        `topk_prompt_logprobs` k > 0, the k likeliest tokens at each prompt position."""
         from zyquo_tui.trainer.sampling import complete_batch
 
         vocabulary = self.vocabulary_size()
@@ -323,8 +349,11 @@ class TrainedModel:
         try:
             if weights is not None:
                 self.engine.set_trainable_weights(weights)
-            if params.get("seed") is not None:
+            seeded = params.get("seed") is not None
+            if seeded:
                 mx.random.seed(int(params["seed"]) % (2 ** 63))
+            elif self._sampling_rng_key is not None:
+                mx.random.seed(self._sampling_rng_key)
             max_tokens = int(params.get("max_tokens") or 0)
             sequences = []
             # The answers decode together, the prompt read once (complete_batch), at most
@@ -336,19 +365,55 @@ class TrainedModel:
                     float(params.get("top_p", 1.0)), int(params.get("top_k", -1)),
                     params.get("stop"), keep_stop=True)
                 sequences += [Sequence(c.tokens, c.logprobs, c.finish_reason) for c in done]
+            if not seeded:  # the next unseeded call draws on from here, not these again
+                self._sampling_rng_key = mlx_rng_seed()
             if max_tokens < 1:  # complete_batch makes no answer then: empty ones
                 sequences = [Sequence([], [], "length") for _ in range(num_samples)]
-            scored = None
+            scored = top = None
             if prompt_logprobs:
                 tokens = mx.array([prompt])
                 lp = token_losses.target_logprobs(self.model, tokens[:, :-1], tokens[:, 1:])
                 scored = np.concatenate([[np.nan], np.array(lp[0], dtype=np.float32)])
+            if topk_prompt_logprobs > 0:
+                top = prompt_top_k(self.model, prompt, topk_prompt_logprobs)
         finally:
             if current is not None:
                 self.engine.set_trainable_weights(current)
             self.model.train()
             mx.random.seed(mlx_rng_seed(key))
-        return sequences, scored
+        return sequences, scored, top
+
+
+# Tinker's filler for a top-k cell that holds nothing (tinker.types.topk_logprobs).
+TOPK_EMPTY_TOKEN, TOPK_EMPTY_LOGPROB = 0, -99999.0
+
+
+@dataclass
+class TopK:
+    """The k likeliest tokens at each of `length` positions, likeliest first: token ids
+    (length, k) int32 and their log-probabilities (length, k) float32; a row or cell with
+    nothing to hold has Tinker's filler (token 0, log-probability -99999)."""
+
+    token_ids: np.ndarray
+    logprobs: np.ndarray
+
+
+def prompt_top_k(model, prompt: list[int], k: int) -> TopK:
+    """The k likeliest next tokens at each prompt position after the first (what the tokens
+    before it predict), as Tinker's `topk_prompt_logprobs`: the first position has none. A k
+    above the vocabulary fills the cells past it."""
+    token_ids = np.full((len(prompt), k), TOPK_EMPTY_TOKEN, np.int32)
+    logprobs = np.full((len(prompt), k), TOPK_EMPTY_LOGPROB, np.float32)
+    if len(prompt) > 1:
+        logits = model(mx.array([prompt[:-1]]))[0].astype(mx.float32)
+        lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        kept = min(k, lp.shape[-1])
+        order = mx.argsort(-lp, axis=-1)[:, :kept]
+        values = mx.take_along_axis(lp, order, axis=-1)
+        mx.eval(order, values)
+        token_ids[1:, :kept] = np.array(order, dtype=np.int32)
+        logprobs[1:, :kept] = np.array(values, dtype=np.float32)
+    return TopK(token_ids, logprobs)
 
 
 def read_weights(file: Path) -> dict[str, mx.array]:

@@ -149,8 +149,10 @@ def _batched(arrays: list[np.ndarray], dtype, proto_dtype) -> pb.BatchedTensor:
     flat = [np.ascontiguousarray(a, dtype=dtype).reshape(-1) for a in arrays]
     offsets = np.zeros(len(flat) + 1, dtype=np.int64)
     np.cumsum([a.nbytes for a in flat], out=offsets[1:])
+    # Each datum's array is (N, *trailing); the SDK reshapes it by trailing_shape.
+    trailing = list(arrays[0].shape[1:]) if arrays else []
     return pb.BatchedTensor(data=b"".join(a.tobytes() for a in flat), offsets=offsets.tobytes(),
-                            dtype=proto_dtype)
+                            dtype=proto_dtype, trailing_shape=trailing)
 
 
 def forward_backward_output(outputs: list[dict[str, np.ndarray]], metrics: dict[str, float]
@@ -165,6 +167,24 @@ def forward_backward_output(outputs: list[dict[str, np.ndarray]], metrics: dict[
     return message.SerializeToString()
 
 
+# SampleRequest's options this server does not compute: asked for, they get a 400 rather
+# than an answer that silently lacks them.
+UNSERVED_SAMPLE_OPTIONS = ("topk_sample_logprobs", "target_prompt_logprobs",
+                           "prompt_alt_tokens_k", "prompt_logprobs_last_n")
+
+
+def sample_options(request) -> int:
+    """The top-k of prompt log-probabilities an asample request (tinker's SampleRequest) asks
+    for (0: none); WireError when it asks for an option this server does not serve."""
+    for name in UNSERVED_SAMPLE_OPTIONS:
+        if getattr(request, name, None):
+            raise WireError(f"This server does not serve {name} in asample; leave it unset.")
+    if request.topk_prompt_logprobs < 0:
+        raise WireError(f"topk_prompt_logprobs must be 0 or more, not "
+                        f"{request.topk_prompt_logprobs}.")
+    return int(request.topk_prompt_logprobs)
+
+
 @dataclass
 class Sequence:
     tokens: list[int]
@@ -172,8 +192,11 @@ class Sequence:
     stop_reason: str  # "stop" or "length"
 
 
-def sample_response(sequences: list[Sequence], prompt_logprobs: np.ndarray | None) -> bytes:
-    """SampleResponse protobuf bytes; prompt log-probabilities NaN where there is none."""
+def sample_response(sequences: list[Sequence], prompt_logprobs: np.ndarray | None,
+                    topk_prompt: tuple[np.ndarray, np.ndarray] | None = None) -> bytes:
+    """SampleResponse protobuf bytes; prompt log-probabilities NaN where there is none;
+    `topk_prompt` (token ids, log-probabilities), each (prompt length, k), as Tinker's
+    `TopkLogprobs`: row-major, filler cells already in place."""
     message = pb.SampleResponse()
     for sequence in sequences:
         item = message.sequences.add()
@@ -183,4 +206,10 @@ def sample_response(sequences: list[Sequence], prompt_logprobs: np.ndarray | Non
         item.logprobs = np.asarray(sequence.logprobs, dtype=np.float32).tobytes()
     if prompt_logprobs is not None:
         message.prompt_logprobs = np.asarray(prompt_logprobs, dtype=np.float32).tobytes()
+    if topk_prompt is not None:
+        token_ids, logprobs = topk_prompt
+        message.topk_prompt_logprobs.CopyFrom(pb.TopkLogprobs(
+            token_ids=np.ascontiguousarray(token_ids, dtype=np.int32).tobytes(),
+            logprobs=np.ascontiguousarray(logprobs, dtype=np.float32).tobytes(),
+            k=int(token_ids.shape[1]), length=int(token_ids.shape[0])))
     return message.SerializeToString()

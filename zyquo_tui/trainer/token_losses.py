@@ -19,6 +19,9 @@ advantage, `r = exp(lp - sampling_lp)`):
 | cispo | `-sg(clip(r, low, high)) * lp * A` (sg: no gradient through it), same defaults |
 | dro | `-(lp * A - beta / 2 * (lp - sampling_lp)^2)`, beta 0.05 by default |
 
+cross_entropy also takes K target tokens and weights a position (Tinker's top-k distillation:
+`topk_cross_entropy_objective`), summing `-weights * lp` over the K.
+
 The objective returns each position's log-probability and loss as metrics, so the step engine
 (trainer/engine.py) hands them back with the loss: Tinker's per-datum `loss_fn_outputs`.
 """
@@ -98,6 +101,18 @@ def token_objective(model, inputs: mx.array, targets: mx.array, mask: mx.array,
     `per_token`'s loss over every datum's positions; padding contributes nothing."""
     lp = target_logprobs(model, inputs, targets) * mask
     elementwise = per_token(lp, *columns) * mask
+    return elementwise.sum(), mask.sum(), {"logprobs": lp, "elementwise_loss": elementwise}
+
+
+def topk_cross_entropy_objective(model, inputs: mx.array, targets: mx.array, mask: mx.array,
+                                 weights: mx.array):
+    """cross_entropy with K targets a position (Tinker's top-k distillation): `targets` and
+    `weights` (B, T, K); the loss is the sum of `-weights * lp` over every position's K
+    tokens, and `logprobs` and `elementwise_loss` come back (B, T, K)."""
+    logits = model(inputs).astype(mx.float32)
+    logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    lp = mx.take_along_axis(logp, targets, axis=-1) * mask[..., None]
+    elementwise = -weights * lp
     return elementwise.sum(), mask.sum(), {"logprobs": lp, "elementwise_loss": elementwise}
 
 

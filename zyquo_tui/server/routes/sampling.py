@@ -13,6 +13,7 @@ from tinker import types
 from zyquo_tui.core.store.serve_settings import ServeSettings
 from zyquo_tui.server.requests import RouteSpec, backend, future, json_body
 from zyquo_tui.server.service import UserFacing
+from zyquo_tui.server.wire import WireError, sample_options
 
 
 async def create_sampling_session(request: Request) -> dict:
@@ -74,6 +75,15 @@ async def asample(request: Request) -> Response:
     body = await json_body(request, types.SampleRequest)
     served = backend(request)
     prompt = checked_sample(body, served.limits)
+    try:
+        topk_prompt_logprobs = sample_options(body)
+    except WireError as problem:
+        raise UserFacing(400, str(problem)) from None
+    if topk_prompt_logprobs * len(prompt) > served.limits.max_tensor_elements:
+        raise UserFacing(400, f"topk_prompt_logprobs {topk_prompt_logprobs} over a prompt of "
+                         f"{len(prompt)} tokens makes more values than this server answers "
+                         f"({served.limits.max_tensor_elements}, config.toml [serve] "
+                         "max_tensor_elements): ask for fewer, or raise the limit.")
     if body.sampling_session_id is None:
         if body.base_model is None and body.model_path is None:
             raise UserFacing(400, "asample needs a sampling_session_id, base_model or "
@@ -89,7 +99,8 @@ async def asample(request: Request) -> Response:
     request_id = served.service.sample(sampler_id, prompt, body.num_samples, {
         "max_tokens": params.max_tokens, "seed": params.seed,
         "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
-        "stop": None if stop is None else list(stop)}, bool(body.prompt_logprobs))
+        "stop": None if stop is None else list(stop)}, bool(body.prompt_logprobs),
+        topk_prompt_logprobs)
     return future(request_id, sample_sequence_ids=[f"{request_id}-{i}" for i in
                                                    range(body.num_samples)])
 
