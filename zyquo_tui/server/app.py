@@ -23,14 +23,16 @@ from starlette.routing import Route
 from tinker import types
 
 from zyquo_tui.core.store.server_key import key_matches
-from zyquo_tui.server.service import Service, UserFacing
+from zyquo_tui.server.service import HEARTBEAT_TIMEOUT, Service, UserFacing
 from zyquo_tui.server.trained_model import ModelSpec
 from zyquo_tui.server.training_runs import rest_routes
 from zyquo_tui.server.wire import WireError, read_forward_backward
 
 log = logging.getLogger(__name__)
 PROTOBUF = "application/x-protobuf"
-WATCHDOG_PERIOD = 5.0
+# Seconds between the watchdog's rounds (server/lifetimes.py): at most a fifth of the heartbeat
+# timeout, so tests that shorten it see a quiet session closed soon after.
+WATCHDOG_PERIOD = min(5.0, HEARTBEAT_TIMEOUT / 5)
 
 
 def error(status: int, sentence: str) -> JSONResponse:
@@ -199,7 +201,8 @@ def make_app(service: Service, key: str, resolve: Callable[[str], ModelSpec],
     async def create_sampling_session(request: Request) -> dict:
         body = await json_body(request, types.CreateSamplingSessionRequest)
         service.session(body.session_id)
-        sampler_id = service.create_sampler(body.base_model, body.model_path, resolve)
+        sampler_id = service.create_sampler(body.base_model, body.model_path, resolve,
+                                            session_id=body.session_id)
         return {"type": "create_sampling_session", "sampling_session_id": sampler_id}
 
     async def get_sampler(request: Request) -> dict:
@@ -279,16 +282,19 @@ def make_app(service: Service, key: str, resolve: Callable[[str], ModelSpec],
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
+        period = min(WATCHDOG_PERIOD, service.lifetimes.idle / 5)
+
         async def watch() -> None:
             while True:
-                await asyncio.sleep(WATCHDOG_PERIOD)
-                for session in service.quiet_sessions():
-                    log.warning("session %s sent no heartbeat: closed", session.id)
+                await asyncio.sleep(period)
+                for line in service.sweep():
+                    log.warning("%s", line)
 
         task = asyncio.create_task(watch())
         try:
             yield
-        finally:
+        finally:  # SIGTERM or ctrl+c: uvicorn stopped serving; the served runs end here
             task.cancel()
+            await service.shut_down()
 
     return Starlette(routes=routes, lifespan=lifespan)
