@@ -141,11 +141,14 @@ class Lifetimes:
                 del service.sessions[session.id]
                 self.bury(session.id, f"Session {session.id} has finished.")
         for model in list(service.models.values()):
-            if model.error is not None and model.trained is None:
-                # Closed by a cancel or a failed load: its sentence stays, the rest goes.
+            idle = model.submitted == model.finished and now - model.last_used > self.idle
+            if model.error is not None and model.trained is None and (
+                    not model.cancelled or idle):
+                # Closed by a failed load, or cancelled and idle since (a cancelled model's
+                # requests fail as requests until then): its sentence stays.
                 self.end_model(model.id, RunState.INTERRUPTED, "")
                 said.append(f"training model {model.id} freed: {model.error}")
-            elif model.submitted == model.finished and now - model.last_used > self.idle:
+            elif idle and model.error is None:
                 self.end_model(model.id, RunState.INTERRUPTED,
                                f"it took no request for {self.idle:.0f} s, so its memory was "
                                "freed (make a new one from a saved state to go on)")

@@ -134,7 +134,7 @@ class Service:
                 raise UserFacing(410, gone)
             raise UserFacing(404, f"No training model {model_id} is known to this server: "
                              "make one with create_lora_training_client.")
-        if model.error is not None:
+        if model.error is not None and not model.cancelled:
             raise UserFacing(410, model.error)
         model.last_used = time.monotonic()
         session = self.sessions.get(model.session_id)
@@ -204,6 +204,7 @@ class Service:
             model.error = (f"Run {model.record.run_id} was cancelled (zyquo-tui runs cancel, or "
                            "the dashboard): this training client takes no more requests; make "
                            "a new one, from a saved state to go on.")
+            model.cancelled = True
             model.record.end(RunState.CANCELLED, model.record.step)
             model.trained = None
         if model.error is not None:

@@ -38,6 +38,9 @@ class TrainingModel:
     spec: ModelSpec
     trained: TrainedModel | None = None  # set once loaded (create_model's future)
     error: str | None = None  # why it can take no more requests
+    # Its run was cancelled: its requests still come in and each fails with `error` (the
+    # program's RequestFailedError), until it is freed as idle.
+    cancelled: bool = False
     record: Any = None  # its run in the store (server/run_record.py), once loaded
     name_counter: itertools.count = field(default_factory=itertools.count)
     last_used: float = field(default_factory=time.monotonic)  # its last request's end
