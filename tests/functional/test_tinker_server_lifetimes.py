@@ -62,10 +62,10 @@ def sdk_env(monkeypatch):
 
 @pytest.fixture
 def forgetful_server(tmp_path, sample_models, monkeypatch, sdk_env):
-    """A server that frees what takes no request for 3 s and closes a session after 6 s
+    """A server that frees what is not used for 4 s and closes a session after 8 s
     without a heartbeat (the SDK beats every 10 s: an idle program's session ends too)."""
-    monkeypatch.setenv("ZYQUO_TINKER_IDLE_SECONDS", "3")
-    monkeypatch.setenv("ZYQUO_TINKER_HEARTBEAT_TIMEOUT", "6")
+    monkeypatch.setenv("ZYQUO_TINKER_IDLE_SECONDS", "4")
+    monkeypatch.setenv("ZYQUO_TINKER_HEARTBEAT_TIMEOUT", "8")
     server = start_server(server_home(tmp_path, sample_models))
     sdk_env(server)
     yield server
@@ -140,14 +140,14 @@ def test_freed_ids_answer_410_with_why_and_unknown_ones_404(forgetful_server):
     server = forgetful_server
     left = abandoned_cycle()
     wait_until_freed(server, [left])
-    # Freed as idle (3 s) or with its session (6 s without a beat), whichever came first.
+    # Freed as idle (4 s) or with its session (8 s without a beat), whichever came first.
     sampler = get_json(server, f"samplers/{left['snapshot']}")
     assert sampler.status_code == 410
     assert sampler.json()["detail"] in (
-        f"Sampling session {left['snapshot']} was freed: it took no request for 3 s; make a "
+        f"Sampling session {left['snapshot']} was freed: it was not used for 4 s; make a "
         "new sampling client.",
         f"Sampling session {left['snapshot']} was freed: its program sent no heartbeat for "
-        "6 s.")
+        "8 s.")
     sampled = server.post("asample", json.dumps({
         "sampling_session_id": left["base"], "num_samples": 1,
         "prompt": {"chunks": [{"type": "encoded_text", "tokens": [5, 6]}]},
@@ -157,11 +157,11 @@ def test_freed_ids_answer_410_with_why_and_unknown_ones_404(forgetful_server):
     model = server.post("get_info", json.dumps({"model_id": left["model"]}))
     assert model.status_code == 410
     assert model.json()["detail"] in (
-        f"Training model {left['model']} is closed: it took no request for 3 s, so its "
+        f"Training model {left['model']} is closed: it was not used for 4 s, so its "
         "memory was freed (make a new one from a saved state to go on).",
-        f"Training model {left['model']} is closed: its program sent no heartbeat for 6 s.")
+        f"Training model {left['model']} is closed: its program sent no heartbeat for 8 s.")
     deadline = time.monotonic() + 60
-    while True:  # the session ends 6 s after its program's last sign of life (asking with
+    while True:  # the session ends 8 s after its program's last sign of life (asking with
         # a new sampler, which is no heartbeat, and goes with the session)
         made = server.post("create_sampling_session", json.dumps({
             "session_id": left["session"], "sampling_session_seq_id": 0,
@@ -178,3 +178,36 @@ def test_freed_ids_answer_410_with_why_and_unknown_ones_404(forgetful_server):
     assert never.status_code == 404
     assert never.json()["detail"] == ("No sampling session never-made is known to this "
                                       "server: make a new sampling client.")
+
+
+def test_an_rl_loop_keeps_each_training_clients_newest_snapshot_samplers(tmp_path,
+                                                                         sample_models,
+                                                                         sdk_env):
+    # save_weights_and_get_sampling_client keeps a copy of the weights; a loop that makes one
+    # a step keeps only the newest SNAPSHOTS_KEPT.
+    from zyquo_tui.server.lifetimes import SNAPSHOTS_KEPT
+
+    server = start_server(server_home(tmp_path, sample_models))
+    sdk_env(server)
+    client = tinker.ServiceClient()
+    try:
+        training = client.create_lora_training_client(base_model="zyquo-tiny", rank=4,
+                                                      seed=2).result()
+        samplers = []
+        for _ in range(SNAPSHOTS_KEPT + 2):
+            training.forward_backward([DATUM], "cross_entropy").result()
+            training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+            samplers.append(training.save_weights_and_get_sampling_client().result())
+        for old in samplers[:2]:
+            answer = get_json(server, f"samplers/{old._sampling_session_id}")
+            assert answer.status_code == 410
+            assert answer.json()["detail"] == (
+                f"Sampling session {old._sampling_session_id} was freed: training model "
+                f"{training.model_id} made {SNAPSHOTS_KEPT} newer ones with "
+                "save_weights_and_get_sampling_client, and the server keeps the "
+                f"{SNAPSHOTS_KEPT} newest (save_weights_for_sampler keeps weights for good).")
+        for kept in samplers[2:]:
+            assert len(kept.sample(PROMPT, 1, SAMPLING).result().sequences) == 1
+    finally:
+        client.close("success").result(timeout=60)
+        stop(server)

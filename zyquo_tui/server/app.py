@@ -287,8 +287,11 @@ def make_app(service: Service, key: str, resolve: Callable[[str], ModelSpec],
         async def watch() -> None:
             while True:
                 await asyncio.sleep(period)
-                for line in service.sweep():
-                    log.warning("%s", line)
+                try:
+                    for line in service.sweep():
+                        log.warning("%s", line)
+                except Exception:  # noqa: BLE001 - a round that fails must not end the rounds
+                    log.exception("the watchdog's round failed")
 
         task = asyncio.create_task(watch())
         try:

@@ -4,8 +4,8 @@ The server is the one long-lived process of a machine that serves for days, so n
 may pile up:
 - a session ends when its program finishes it or sends no heartbeat for HEARTBEAT_TIMEOUT; its
   training models (their runs end: completed, or interrupted) and samplers are freed with it;
-- a training model or sampler that takes no request for `idle_seconds` (from the end of its
-  last one: none waiting or under way) is freed though its session lives on (a program that
+- a training model or sampler that is not used for `idle_seconds` (from the end of its
+  last work: none waiting or under way; looking it up is no use) is freed though its session lives on (a program that
   keeps beating but stopped using them);
 - each training model keeps its SNAPSHOTS_KEPT newest save_weights_and_get_sampling_client
   samplers (an RL loop makes one a step, each a copy of the weights); older ones are freed;
@@ -34,17 +34,15 @@ if TYPE_CHECKING:
 # A session whose program sends no heartbeat for this long is gone (the SDK sends one every
 # 10 s); its runs are marked interrupted and its models freed.
 HEARTBEAT_TIMEOUT = float(os.environ.get("ZYQUO_TINKER_HEARTBEAT_TIMEOUT", "120"))
-IDLE_SECONDS = 3600.0  # config.toml's [serve] idle_seconds, unless the caller gives it
+IDLE_SECONDS = 3600.0  # unless the caller (config.toml's [serve] idle_seconds) says otherwise
 SNAPSHOTS_KEPT = 8  # save_weights_and_get_sampling_client samplers kept per training model
 GONE_KEPT = 10_000  # freed ids whose sentence of why is kept (about 200 bytes each)
 
 
-def idle_seconds(given: float | None) -> float:
-    """The idle time: ZYQUO_TINKER_IDLE_SECONDS (tests), else the caller's, else an hour."""
+def idle_seconds(given: float) -> float:
+    """The idle time: ZYQUO_TINKER_IDLE_SECONDS (tests), else the caller's."""
     from_env = os.environ.get("ZYQUO_TINKER_IDLE_SECONDS")
-    if from_env:
-        return float(from_env)
-    return IDLE_SECONDS if given is None else float(given)
+    return float(from_env) if from_env else float(given)
 
 
 class Lifetimes:
@@ -133,7 +131,7 @@ class Lifetimes:
 
         service, now, said = self.service, time.monotonic(), []
         for session in list(service.sessions.values()):
-            if not session.finished and now - session.last_heartbeat > self.heartbeat_timeout:
+            if not session.finished and self._quiet(session, now):
                 self.end_session(session, RunState.INTERRUPTED, "its program sent no heartbeat "
                                  f"for {self.heartbeat_timeout:.0f} s")
                 said.append(f"session {session.id} sent no heartbeat: closed")
@@ -150,18 +148,33 @@ class Lifetimes:
                 said.append(f"training model {model.id} freed: {model.error}")
             elif idle and model.error is None:
                 self.end_model(model.id, RunState.INTERRUPTED,
-                               f"it took no request for {self.idle:.0f} s, so its memory was "
+                               f"it was not used for {self.idle:.0f} s, so its memory was "
                                "freed (make a new one from a saved state to go on)")
                 said.append(f"training model {model.id} idle: freed")
         for sampler in list(service.samplers.values()):
             if sampler.submitted == sampler.finished and now - sampler.last_used > self.idle:
                 self.drop_sampler(sampler.id, (
-                    f"Sampling session {sampler.id} was freed: it took no request for "
+                    f"Sampling session {sampler.id} was freed: it was not used for "
                     f"{self.idle:.0f} s; make a new sampling client."))
                 said.append(f"sampler {sampler.id} idle: freed")
         if said:
             self.free()
         return said
+
+    def _quiet(self, session: Session, now: float) -> bool:
+        """No heartbeat, no request and no work waiting or under way for the session for
+        HEARTBEAT_TIMEOUT: a program that waits on a long load is not gone. (A new sampler
+        alone is no sign of life: its sampling is.)"""
+        service, last = self.service, session.last_heartbeat
+        for model in [service.models.get(i) for i in session.models]:
+            if model is not None:
+                if model.submitted != model.finished:
+                    return False
+                last = max(last, model.last_used)
+        for sampler in [service.samplers.get(i) for i in session.samplers]:
+            if sampler is not None and sampler.submitted != sampler.finished:
+                return False
+        return now - last > self.heartbeat_timeout
 
     # -- freeing (on the MLX thread) ----------------------------------------------------------
 

@@ -1,96 +1,52 @@
-"""What the server keeps between requests: sessions, training models, samplers and futures.
+"""The server's operations on its sessions, training models and samplers (server/state.py).
 
-Every request that trains, saves, loads or samples becomes a future: its work is queued on the
-process's one MLX thread (client/worker.py, shared with the step-level client) in the order
-the requests came, and the program polls `retrieve_future` for its result, which waits here
-for up to LONG_POLL seconds before answering `try_again` (so the SDK's poll loop does not
-spin). A training model's requests arrive in its own order because the SDK sends each one
-only once the one before was accepted.
+Every request that trains, saves, loads or samples becomes a future (server/futures.py): its
+work is queued on the process's one MLX thread in the order the requests came. A training
+model's requests arrive in its own order because the SDK sends each one only once the one
+before was accepted. When things end and how their memory goes: server/lifetimes.py; the
+memory they share with the machine's runs: server/ledger.py.
 
 This module runs on the server's event loop; whatever touches MLX is a function handed to
-`_on_mlx`, run on the MLX thread.
+`self.futures.submit`, run on the MLX thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import time
 import uuid
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 
+from zyquo_tui.server.futures import Futures
 from zyquo_tui.server.ledger import MemoryLedger
-from zyquo_tui.server.lifetimes import HEARTBEAT_TIMEOUT, Lifetimes
+from zyquo_tui.server.lifetimes import HEARTBEAT_TIMEOUT, IDLE_SECONDS, Lifetimes
 from zyquo_tui.server.lifetimes import idle_seconds as idle_seconds_from
 from zyquo_tui.server.state import Sampler, Session, TrainingModel, UserFacing, tinker_path
 from zyquo_tui.server.trained_model import ModelSpec, RequestError, TrainedModel, read_description
 
 __all__ = ["HEARTBEAT_TIMEOUT", "Service", "UserFacing"]
 
-LONG_POLL = 20.0  # seconds a retrieve_future waits for its result before "try_again"
-KEPT_RESULTS = 4096  # finished results kept for a late or repeated retrieve
-
 
 class Service:
     def __init__(self, home: Path, models_home: Path | None = None,
-                 idle_seconds: float | None = None) -> None:
-        """`idle_seconds`: a training model or sampler that takes no request for this long is
+                 idle_seconds: float = IDLE_SECONDS) -> None:
+        """`idle_seconds`: a training model or sampler not used for this long is
         freed (config.toml's [serve] idle_seconds; ZYQUO_TINKER_IDLE_SECONDS overrides it)."""
         self.home = home
         self.sessions: dict[str, Session] = {}
         self.models: dict[str, TrainingModel] = {}
         self.samplers: dict[str, Sampler] = {}
-        self.results: OrderedDict[str, asyncio.Future] = OrderedDict()
+        self.futures = Futures()
         # Base models loaded for samplers no live training model serves, by spec, with the
         # bytes the ledger counts for each (the MLX thread's alone).
         self._standalone: dict[tuple, tuple[TrainedModel, int]] = {}
         self.lifetimes = Lifetimes(self, idle_seconds_from(idle_seconds))
         self.ledger = MemoryLedger(home, self.loaded_bytes)
 
-    # -- futures ---------------------------------------------------------------------------------
-
-    def _on_mlx(self, fn: Callable, *args: Any, user: Any = None) -> str:
-        """Queue fn(*args) on the MLX thread; the id of its future. `user`: the training
-        model or sampler it works for, which is not idle while work for it waits or runs."""
-        from zyquo_tui.client import worker
-
-        if user is not None:
-            user.submitted += 1  # on the event loop only; `finished` on the MLX thread only
-
-        def counted(*args: Any) -> Any:
-            try:
-                return fn(*args)
-            finally:
-                if user is not None:
-                    user.last_used = time.monotonic()
-                    user.finished += 1
-
-        return self._register(worker.submit(counted, *args))
-
-    def _register(self, outcome: concurrent.futures.Future) -> str:
-        request_id = uuid.uuid4().hex
-        self.results[request_id] = asyncio.wrap_future(outcome)
-        while len(self.results) > KEPT_RESULTS:
-            self.results.popitem(last=False)
-        return request_id
-
     async def result(self, request_id: str) -> tuple[str, Any]:
         """("pending", None), ("ok", payload) or ("failed", (sentence, category))."""
-        future = self.results.get(request_id)
-        if future is None:
-            raise UserFacing(404, f"No request {request_id} is known to this server (it may "
-                             "have restarted since): submit the request again.")
-        try:
-            payload = await asyncio.wait_for(asyncio.shield(future), LONG_POLL)
-        except asyncio.TimeoutError:
-            return "pending", None
-        except RequestError as error:
-            return "failed", (str(error), "user")
-        except Exception as error:  # noqa: BLE001 - the program gets the reason, not a hang
-            return "failed", (f"{type(error).__name__}: {error}", "server")
-        return "ok", payload
+        return await self.futures.result(request_id)
 
     # -- sessions --------------------------------------------------------------------------------
 
@@ -126,7 +82,9 @@ class Service:
 
     # -- training models -------------------------------------------------------------------------
 
-    def model(self, model_id: str) -> TrainingModel:
+    def model(self, model_id: str, use: bool = True) -> TrainingModel:
+        """The live training model; with `use`, the request uses it (not idle, and as good as
+        a heartbeat); a lookup (get_info) does not."""
         model = self.models.get(model_id)
         if model is None:
             gone = self.lifetimes.why_gone(model_id)
@@ -136,10 +94,11 @@ class Service:
                              "make one with create_lora_training_client.")
         if model.error is not None and not model.cancelled:
             raise UserFacing(410, model.error)
-        model.last_used = time.monotonic()
-        session = self.sessions.get(model.session_id)
-        if session is not None:  # a request is as good as a heartbeat
-            session.last_heartbeat = model.last_used
+        if use:
+            model.last_used = time.monotonic()
+            session = self.sessions.get(model.session_id)
+            if session is not None:  # a request is as good as a heartbeat
+                session.last_heartbeat = model.last_used
         return model
 
     def create_model(self, session_id: str, model_seq_id: int, spec: ModelSpec,
@@ -181,7 +140,7 @@ class Service:
                 return {"model_id": model_id, "path": None, "type": "load_weights"}
             return {"model_id": model_id, "type": "create_model"}
 
-        return model_id, self._on_mlx(load, user=model)
+        return model_id, self.futures.submit(load, user=model)
 
     def _memory_gate(self, spec: ModelSpec) -> dict[str, Any]:
         """The memory verdict runs get before they start, before a model is loaded, judged
@@ -243,7 +202,7 @@ class Service:
             trained = self.trained(model)
             return self._forward_backward(model, trained, call)
 
-        return self._on_mlx(run, user=model)
+        return self.futures.submit(run, user=model)
 
     def _forward_backward(self, model: TrainingModel, trained: TrainedModel, call: tuple
                           ) -> bytes:
@@ -266,10 +225,10 @@ class Service:
                 model.record.optim_step(trained.engine.step, metrics["learning_rate:mean"])
             return {"metrics": metrics, "type": "optim_step"}
 
-        return self._on_mlx(run, user=model)
+        return self.futures.submit(run, user=model)
 
     def info(self, model_id: str) -> dict[str, Any]:
-        model = self.model(model_id)
+        model = self.model(model_id, use=False)
         return {"type": "get_info", "model_id": model_id, "is_lora": True,
                 "lora_rank": model.spec.rank, "model_name": model.spec.base_model,
                 "model_data": {"arch": None, "model_name": model.spec.base_model,
@@ -320,7 +279,7 @@ class Service:
             trained.run_as_own(trained.save_weights, folder)
             return {"path": path, "type": "save_weights_for_sampler"}
 
-        return self._on_mlx(run, user=model)
+        return self.futures.submit(run, user=model)
 
     def snapshot_sampler(self, model_id: str) -> str:
         """save_weights_and_get_sampling_client: a sampler of the weights as they are now."""
@@ -339,7 +298,7 @@ class Service:
                 sampler.weights = trained.snapshot()
             return {"sampling_session_id": sampler.id, "type": "save_weights_for_sampler"}
 
-        return self._on_mlx(run, user=model)
+        return self.futures.submit(run, user=model)
 
     def load_state(self, model_id: str, path: str, with_optimizer: bool) -> str:
         model = self.model(model_id)
@@ -350,7 +309,7 @@ class Service:
             trained.run_as_own(trained.load_state, folder, with_optimizer)
             return {"path": path, "type": "load_weights"}
 
-        return self._on_mlx(run, user=model)
+        return self.futures.submit(run, user=model)
 
     def create_model_from_state(self, session_id: str, model_seq_id: int, path: str,
                                 with_optimizer: bool,
@@ -395,7 +354,6 @@ class Service:
                 raise UserFacing(410, gone)
             raise UserFacing(404, f"No sampling session {sampler_id} is known to this server: "
                              "make a new sampling client.")
-        sampler.last_used = time.monotonic()
         return sampler
 
     def sample(self, sampler_id: str, prompt: list[int], num_samples: int,
@@ -403,6 +361,10 @@ class Service:
         from zyquo_tui.server.wire import sample_response
 
         sampler = self.sampler(sampler_id)
+        sampler.last_used = time.monotonic()  # sampling uses it; a lookup does not
+        session = self.sessions.get(sampler.session_id or "")
+        if session is not None:  # a request is as good as a heartbeat
+            session.last_heartbeat = sampler.last_used
         owner = self.models.get(sampler.owner) if sampler.owner else None
 
         def run() -> bytes:
@@ -416,7 +378,7 @@ class Service:
                                                    num_samples, params, prompt_logprobs)
             return sample_response(sequences, scored)
 
-        return self._on_mlx(run, user=sampler)
+        return self.futures.submit(run, user=sampler)
 
     def _standalone_model(self, sampler: Sampler) -> TrainedModel:
         """A model of its own for a sampler no live training model serves (on the MLX
