@@ -137,3 +137,41 @@ class TestServedRun:
         store = write_served_store(fixed_world)
         assert snap_compare(dashboard(store), terminal_size=(120, 40),
                             run_before=lambda pilot: open_run(pilot, SERVED))
+
+
+async def test_a_run_queued_while_the_server_has_a_model_loaded_says_it_waits_for_it(
+        served, monkeypatch):
+    """The server holds the machine while it has a model loaded (server/ledger.py): a run
+    queued meanwhile (the real CLI) shows, on its screen, what it waits for."""
+    from conftest import SAMPLE_DATA, zyquo_cli
+    from test_dashboard_flow import shown_text
+
+    from zyquo_tui.dashboard.widgets.run_status import RunStatus
+
+    from zyquo_tui.core.processes.supervisor import Supervisor
+
+    service_client = tinker.ServiceClient()
+    queued = None
+    try:
+        training = new_training_client(service_client, seed=13)
+        train_steps(training, [sft_datum(training.get_tokenizer(), TEXTS[0])], 1)
+        monkeypatch.setenv("ZYQUO_HOME", str(served.home))  # the CLI on the server's store
+        made = zyquo_cli("runs", "new", "--model", str(served.home / "models" / "zyquo-tiny"),
+                         "--data", str(SAMPLE_DATA / "completions"), "--iters", "4")
+        assert made.returncode == 0, made.stderr
+        queued = made.stdout.strip()
+        assert zyquo_cli("runs", "queue", queued).returncode == 0
+
+        app = dashboard(RunStore(served.home))
+        async with app.run_test(size=(140, 40)) as pilot:
+            await runs_listed(pilot)
+            app.screen.table.select_run(queued)
+            await pilot.press("enter")
+            status = app.screen.query_one(RunStatus)
+            await until(pilot, lambda: "queued" in shown_text(status))
+            assert (f"queued #1 · waiting for zyquo-tui serve (pid {served.process.pid})"
+                    in shown_text(status))
+    finally:
+        if queued is not None:  # out of the queue first: the server's letting go starts none
+            Supervisor(RunStore(served.home)).dequeue(queued)
+        service_client.close("success").result(timeout=60)

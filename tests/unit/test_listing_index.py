@@ -74,5 +74,6 @@ def test_runs_list_json_prints_the_index_rows_with_their_queue_position(capsys):
     second = capsys.readouterr().out
     assert first == second
     printed = json.loads(second)
-    assert printed == [{**row, "queue_position": None} for row in listing_rows(store)]
+    assert printed == [{**row, "queue_position": None, "waiting_for": None}
+                       for row in listing_rows(store)]
     assert [r["id"] for r in printed] == [r.id for r in runs]

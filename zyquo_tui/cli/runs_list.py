@@ -45,13 +45,20 @@ def _live_row_text(store: RunStore, run_id: str) -> str:
 def listed_texts(store: RunStore) -> list[str]:
     """Every run's row as JSON text with its queue position, as `runs list --json` prints it."""
     positions = {run_id: i + 1 for i, run_id in enumerate(RunQueue(store.home).ids())}
+    waiting_for = "null"
+    if positions:  # one small read, only when runs wait: what holds the machine if no run does
+        from zyquo_tui.core.processes.machine_hold import holder_words
+
+        words = holder_words(store.home)
+        waiting_for = "null" if words is None else json.dumps(words)
     texts = []
     for entry in listing_entries(store):
         text = _live_row_text(store, entry.id) if entry.state in LIVE_STATES else entry.text
         # Every row is an object: its last "}" closes it, so the position goes just before.
         position = positions.get(entry.id)
         position_text = "null" if position is None else str(position)
-        texts.append(f'{text[:-1]}, "queue_position": {position_text}}}')
+        waits = waiting_for if position is not None else "null"
+        texts.append(f'{text[:-1]}, "queue_position": {position_text}, "waiting_for": {waits}}}')
     return texts
 
 
@@ -80,4 +87,8 @@ def cmd_list(args) -> int:
           fmt_reward(r["reward_mean"]) if r.get("reward_mean") is not None
           else fmt_loss(r.get("last_train_loss")), fmt_loss(r.get("last_val_loss")),
           r.get("queue_position") or ""] for r in rows])
+    waiting_for = next((r["waiting_for"] for r in rows if r.get("waiting_for")), None)
+    if waiting_for:
+        print(f"Queued runs wait for {waiting_for}, which holds the machine while it has "
+              "models loaded (docs/tinker-server.md).")
     return 0

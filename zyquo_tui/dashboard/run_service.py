@@ -39,6 +39,7 @@ from zyquo_tui.core.processes.supervisor import Supervisor, may_step_down, resum
 from zyquo_tui.core.runs.run import Run, RunState
 from zyquo_tui.core.runs.stopping import DIVERGED
 from zyquo_tui.core.setup.draft import RunDraft
+from zyquo_tui.core.processes.machine_hold import holder_words
 from zyquo_tui.core.store.queue import RunQueue
 from zyquo_tui.core.store.retention import apply_retention, delete_checkpoint
 from zyquo_tui.core.store.store import RUN_FILE, DamagedRun, RunStore
@@ -97,9 +98,11 @@ class RunRow:
 class StoreSnapshot:
     """What one poll of the store found."""
 
-    def __init__(self, runs: dict[str, Run | DamagedRun], queue: list[str]) -> None:
+    def __init__(self, runs: dict[str, Run | DamagedRun], queue: list[str],
+                 waiting_for: str | None = None) -> None:
         self.runs = runs
         self.queue = queue
+        self.waiting_for = waiting_for  # what holds the machine when no run does (the server)
 
 
 class RunService:
@@ -123,6 +126,7 @@ class RunService:
         self.supervisor = Supervisor(store, self.settings)
         self.runs: dict[str, Run | DamagedRun] = {}
         self.queue: list[str] = []
+        self.waiting_for: str | None = None  # what queued runs wait for when no run holds it
         self.loaded = False
         self.feeds: dict[str, RunFeed] = {}
         self._open_counts: dict[str, int] = {}
@@ -191,7 +195,8 @@ class RunService:
         seen = set(names)
         for gone in set(self._record_cache) - seen:
             del self._record_cache[gone]
-        return StoreSnapshot(runs, RunQueue(self.store.home).ids())
+        queue = RunQueue(self.store.home).ids()
+        return StoreSnapshot(runs, queue, holder_words(self.store.home) if queue else None)
 
     def _poll_failed(self, error: Exception) -> None:
         self._polling = False
@@ -222,6 +227,7 @@ class RunService:
             del self._states[gone]
         self.runs = snapshot.runs
         self.queue = snapshot.queue
+        self.waiting_for = snapshot.waiting_for
         self.loaded = True
         self.sample_ready = sample_ready
         for run_id, record in self.runs.items():

@@ -52,7 +52,12 @@ def serve(host: str, port: int) -> int:
     # interpreter waits for it to let go, up to the switch interval (5 ms by default, a
     # tenth of a step of the sample model): 0.5 ms keeps that wait short.
     sys.setswitchinterval(0.0005)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    # On SIGTERM or ctrl+c uvicorn stops taking requests, gives open ones (a retrieve_future
+    # holds its poll up to 20 s) 5 s, then runs the app's shutdown, which marks the served
+    # runs interrupted and lets the machine go; it then raises the signal again, so the
+    # process ends by it (status 143 for SIGTERM, as a shell reports it): docs/tinker-server.md.
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
+                timeout_graceful_shutdown=5)
     return 0
 
 

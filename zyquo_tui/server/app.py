@@ -26,12 +26,14 @@ from starlette.responses import Response
 from zyquo_tui.core.store.serve_settings import ServeSettings
 from zyquo_tui.server.requests import Backend, error, json_body, route
 from zyquo_tui.server.routes import futures, sampling, sessions, training
-from zyquo_tui.server.service import Service
+from zyquo_tui.server.service import HEARTBEAT_TIMEOUT, Service
 from zyquo_tui.server.trained_model import ModelSpec
 from zyquo_tui.server.training_runs import rest_routes
 
 log = logging.getLogger(__name__)
-WATCHDOG_PERIOD = 5.0
+# Seconds between the watchdog's rounds (server/lifetimes.py): at most a fifth of the heartbeat
+# timeout, so tests that shorten it see a quiet session closed soon after.
+WATCHDOG_PERIOD = min(5.0, HEARTBEAT_TIMEOUT / 5)
 
 
 async def no_such_route(request: Request, problem: HTTPException) -> Response:
@@ -60,17 +62,23 @@ def make_app(service: Service, key: str, resolve: Callable[[str], ModelSpec],
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
+        period = min(WATCHDOG_PERIOD, service.lifetimes.idle / 5)
+
         async def watch() -> None:
             while True:
-                await asyncio.sleep(WATCHDOG_PERIOD)
-                for session in service.quiet_sessions():
-                    log.warning("session %s sent no heartbeat: closed", session.id)
+                await asyncio.sleep(period)
+                try:
+                    for line in service.sweep():
+                        log.warning("%s", line)
+                except Exception:  # noqa: BLE001 - a round that fails must not end the rounds
+                    log.exception("the watchdog's round failed")
 
         task = asyncio.create_task(watch())
         try:
             yield
-        finally:
+        finally:  # SIGTERM or ctrl+c: uvicorn stopped serving; the served runs end here
             task.cancel()
+            await service.shut_down()
 
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={404: no_such_route, 405: no_such_route})

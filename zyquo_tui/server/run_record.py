@@ -142,6 +142,10 @@ class RunRecord:
         return self._cancelled
 
     def end(self, state: RunState, step: int) -> None:
+        """The run's terminal event and state, once (a later call changes nothing)."""
+        if getattr(self, "ended", False):
+            return
+        self.ended = True
         if state is RunState.COMPLETED:
             self.events.write(ev.COMPLETED, iteration=step, summary={"step": step})
         elif state is RunState.CANCELLED:

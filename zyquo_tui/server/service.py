@@ -1,123 +1,55 @@
-"""What the server keeps between requests: sessions, training models, samplers and futures.
+"""The server's operations on its sessions, training models and samplers (server/state.py).
 
-Every request that trains, saves, loads or samples becomes a future: its work is queued on the
-process's one MLX thread (client/worker.py, shared with the step-level client) in the order
-the requests came, and the program polls `retrieve_future` for its result, which waits here
-for up to LONG_POLL seconds before answering `try_again` (so the SDK's poll loop does not
-spin). A training model's requests arrive in its own order because the SDK sends each one
-only once the one before was accepted.
+Every request that trains, saves, loads or samples becomes a future (server/futures.py): its
+work is queued on the process's one MLX thread in the order the requests came. A training
+model's requests arrive in its own order because the SDK sends each one only once the one
+before was accepted. When things end and how their memory goes: server/lifetimes.py; the
+memory they share with the machine's runs: server/ledger.py.
 
 This module runs on the server's event loop; whatever touches MLX is a function handed to
-`_on_mlx`, run on the MLX thread.
+`self.futures.submit`, run on the MLX thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import itertools
-import os
 import time
 import uuid
-from collections import OrderedDict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from zyquo_tui.core.store.serve_settings import ServeSettings
+from zyquo_tui.server.futures import Futures
+from zyquo_tui.server.ledger import MemoryLedger
+from zyquo_tui.server.lifetimes import HEARTBEAT_TIMEOUT, Lifetimes
+from zyquo_tui.server.lifetimes import idle_seconds as idle_seconds_from
+from zyquo_tui.server.state import Sampler, Session, TrainingModel, UserFacing, tinker_path
 from zyquo_tui.server.trained_model import (ModelSpec, RequestError, TrainedModel,
                                             read_description, read_weights)
 
-LONG_POLL = 20.0  # seconds a retrieve_future waits for its result before "try_again"
-KEPT_RESULTS = 4096  # finished results kept for a late or repeated retrieve
-# A session whose program sends no heartbeat for this long is gone (the SDK sends one every
-# 10 s); its runs are marked interrupted and its models freed.
-HEARTBEAT_TIMEOUT = float(os.environ.get("ZYQUO_TINKER_HEARTBEAT_TIMEOUT", "120"))
-
-
-class UserFacing(Exception):
-    """An error a request answers with at once: HTTP status and one sentence."""
-
-    def __init__(self, status: int, sentence: str) -> None:
-        super().__init__(sentence)
-        self.status = status
-        self.sentence = sentence
-
-
-@dataclass
-class Session:
-    id: str
-    last_heartbeat: float = field(default_factory=time.monotonic)
-    models: list[str] = field(default_factory=list)
-    finished: bool = False
-
-
-@dataclass
-class TrainingModel:
-    id: str
-    session_id: str
-    spec: ModelSpec
-    trained: TrainedModel | None = None  # set once loaded (create_model's future)
-    error: str | None = None  # why it can take no more requests
-    record: Any = None  # its run in the store (server/run_record.py), once loaded
-    name_counter: itertools.count = field(default_factory=itertools.count)
-
-
-@dataclass
-class Sampler:
-    id: str
-    base_model: str
-    model_path: str | None
-    owner: str | None = None  # the training model whose weights it samples
-    weights: Any = None  # a snapshot of the owner's weights, or the saved ones (MLX arrays)
-    spec: ModelSpec | None = None
-
-
-def tinker_path(run_id: str, kind: str, name: str) -> str:
-    return f"tinker://{run_id}/{kind}/{name}"
+__all__ = ["HEARTBEAT_TIMEOUT", "Service", "UserFacing"]
 
 
 class Service:
     def __init__(self, home: Path, models_home: Path | None = None,
                  limits: ServeSettings | None = None) -> None:
+        """`limits`: config.toml's [serve], among them idle_seconds, how long a training model
+        or sampler may go unused before it is freed (ZYQUO_TINKER_IDLE_SECONDS overrides it)."""
         self.home = home
         self.limits = limits or ServeSettings()  # config.toml [serve]
         self.sessions: dict[str, Session] = {}
         self.models: dict[str, TrainingModel] = {}
         self.samplers: dict[str, Sampler] = {}
-        self.results: OrderedDict[str, asyncio.Future] = OrderedDict()
-        self._standalone: dict[tuple, TrainedModel] = {}  # sampler models by spec
-
-    # -- futures ---------------------------------------------------------------------------------
-
-    def _on_mlx(self, fn: Callable, *args: Any) -> str:
-        """Queue fn(*args) on the MLX thread; the id of its future."""
-        from zyquo_tui.client import worker
-
-        return self._register(worker.submit(fn, *args))
-
-    def _register(self, outcome: concurrent.futures.Future) -> str:
-        request_id = uuid.uuid4().hex
-        self.results[request_id] = asyncio.wrap_future(outcome)
-        while len(self.results) > KEPT_RESULTS:
-            self.results.popitem(last=False)
-        return request_id
+        self.futures = Futures()
+        # Base models loaded for samplers no live training model serves, by spec, with the
+        # bytes the ledger counts for each (the MLX thread's alone).
+        self._standalone: dict[tuple, tuple[TrainedModel, int]] = {}
+        self.lifetimes = Lifetimes(self, idle_seconds_from(self.limits.idle_seconds))
+        self.ledger = MemoryLedger(home, self.loaded_bytes)
 
     async def result(self, request_id: str) -> tuple[str, Any]:
         """("pending", None), ("ok", payload) or ("failed", (sentence, category))."""
-        future = self.results.get(request_id)
-        if future is None:
-            raise UserFacing(404, f"No request {request_id} is known to this server (it may "
-                             "have restarted since): submit the request again.")
-        try:
-            payload = await asyncio.wait_for(asyncio.shield(future), LONG_POLL)
-        except asyncio.TimeoutError:
-            return "pending", None
-        except RequestError as error:
-            return "failed", (str(error), "user")
-        except Exception as error:  # noqa: BLE001 - the program gets the reason, not a hang
-            return "failed", (f"{type(error).__name__}: {error}", "server")
-        return "ok", payload
+        return await self.futures.result(request_id)
 
     # -- sessions --------------------------------------------------------------------------------
 
@@ -129,6 +61,9 @@ class Service:
     def session(self, session_id: str) -> Session:
         session = self.sessions.get(session_id)
         if session is None:
+            gone = self.lifetimes.why_gone(session_id)
+            if gone is not None:
+                raise UserFacing(410, gone)
             raise UserFacing(404, f"No session {session_id} is known to this server (it may "
                              "have restarted, or the program went quiet too long): make a new "
                              "ServiceClient.")
@@ -141,33 +76,32 @@ class Service:
         session.last_heartbeat = time.monotonic()
 
     def finish_session(self, session_id: str) -> None:
-        session = self.session(session_id)
-        session.finished = True
         from zyquo_tui.core.runs.run import RunState
 
-        for model_id in session.models:
-            if model_id in self.models and self.models[model_id].error is None:
-                self._end_run(self.models[model_id], RunState.COMPLETED)
-            self._release(model_id, "the program finished its session")
-
-    def _release(self, model_id: str, why: str) -> None:
-        model = self.models.get(model_id)
-        if model is not None and model.error is None:
-            model.error = f"Training model {model_id} is closed: {why}."
-            model.trained = None  # its memory goes once no queued work refers to it
+        session = self.session(session_id)
+        if not session.finished:
+            self.lifetimes.end_session(session, RunState.COMPLETED,
+                                       "the program finished its session")
 
     # -- training models -------------------------------------------------------------------------
 
-    def model(self, model_id: str) -> TrainingModel:
+    def model(self, model_id: str, use: bool = True) -> TrainingModel:
+        """The live training model; with `use`, the request uses it (not idle, and as good as
+        a heartbeat); a lookup (get_info) does not."""
         model = self.models.get(model_id)
         if model is None:
+            gone = self.lifetimes.why_gone(model_id)
+            if gone is not None:
+                raise UserFacing(410, gone)
             raise UserFacing(404, f"No training model {model_id} is known to this server: "
                              "make one with create_lora_training_client.")
-        if model.error is not None:
+        if model.error is not None and not model.cancelled:
             raise UserFacing(410, model.error)
-        session = self.sessions.get(model.session_id)
-        if session is not None:  # a request is as good as a heartbeat
-            session.last_heartbeat = time.monotonic()
+        if use:
+            model.last_used = time.monotonic()
+            session = self.sessions.get(model.session_id)
+            if session is not None:  # a request is as good as a heartbeat
+                session.last_heartbeat = model.last_used
         return model
 
     def create_model(self, session_id: str, model_seq_id: int, spec: ModelSpec,
@@ -176,6 +110,8 @@ class Service:
         """(model id, request id); the model loads on the MLX thread. `user_metadata` is the
         program's, kept with its run for get_training_run."""
         session = self.session(session_id)
+        if session.finished:
+            raise UserFacing(410, f"Session {session_id} has finished.")
         model_id = f"{session_id}:train:{model_seq_id}"
         if model_id in self.models:
             raise UserFacing(409, f"Training model {model_id} exists already.")
@@ -188,37 +124,39 @@ class Service:
             from zyquo_tui.server.run_record import RunRecord
 
             try:
-                self._memory_gate(spec)
+                memory = self._memory_gate(spec)
+                model.estimate_bytes = int(memory["estimate_bytes"])
                 trained = TrainedModel.load(spec)
                 if loaded_from is not None:
                     trained.run_as_own(trained.load_state, *loaded_from)
+                trained.run.memory = memory  # the verdict, with what was loaded beside it
                 model.record = RunRecord(RunStore(self.home), trained.run,
                                          f"tinker {spec.base_model} ({session_id})",
                                          spec.to_json(), user_metadata)
             except BaseException as error:
                 model.error = f"Training model {model_id} could not be made: {error}"
+                self.ledger.let_go_if_empty()
                 raise
-            if model.error is None:  # not closed while it loaded
-                model.trained = trained
+            if model.error is None:  # not closed while it loaded (then its run's end and
+                model.trained = trained  # the freeing are queued after this)
             if loaded_from is not None:  # answers the load_weights that made it
                 return {"model_id": model_id, "path": None, "type": "load_weights"}
             return {"model_id": model_id, "type": "create_model"}
 
-        return model_id, self._on_mlx(load)
+        return model_id, self.futures.submit(load, user=model)
 
-    def _memory_gate(self, spec: ModelSpec) -> None:
-        """The memory verdict runs get before they start, before a model is loaded: one that
-        won't fit this machine is refused with the verdict's sentence."""
-        from zyquo_tui.core.errors import UserError
-        from zyquo_tui.core.memory.advisor import MemoryAdvisor, gate
-        from zyquo_tui.server.trained_model import checked_run
+    def _memory_gate(self, spec: ModelSpec) -> dict[str, Any]:
+        """The memory verdict runs get before they start, before a model is loaded, judged
+        together with the models already loaded (server/ledger.py): one that won't fit is
+        refused with the verdict's sentence. Takes the machine's active-run place."""
+        return self.ledger.admit_training(spec)
 
-        try:
-            gate(checked_run(spec, None), MemoryAdvisor.for_machine(self.home))
-        except UserError as error:
-            raise RequestError(error.message) from None
+    def loaded_bytes(self) -> list[int]:
+        """The ledger's figure of each model loaded now (on the MLX thread)."""
+        held = [m.estimate_bytes for m in list(self.models.values()) if m.trained is not None]
+        return held + [size for _, size in list(self._standalone.values())]
 
-    def _trained(self, model: TrainingModel) -> TrainedModel:
+    def trained(self, model: TrainingModel) -> TrainedModel:
         """The loaded model, checked on the MLX thread (where its creation finished): a run
         cancelled in the store ends it here, with the sentence the program gets."""
         from zyquo_tui.core.runs.run import RunState
@@ -228,6 +166,7 @@ class Service:
             model.error = (f"Run {model.record.run_id} was cancelled (zyquo-tui runs cancel, or "
                            "the dashboard): this training client takes no more requests; make "
                            "a new one, from a saved state to go on.")
+            model.cancelled = True
             model.record.end(RunState.CANCELLED, model.record.step)
             model.trained = None
         if model.error is not None:
@@ -235,13 +174,23 @@ class Service:
         assert model.trained is not None
         return model.trained
 
-    def _end_run(self, model: TrainingModel, state) -> None:
+    def end_run(self, model: TrainingModel, state) -> None:
         """On the MLX thread, after the model's queued work: its run ends in `state`."""
-        def end() -> None:  # read now: the model's loading may have finished since
-            if model.record is not None:
-                model.record.end(state, model.record.step)
+        from zyquo_tui.client import worker
 
-        self._on_mlx(end)
+        worker.submit(self.end_run_now, model, state)
+
+    def end_run_now(self, model: TrainingModel, state) -> None:
+        """Its run ends in `state`, or cancelled when a cancel was asked for (a run cancelled
+        while its program sat idle is never later marked completed). On the MLX thread."""
+        from zyquo_tui.core.runs.run import RunState
+
+        record = model.record  # read now: the model's loading may have finished since
+        if record is None:
+            return
+        if state is not RunState.CANCELLED and record.cancel_requested():
+            state = RunState.CANCELLED
+        record.end(state, record.step)
 
     def forward_backward(self, model_id: str, loss_fn: str, config: dict, data: list,
                          forward_only: bool) -> str:
@@ -253,10 +202,10 @@ class Service:
         call = (loss_fn, config, data, forward_only)
 
         def run() -> bytes:
-            trained = self._trained(model)
+            trained = self.trained(model)
             return self._forward_backward(model, trained, call)
 
-        return self._on_mlx(run)
+        return self.futures.submit(run, user=model)
 
     def _forward_backward(self, model: TrainingModel, trained: TrainedModel, call: tuple
                           ) -> bytes:
@@ -273,16 +222,16 @@ class Service:
         model = self.model(model_id)
 
         def run() -> dict[str, Any]:
-            trained = self._trained(model)
+            trained = self.trained(model)
             metrics = trained.run_as_own(trained.optim_step, **params)
             if model.record is not None:
                 model.record.optim_step(trained.engine.step, metrics["learning_rate:mean"])
             return {"metrics": metrics, "type": "optim_step"}
 
-        return self._on_mlx(run)
+        return self.futures.submit(run, user=model)
 
     def info(self, model_id: str) -> dict[str, Any]:
-        model = self.model(model_id)
+        model = self.model(model_id, use=False)
         return {"type": "get_info", "model_id": model_id, "is_lora": True,
                 "lora_rank": model.spec.rank, "model_name": model.spec.base_model,
                 "model_data": {"arch": None, "model_name": model.spec.base_model,
@@ -328,7 +277,7 @@ class Service:
         folder = self.checkpoint_folder(self.run_id_of(model), kind, name)
 
         def run() -> dict[str, Any]:
-            trained = self._trained(model)
+            trained = self.trained(model)
             if kind == "weights":
                 written = trained.run_as_own(trained.save_state, folder)
                 if model.record is not None:
@@ -337,32 +286,37 @@ class Service:
             trained.run_as_own(trained.save_weights, folder)
             return {"path": path, "type": "save_weights_for_sampler"}
 
-        return self._on_mlx(run)
+        return self.futures.submit(run, user=model)
 
     def snapshot_sampler(self, model_id: str) -> str:
         """save_weights_and_get_sampling_client: a sampler of the weights as they are now."""
         model = self.model(model_id)
         sampler = Sampler(uuid.uuid4().hex[:16], model.spec.base_model, None, owner=model_id,
-                          spec=model.spec)
+                          spec=model.spec, session_id=model.session_id)
         self.samplers[sampler.id] = sampler
+        session = self.sessions.get(model.session_id)
+        if session is not None:
+            session.samplers.append(sampler.id)
+        self.lifetimes.snapshot_made(model_id, sampler.id)
 
         def run() -> dict[str, Any]:
-            trained = self._trained(model)
-            sampler.weights = trained.snapshot()
+            trained = self.trained(model)
+            if sampler.id in self.samplers:  # not freed while this waited
+                sampler.weights = trained.snapshot()
             return {"sampling_session_id": sampler.id, "type": "save_weights_for_sampler"}
 
-        return self._on_mlx(run)
+        return self.futures.submit(run, user=model)
 
     def load_state(self, model_id: str, path: str, with_optimizer: bool) -> str:
         model = self.model(model_id)
         folder = self.folder_of(path)
 
         def run() -> dict[str, Any]:
-            trained = self._trained(model)
+            trained = self.trained(model)
             trained.run_as_own(trained.load_state, folder, with_optimizer)
             return {"path": path, "type": "load_weights"}
 
-        return self._on_mlx(run)
+        return self.futures.submit(run, user=model)
 
     def create_model_from_state(self, session_id: str, model_seq_id: int, path: str,
                                 with_optimizer: bool,
@@ -377,7 +331,10 @@ class Service:
     # -- sampling --------------------------------------------------------------------------------
 
     def create_sampler(self, base_model: str | None, model_path: str | None,
-                       resolve: Callable[[str], ModelSpec]) -> str:
+                       resolve: Callable[[str], ModelSpec], session_id: str | None = None
+                       ) -> str:
+        """A sampler of saved weights or of a base model; it ends with `session_id`'s
+        session (or when idle: server/lifetimes.py)."""
         if model_path is not None:
             folder = self.folder_of(model_path)
             spec = read_description(folder)
@@ -387,12 +344,21 @@ class Service:
             sampler = Sampler(uuid.uuid4().hex[:16], base_model, None, spec=spec)
         else:
             raise UserFacing(400, "A sampling session needs base_model or model_path.")
+        session = self.sessions.get(session_id or "")
+        if session is not None and session.finished:
+            raise UserFacing(410, f"Session {session.id} has finished.")
+        if session is not None:
+            sampler.session_id = session.id
+            session.samplers.append(sampler.id)
         self.samplers[sampler.id] = sampler
         return sampler.id
 
     def sampler(self, sampler_id: str) -> Sampler:
         sampler = self.samplers.get(sampler_id)
         if sampler is None:
+            gone = self.lifetimes.why_gone(sampler_id)
+            if gone is not None:
+                raise UserFacing(410, gone)
             raise UserFacing(404, f"No sampling session {sampler_id} is known to this server: "
                              "make a new sampling client.")
         return sampler
@@ -403,6 +369,10 @@ class Service:
         from zyquo_tui.server.wire import sample_response
 
         sampler = self.sampler(sampler_id)
+        sampler.last_used = time.monotonic()  # sampling uses it; a lookup does not
+        session = self.sessions.get(sampler.session_id or "")
+        if session is not None:  # a request is as good as a heartbeat
+            session.last_heartbeat = sampler.last_used
         owner = self.models.get(sampler.owner) if sampler.owner else None
 
         def run() -> bytes:
@@ -418,16 +388,21 @@ class Service:
             return sample_response(sequences, scored,
                                    None if top is None else (top.token_ids, top.logprobs))
 
-        return self._on_mlx(run)
+        return self.futures.submit(run, user=sampler)
 
     def _standalone_model(self, sampler: Sampler) -> TrainedModel:
         """A model of its own for a sampler no live training model serves (on the MLX
         thread): the base with untrained adapters (which change nothing), and the saved
         weights when the sampler has a path."""
         spec = sampler.spec
-        key = (spec.folder, spec.rank, spec.train_attn, spec.train_mlp)
+        key = sampler.standalone_key
         if key not in self._standalone:
-            self._standalone[key] = TrainedModel.load(spec)
+            size = self.ledger.admit_sampler(spec)  # the machine taken, the memory judged
+            try:
+                self._standalone[key] = (TrainedModel.load(spec), size)
+            except BaseException:
+                self.ledger.let_go_if_empty()
+                raise
         if sampler.weights is None and sampler.model_path is not None:
             folder = self.folder_of(sampler.model_path)
             from zyquo_tui.core.store.checkpoints import latest_resumable
@@ -440,22 +415,38 @@ class Service:
                     raise RequestError(f"{sampler.model_path} holds no weights.")
                 file = adapter_file(folder, latest.step)
             sampler.weights = read_weights(file)
-        return self._standalone[key]
+        return self._standalone[key][0]
 
-    # -- the watchdog ------------------------------------------------------------------------------
+    def prune_standalone(self) -> None:
+        """Base models no sampler uses go (on the MLX thread, before its freeing)."""
+        used = {s.standalone_key for s in list(self.samplers.values())}
+        for key in [k for k in self._standalone if k not in used]:
+            del self._standalone[key]
 
-    def quiet_sessions(self) -> list[Session]:
-        """Sessions whose program sent nothing for HEARTBEAT_TIMEOUT: they are closed."""
-        now = time.monotonic()
-        gone = [s for s in self.sessions.values()
-                if not s.finished and now - s.last_heartbeat > HEARTBEAT_TIMEOUT]
+    # -- the watchdog and the end ----------------------------------------------------------------
+
+    def sweep(self) -> list[str]:
+        """A watchdog round (server/lifetimes.py): what ended and was freed, for the log; and
+        runs cancelled while their programs sit idle end (on the MLX thread)."""
+        from zyquo_tui.client import worker
+
+        said = self.lifetimes.sweep()
+        worker.submit(self.lifetimes.check_cancels)
+        return said
+
+    async def shut_down(self, timeout: float = 30.0) -> None:
+        """The server stops (SIGTERM, ctrl+c): each live model's run is marked interrupted
+        (cancelled when a cancel was asked for) after the work queued before, and the machine
+        is let go. Waits for the MLX thread up to `timeout`: a step under way finishes first."""
+        from zyquo_tui.client import worker
         from zyquo_tui.core.runs.run import RunState
 
-        for session in gone:
-            session.finished = True
-            for model_id in session.models:
-                if model_id in self.models and self.models[model_id].error is None:
-                    self._end_run(self.models[model_id], RunState.INTERRUPTED)
-                self._release(model_id, "its program sent no heartbeat for "
-                              f"{HEARTBEAT_TIMEOUT:.0f} s")
-        return gone
+        for session in list(self.sessions.values()):
+            if not session.finished:
+                self.lifetimes.end_session(session, RunState.INTERRUPTED,
+                                           "the server was stopped")
+        done = worker.submit(self.ledger.let_go_if_empty)
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(done), timeout)
+        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - the process ends anyway
+            pass

@@ -72,6 +72,41 @@ class Supervisor:
         os.close(fd)
         return False
 
+    def hold_machine(self, words: str) -> tuple[int | None, str | None]:
+        """The machine taken for a process that is not a runner (`zyquo-tui serve` while it
+        has models loaded; core/processes/machine_hold.py), named `words` for queued runs to
+        show: (the lock's fd, None), or (None, the sentence of why not). Runs queued while the
+        machine was free (their runner died) came first: they start, and it is not taken."""
+        from zyquo_tui.core.processes.machine_hold import write_holder
+
+        with self.queue.locked() as order:
+            fd = self._try_take_machine()
+            if fd is None:
+                return None, (f"{self._active_run_words()} is training on this machine, whose "
+                              "memory runs and served models share: try again when it ends "
+                              "(`zyquo-tui runs list`), or cancel it")
+            if order:
+                self._spawn_runner(fd, None)
+                return None, (f"{len(order)} queued run(s) were waiting for this machine and "
+                              "start now, and runs and served models share its memory: try "
+                              "again when they end (`zyquo-tui runs list`)")
+            write_holder(self.store.home, words)
+        return fd, None
+
+    def let_machine_go(self, fd: int) -> bool:
+        """Let go of the machine that hold_machine took, handing it to a new runner when runs
+        are queued (under queue.lock, as a runner that finds its queue empty lets go);
+        whether queued runs start."""
+        from zyquo_tui.core.processes.machine_hold import clear_holder
+
+        with self.queue.locked() as order:
+            clear_holder(self.store.home)
+            if order:
+                self._spawn_runner(fd, None)  # closes our copy: the runner holds the lock
+                return True
+            os.close(fd)
+        return False
+
     def _spawn_runner(self, lock_fd: int, run_id: str | None) -> None:
         argv = python_command(RUNNER, "--home", str(self.store.home), "--lock-fd", str(lock_fd))
         if run_id:
@@ -177,8 +212,12 @@ class Supervisor:
     def _wait_for_winding_down_runner(self, timeout: float = 10.0) -> None:
         """A runner whose last run just ended holds the machine for a moment more (it records
         the exit and looks at the queue); don't call the machine busy because of that."""
+        from zyquo_tui.core.processes.machine_hold import holder
+
         deadline = time.monotonic() + timeout
         while self.machine_busy() and time.monotonic() < deadline:
+            if holder(self.store.home) is not None:
+                return  # the server holds it, for as long as it has models loaded
             if any(isinstance(r, Run) and self.refresh(r).state.is_active
                    for r in self.store.iter_runs()):
                 return  # a run really is active
@@ -211,7 +250,13 @@ class Supervisor:
         return self.store.get(run.id)
 
     def _active_run_words(self) -> str:
-        """The run that holds the machine, as a refusal names it ("Run ID (NAME)")."""
+        """The run that holds the machine, as a refusal names it ("Run ID (NAME)"), or the
+        server that does (core/processes/machine_hold.py)."""
+        from zyquo_tui.core.processes.machine_hold import holder_words
+
+        held_by = holder_words(self.store.home)
+        if held_by is not None:
+            return f"{held_by}, with models loaded,"
         for row in listing_rows(self.store):
             if row["state"] in (RunState.STARTING.value, RunState.RUNNING.value):
                 return f"Run {row['id']} ({row['name']})"

@@ -235,7 +235,8 @@ class LiveMetricsScreen(RunViewScreen):
         self._drawn_loaded = loaded
         metrics = feed.metrics if loaded else None
         self.query_one(RunStatus).show(run, metrics, elapsed=service.elapsed(run),
-                                       queue_position=service.queue_position(run.id))
+                                       queue_position=service.queue_position(run.id),
+                                       waiting_for=service.waiting_for)
         self._show_hosts(run, metrics)
         smoothing = self.app.smoothing
         chart = self.query_one(LossChart)

@@ -31,12 +31,14 @@ class RunStatus(LiveText):
     """
 
     def show(self, run: Run, metrics: RunMetrics | None, *, elapsed: float | None,
-             queue_position: int | None) -> None:
+             queue_position: int | None, waiting_for: str | None = None) -> None:
         symbol, style = STATE_LOOK.get(run.state.value, ("?", ""))
         first = Text()
         first.append(f"{symbol} {run.state.value}", style=style)
         if queue_position:
             first.append(f" #{queue_position}", style=style)
+            if waiting_for:  # no run holds the machine: the server does, with models loaded
+                first.append(f" · waiting for {waiting_for}", style=style)
         first.append("  ")
         first.append(run.name, style="bold")
         objective = f" {run.objective}" if run.objective != "sft" else ""

@@ -20,7 +20,8 @@ async def create_sampling_session(request: Request) -> dict:
     body = await json_body(request, types.CreateSamplingSessionRequest)
     served = backend(request)
     served.service.session(body.session_id)
-    sampler_id = served.service.create_sampler(body.base_model, body.model_path, served.resolve)
+    sampler_id = served.service.create_sampler(body.base_model, body.model_path, served.resolve,
+                                                session_id=body.session_id)
     return {"type": "create_sampling_session", "sampling_session_id": sampler_id}
 
 

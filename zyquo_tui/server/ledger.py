@@ -1,0 +1,127 @@
+"""One ledger of memory for the machine: the server's models, their samplers and the queued runs
+share one unified memory.
+
+Between the server and runs, the machine's active-run lock decides: the server takes active.lock
+before it loads its first model and lets it go once it has none loaded (a new runner gets it
+when runs are queued: Supervisor.hold_machine, let_machine_go). So a queued run waits while the
+server has models loaded (`runs list` and the dashboard say it waits for `zyquo-tui serve`),
+and a create_model while a run of `zyquo-tui runs` trains is refused with one sentence naming
+that run. Refused, not held: a run trains for hours, and a program told at once can go on
+when it wants to, where a create_model's future would spin for those hours with nothing said.
+
+Within the server, a new model is judged together with what is loaded: its memory verdict is
+the one a run gets (core/memory/advisor.py gate, with config.toml's [memory] limit), against
+the budget less the estimates of the models already loaded. Estimates, not a measurement: the
+measured resident memory of a process includes what MLX caches and what the allocator keeps,
+which says nothing of what the next model will need, and the estimates are what every run of
+this machine is judged by. A training model counts its whole estimate (weights, adapters,
+gradients, Adam's moments, a step's activations); a base model loaded for sampling counts its
+weights and adapters, beside which a short answer's KV cache is small.
+
+Everything here runs on the MLX thread, where models are loaded and freed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from zyquo_tui.server.trained_model import ModelSpec, RequestError
+
+HOLDER_WORDS = "zyquo-tui serve"
+# The memory gate's refusal ends with the command line's override flag, which no request has.
+CLI_OVERRIDE = ", or start it with an explicit override (--override-memory)"
+
+
+class MemoryLedger:
+    """The machine held while models are loaded, and each new model judged with the others."""
+
+    def __init__(self, home: Path, loaded: Callable[[], list[int]]) -> None:
+        self.home = home
+        self.loaded = loaded  # the estimate (bytes) of each model loaded now
+        self.fd: int | None = None  # active.lock, while held
+
+    def _supervisor(self):
+        from zyquo_tui.core.processes.supervisor import Supervisor
+        from zyquo_tui.core.store.store import RunStore
+
+        return Supervisor(RunStore(self.home))
+
+    def hold(self) -> None:
+        """The machine taken before a model loads: RequestError when a run has it."""
+        if self.fd is not None:
+            return
+        fd, why_not = self._supervisor().hold_machine(HOLDER_WORDS)
+        if fd is None:
+            raise RequestError(f"This server cannot load a model now: {why_not}.")
+        self.fd = fd
+
+    def let_go_if_empty(self) -> bool:
+        """Let the machine go when no model is loaded; whether queued runs start."""
+        if self.fd is None or self.loaded():
+            return False
+        fd, self.fd = self.fd, None
+        return self._supervisor().let_machine_go(fd)
+
+    def admit_training(self, spec: ModelSpec) -> dict[str, Any]:
+        """The memory verdict of a new training model, judged with the loaded ones (run.json's
+        `memory`, as a run records it); RequestError with the verdict's sentence when the sum
+        won't fit, before anything is loaded."""
+        from zyquo_tui.core.errors import UserError
+        from zyquo_tui.core.memory.advisor import gate
+        from zyquo_tui.server.trained_model import checked_run
+
+        run = checked_run(spec, None)
+        self.hold()
+        try:
+            gate(run, self._advisor(run))
+        except UserError as error:
+            self.let_go_if_empty()
+            raise RequestError(error.message.replace(CLI_OVERRIDE, "; or close a training "
+                                                     "client to free its memory")) from None
+        return run.memory
+
+    def admit_sampler(self, spec: ModelSpec) -> int:
+        """The bytes of a base model loaded for sampling (its weights and adapters), judged
+        with the loaded ones; RequestError when they won't fit."""
+        from zyquo_tui.core.formatting import fmt_bytes
+        from zyquo_tui.core.memory.estimate import TrainingConfig
+        from zyquo_tui.core.memory.facts import ModelFacts
+        from zyquo_tui.server.trained_model import checked_run
+
+        run = checked_run(spec, None)
+        self.hold()
+        advisor = self._advisor(run)
+        estimate = advisor.estimate(ModelFacts.from_folder(run.model),
+                                    TrainingConfig.from_run(run))
+        need = estimate.breakdown.get("base_weights", 0) + estimate.breakdown.get(
+            "trainable_parameters", 0)
+        budget = advisor.budget
+        if need > budget.budget_bytes:
+            self.let_go_if_empty()
+            raise RequestError(f"A sampler of {spec.base_model} won't fit in memory: its "
+                               f"weights need about {fmt_bytes(need)}, more than the "
+                               f"{fmt_bytes(budget.budget_bytes)} left here "
+                               f"({budget.budget_source}); close a training client or "
+                               "sampler to free memory.")
+        return need
+
+    def _advisor(self, run):
+        """This machine's advisor within config.toml's [memory] limit, its budget less what
+        the loaded models' estimates hold."""
+        from zyquo_tui.core.formatting import fmt_bytes
+        from zyquo_tui.core.memory.advisor import MemoryAdvisor
+        from zyquo_tui.core.memory.budget import capped
+        from zyquo_tui.core.store.user_settings import Settings
+
+        advisor = MemoryAdvisor.for_machine(self.home).within(
+            run.hyperparameters, Settings.load(self.home).memory_limit_bytes)
+        held = self.loaded()
+        if not held:
+            return advisor
+        budget = advisor.budget
+        models = "model" if len(held) == 1 else "models"
+        less = capped(budget, max(budget.budget_bytes - sum(held), 0),
+                      f"{budget.budget_source}, less {fmt_bytes(sum(held))} for the "
+                      f"{len(held)} {models} already loaded on this server")
+        return MemoryAdvisor(less, device=advisor.device, history=advisor.history)
