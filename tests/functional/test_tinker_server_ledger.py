@@ -164,3 +164,37 @@ def test_a_new_model_is_judged_together_with_the_models_loaded(served, isolated_
     finally:
         first_program.close("success").result(timeout=60)
         second_program.close("success").result(timeout=60)
+
+
+def test_a_forward_backward_too_large_for_the_memory_left_is_refused_and_smaller_ones_train(
+        served, isolated_home):
+    """A training client's verdict judges one row of trained_model.SERVED_ROW_TOKENS (its
+    batches are not known when it is made); each forward_backward is judged by its own rows
+    before it is queued, so a batch the machine cannot hold is a 400 sentence, not a server
+    that runs out of memory with every program on it."""
+    from zyquo_tui.core.store.store import RunStore
+    from zyquo_tui.server.trained_model import SERVED_ROW_TOKENS
+
+    program = tinker.ServiceClient()
+    try:
+        client = trained_once(program)
+        run = next(run for run in RunStore(isolated_home).iter_runs()
+                   if client.model_id.split(":")[0] in run.name)
+        assert run.memory["settings"]["batch_size"] == 1
+        assert run.memory["settings"]["max_seq_length"] == SERVED_ROW_TOKENS
+        # Room for what the verdict judged and a little more: not for 64 rows of 1,024 tokens.
+        need = run.memory["estimate_bytes"]
+        (isolated_home / "config.toml").write_text(f"[memory]\nlimit = {need * 2}\n")
+        tokens = list(range(1, 1025))
+        wide = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                           loss_fn_inputs={"target_tokens": tokens[1:]})
+        with pytest.raises(tinker.BadRequestError) as refused:
+            client.forward_backward([wide] * 64, "cross_entropy").result()
+        sentence = str(refused.value)
+        assert "This forward_backward of 64 rows of up to 1024 tokens needs about" in sentence
+        assert "(config.toml [memory] limit)" in sentence and "send fewer or shorter" in sentence
+        # The same model goes on with a call it can hold.
+        done = client.forward_backward([DATUM], "cross_entropy").result()
+        assert done.metrics["loss:sum"] > 0
+    finally:
+        program.close("success").result(timeout=60)

@@ -63,10 +63,12 @@ class MemoryLedger:
         fd, self.fd = self.fd, None
         return self._supervisor().let_machine_go(fd)
 
-    def admit_training(self, spec: ModelSpec) -> dict[str, Any]:
-        """The memory verdict of a new training model, judged with the loaded ones (run.json's
-        `memory`, as a run records it); RequestError with the verdict's sentence when the sum
-        won't fit, before anything is loaded."""
+    def admit_training(self, spec: ModelSpec):
+        """The run a new training model's memory verdict judged (its `memory`, as run.json
+        records a run's), with the loaded ones; RequestError with the verdict's sentence when
+        the sum won't fit, before anything is loaded. Its batches are not known yet: the
+        verdict judges a step of one row (trained_model.SERVED_ROW_TOKENS), and check_step
+        each forward_backward by its own rows."""
         from zyquo_tui.core.errors import UserError
         from zyquo_tui.core.memory.advisor import gate
         from zyquo_tui.server.trained_model import checked_run
@@ -79,7 +81,38 @@ class MemoryLedger:
             self.let_go_if_empty()
             raise RequestError(error.message.replace(CLI_OVERRIDE, "; or close a training "
                                                      "client to free its memory")) from None
-        return run.memory
+        return run
+
+    def check_step(self, run, own_bytes: int, data: list) -> None:
+        """A forward_backward's rows judged before they are queued: its step's estimate (the
+        model's weights, adapters and optimizer state, and this batch's activations and loss)
+        within the budget less what the other loaded models hold; RequestError with one
+        sentence when it won't fit, so a batch too large for the machine is refused instead
+        of taking the server down with every program on it."""
+        import dataclasses
+        import math
+
+        from zyquo_tui.core.formatting import fmt_bytes
+        from zyquo_tui.core.memory.estimate import TrainingConfig
+        from zyquo_tui.core.memory.facts import PAD_TO, ModelFacts
+
+        if not data:
+            return
+        width = PAD_TO * max(1, math.ceil(max(len(d.tokens) for d in data) / PAD_TO))
+        advisor = self._machine_advisor(run)
+        config = dataclasses.replace(TrainingConfig.from_run(run), batch_size=len(data),
+                                     max_seq_length=width, longest_row_tokens=width)
+        need = advisor.estimate(ModelFacts.from_folder(run.model), config).total_bytes
+        others = max(sum(self.loaded()) - own_bytes, 0)  # this model's own is in `need`
+        room = advisor.budget.budget_bytes - others
+        if need > room:
+            held = f", less {fmt_bytes(others)} for the other models loaded" if others else ""
+            raise RequestError(
+                f"This forward_backward of {len(data)} rows of up to {width} tokens needs about "
+                f"{fmt_bytes(need)}, more than the {fmt_bytes(max(room, 0))} this model may use "
+                f"here ({advisor.budget.budget_source}{held}): send fewer or shorter rows a "
+                "call (the SDK splits a batch at [serve] max_datums), or close other training "
+                "clients.")
 
     def admit_sampler(self, spec: ModelSpec) -> int:
         """The bytes of a base model loaded for sampling (its weights and adapters), judged
@@ -106,16 +139,22 @@ class MemoryLedger:
                                "sampler to free memory.")
         return need
 
+    def _machine_advisor(self, run):
+        """This machine's advisor within config.toml's [memory] limit."""
+        from zyquo_tui.core.memory.advisor import MemoryAdvisor
+        from zyquo_tui.core.store.user_settings import Settings
+
+        return MemoryAdvisor.for_machine(self.home).within(
+            run.hyperparameters, Settings.load(self.home).memory_limit_bytes)
+
     def _advisor(self, run):
         """This machine's advisor within config.toml's [memory] limit, its budget less what
         the loaded models' estimates hold."""
         from zyquo_tui.core.formatting import fmt_bytes
         from zyquo_tui.core.memory.advisor import MemoryAdvisor
         from zyquo_tui.core.memory.budget import capped
-        from zyquo_tui.core.store.user_settings import Settings
 
-        advisor = MemoryAdvisor.for_machine(self.home).within(
-            run.hyperparameters, Settings.load(self.home).memory_limit_bytes)
+        advisor = self._machine_advisor(run)
         held = self.loaded()
         if not held:
             return advisor

@@ -124,7 +124,8 @@ class Service:
             from zyquo_tui.server.run_record import RunRecord
 
             try:
-                memory = self._memory_gate(spec)
+                model.judged = self._memory_gate(spec)
+                memory = model.judged.memory
                 model.estimate_bytes = int(memory["estimate_bytes"])
                 trained = TrainedModel.load(spec)
                 if loaded_from is not None:
@@ -145,7 +146,7 @@ class Service:
 
         return model_id, self.futures.submit(load, user=model)
 
-    def _memory_gate(self, spec: ModelSpec) -> dict[str, Any]:
+    def _memory_gate(self, spec: ModelSpec):
         """The memory verdict runs get before they start, before a model is loaded, judged
         together with the models already loaded (server/ledger.py): one that won't fit is
         refused with the verdict's sentence. Takes the machine's active-run place."""
@@ -199,6 +200,11 @@ class Service:
         computation instead of delaying it (compiled with its update it would wait for the
         optim_step, and was no faster here: docs/tinker-server.md, "Throughput")."""
         model = self.model(model_id)
+        if model.judged is not None:  # loaded: its rows judged before they are queued
+            try:
+                self.ledger.check_step(model.judged, model.estimate_bytes, data)
+            except RequestError as refused:
+                raise UserFacing(400, str(refused)) from None
         call = (loss_fn, config, data, forward_only)
 
         def run() -> bytes:

@@ -47,6 +47,7 @@ class TrainingModel:
     submitted: int = 0  # its requests queued on the MLX thread (counted on the event loop)
     finished: int = 0  # of those, the ones done (counted on the MLX thread)
     estimate_bytes: int = 0  # what its memory verdict said it needs (server/ledger.py)
+    judged: Any = None  # the run its verdict judged, which judges each forward_backward too
     snapshots: list[str] = field(default_factory=list)  # its samplers, oldest first
 
 

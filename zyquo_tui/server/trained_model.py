@@ -79,12 +79,20 @@ def lora_keys_for(model, spec: ModelSpec) -> list[str] | None:
     return keys
 
 
+# What a training client's memory verdict judges when it is made, before any batch is known:
+# its weights, adapters, gradients and Adam's moments, and a step of one row of this many
+# tokens. Each forward_backward is then judged by its own rows when it comes (server/ledger.py).
+SERVED_ROW_TOKENS = 512
+
+
 def checked_run(spec: ModelSpec, lora_keys: list[str] | None):
-    """The run settings of this model, checked as `runs new` checks them."""
+    """The run settings of this model, checked as `runs new` checks them: a batch of one row
+    of SERVED_ROW_TOKENS, the loss computed whole (as forward_backward computes it)."""
     from zyquo_tui.client.training_client import checked_run as client_checked_run
 
     settings: dict[str, Any] = {"rank": spec.rank, "num_layers": -1, "optimizer": "adamw",
-                                "learning_rate": 1e-4,
+                                "learning_rate": 1e-4, "batch_size": 1,
+                                "max_seq_length": SERVED_ROW_TOKENS, "loss_chunk_tokens": "off",
                                 "optimizer_config": {"adamw": dict(ADAM_DEFAULTS)}}
     if spec.seed is not None:
         settings["seed"] = spec.seed
