@@ -101,3 +101,31 @@ def test_sigterm_marks_the_served_runs_interrupted_and_the_server_exits_cleanly(
     listed = {r["id"]: r["state"] for r in json.loads(zyquo_cli("runs", "list",
                                                                  "--json").stdout)}
     assert listed[training_run] == "interrupted"
+
+
+def test_a_program_s_close_status_is_its_run_s_end(served, isolated_home):
+    """`ServiceClient.close(status, detail)`: success ends the runs completed, errored failed
+    (cause `program`, its detail in the message, as `runs show` says), interrupted
+    interrupted."""
+    from zyquo_tui.core.events.protocol import read_events
+
+    ends = {}
+    for seed, (status, detail) in enumerate([("success", None),
+                                             ("errored", "the reward server went away"),
+                                             ("interrupted", "ctrl-c")]):
+        program = tinker.ServiceClient()
+        _, run_id = stepped(program, seed=seed + 11)
+        program.close(status, detail).result(timeout=60)
+        ends[status] = run_id
+    assert wait_for_state(ends["success"], {"completed", "failed", "interrupted"}) == "completed"
+    assert wait_for_state(ends["interrupted"], {"completed", "failed",
+                                                "interrupted"}) == "interrupted"
+    assert wait_for_state(ends["errored"], {"completed", "failed", "interrupted"}) == "failed"
+    shown = json.loads(zyquo_cli("runs", "show", ends["errored"], "--json").stdout)
+    assert shown["failure"]["cause"] == "program"
+    assert shown["failure"]["message"] == ("The program closed its session as errored: the "
+                                           "reward server went away.")
+    [failed] = [e for e in read_events(isolated_home / "runs" / ends["errored"] / "events.jsonl")
+                if e["type"] == "failed"]
+    assert failed["cause"] == "program" and failed["suggestion"]
+    assert terminal_events(isolated_home, ends["interrupted"]) == []

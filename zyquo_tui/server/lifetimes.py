@@ -66,24 +66,25 @@ class Lifetimes:
 
     # -- ending (on the event loop) -----------------------------------------------------------
 
-    def end_session(self, session: Session, state, why: str) -> None:
-        """Its runs end in `state` (a cancel asked for wins), its models and samplers go."""
+    def end_session(self, session: Session, state, why: str, failure=None) -> None:
+        """Its runs end in `state` (a cancel asked for wins; a FAILED one with `failure`), its
+        models and samplers go."""
         session.finished = True
         session.finished_at = time.monotonic()
         for model_id in list(session.models):
-            self.end_model(model_id, state, why)
+            self.end_model(model_id, state, why, failure)
         for sampler_id in list(session.samplers):
             self.drop_sampler(sampler_id, f"Sampling session {sampler_id} was freed: {why}.")
         self.free()
 
-    def end_model(self, model_id: str, state, why: str) -> None:
+    def end_model(self, model_id: str, state, why: str, failure=None) -> None:
         service = self.service
         model = service.models.pop(model_id, None)
         if model is None:
             return
         if model.error is None:
             model.error = f"Training model {model_id} is closed: {why}."
-            service.end_run(model, state)
+            service.end_run(model, state, failure)
         model.trained = None  # its memory goes once no queued work refers to it
         session = service.sessions.get(model.session_id)
         if session is not None and model_id in session.models:

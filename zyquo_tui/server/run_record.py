@@ -141,8 +141,9 @@ class RunRecord:
             self._cancelled = bool((run.process or {}).get("cancel_requested_at"))
         return self._cancelled
 
-    def end(self, state: RunState, step: int) -> None:
-        """The run's terminal event and state, once (a later call changes nothing)."""
+    def end(self, state: RunState, step: int, failure=None) -> None:
+        """The run's terminal event and state, once (a later call changes nothing); a FAILED
+        run's `failure` (core/runs/failures.py) says why."""
         if getattr(self, "ended", False):
             return
         self.ended = True
@@ -150,12 +151,16 @@ class RunRecord:
             self.events.write(ev.COMPLETED, iteration=step, summary={"step": step})
         elif state is RunState.CANCELLED:
             self.events.write(ev.CANCELLED, iteration=step, checkpoint=None)
+        elif state is RunState.FAILED and failure is not None:
+            self.events.write(ev.FAILED, iteration=step, **failure.to_dict(), traceback=[])
         self.events.close()
 
         def settle(run: Run) -> None:
             if not run.state.is_terminal:
                 run.set_state(state)
                 run.summary = {**run.summary, **self.summary, "step": step}
+                if failure is not None:
+                    run.failure = failure.to_dict()
         try:
             self.store.update(self.run_id, settle)
         except Exception:  # noqa: BLE001 - deleted meanwhile

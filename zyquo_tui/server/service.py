@@ -75,11 +75,25 @@ class Service:
             raise UserFacing(410, f"Session {session_id} has finished.")
         session.last_heartbeat = time.monotonic()
 
-    def finish_session(self, session_id: str) -> None:
+    def finish_session(self, session_id: str, outcome: str = "success",
+                       detail: str | None = None) -> None:
+        """The program closed its session (`ServiceClient.close(status, detail)`): its runs
+        end completed, failed (cause `program`, the detail its message) or interrupted."""
+        from zyquo_tui.core.runs.failures import failure
         from zyquo_tui.core.runs.run import RunState
 
         session = self.session(session_id)
-        if not session.finished:
+        if session.finished:
+            return
+        said = f": {detail}" if detail else ""
+        if outcome == "errored":
+            self.lifetimes.end_session(
+                session, RunState.FAILED, "the program closed its session as errored",
+                failure("program", f"The program closed its session as errored{said}."))
+        elif outcome == "interrupted":
+            self.lifetimes.end_session(session, RunState.INTERRUPTED,
+                                       f"the program closed its session as interrupted{said}")
+        else:
             self.lifetimes.end_session(session, RunState.COMPLETED,
                                        "the program finished its session")
 
@@ -175,13 +189,13 @@ class Service:
         assert model.trained is not None
         return model.trained
 
-    def end_run(self, model: TrainingModel, state) -> None:
+    def end_run(self, model: TrainingModel, state, failure=None) -> None:
         """On the MLX thread, after the model's queued work: its run ends in `state`."""
         from zyquo_tui.client import worker
 
-        worker.submit(self.end_run_now, model, state)
+        worker.submit(self.end_run_now, model, state, failure)
 
-    def end_run_now(self, model: TrainingModel, state) -> None:
+    def end_run_now(self, model: TrainingModel, state, failure=None) -> None:
         """Its run ends in `state`, or cancelled when a cancel was asked for (a run cancelled
         while its program sat idle is never later marked completed). On the MLX thread."""
         from zyquo_tui.core.runs.run import RunState
@@ -190,8 +204,8 @@ class Service:
         if record is None:
             return
         if state is not RunState.CANCELLED and record.cancel_requested():
-            state = RunState.CANCELLED
-        record.end(state, record.step)
+            state, failure = RunState.CANCELLED, None
+        record.end(state, record.step, failure)
 
     def forward_backward(self, model_id: str, loss_fn: str, config: dict, data: list,
                          forward_only: bool) -> str:

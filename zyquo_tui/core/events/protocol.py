@@ -37,7 +37,7 @@ KNOWN_TYPES = frozenset({STARTED, TRAIN, VAL, CHECKPOINT, WARNING, SAMPLE, EVAL,
 
 # Failure causes carried by `failed` events and run.json.
 FAILURE_CAUSES = ("oom", "nan", "data", "config", "dependency", "internal", "killed", "disk",
-                  "rank_lost", "reward")
+                  "rank_lost", "reward", "program")
 
 # What the writer puts between items and between a key and its value (json.dumps' defaults,
 # named because a fast reader matches the written text).

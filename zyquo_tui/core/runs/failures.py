@@ -34,6 +34,8 @@ SUGGESTIONS = {
               "checkpoint",
     "reward": "fix the reward function (its traceback is in trainer.log: `zyquo-tui runs logs "
               "ID`), then resume the run: it continues exactly from its latest checkpoint",
+    "program": "read the program's own output: it closed its Tinker session as errored; a new "
+               "training client from its last saved state goes on from there",
     "rank_lost": "check that host (memory, network, `zyquo-tui hosts check`), then resume the "
                  "run from its latest checkpoint with the same hosts",
 }

@@ -4,11 +4,13 @@ and their heartbeats, telemetry."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 from starlette.requests import Request
 from tinker import types
 
-from zyquo_tui.server.requests import RouteSpec, backend, json_body
+from zyquo_tui.server.requests import RouteSpec, backend, json_body, read_body
+from zyquo_tui.server.service import UserFacing
 
 
 async def client_config(request: Request) -> dict:
@@ -51,8 +53,31 @@ async def session_heartbeat(request: Request) -> dict:
     return {"type": "session_heartbeat"}
 
 
+SESSION_OUTCOMES = ("success", "errored", "interrupted")
+
+
+def one_line(value, limit: int = 500) -> str:
+    """A program's text as one line of at most `limit` characters (it goes into run.json)."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 async def finish_session(request: Request) -> dict:
-    backend(request).service.finish_session(request.path_params["session_id"])
+    """`ServiceClient.close(status, detail)`: {"reason": {"type": status}, "detail": ...}; a
+    body without a reason finishes it as a success (older SDKs send none)."""
+    raw = await read_body(request)
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise UserFacing(400, "The body of a session's finish is not JSON.") from None
+    reason = body.get("reason") if isinstance(body, dict) else None
+    outcome = reason.get("type", "success") if isinstance(reason, dict) else "success"
+    if outcome not in SESSION_OUTCOMES:
+        raise UserFacing(400, f"A session finishes as {', '.join(SESSION_OUTCOMES)}, not "
+                         f"{one_line(repr(outcome), 80)}.")
+    detail = body.get("detail") if isinstance(body, dict) else None
+    backend(request).service.finish_session(request.path_params["session_id"], outcome,
+                                            one_line(detail) if detail else None)
     return {}
 
 
