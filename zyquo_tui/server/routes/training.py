@@ -14,7 +14,7 @@ from zyquo_tui.server.service import UserFacing
 from zyquo_tui.server.wire import WireError, read_forward_backward
 
 
-SEEDS = 1 << 32  # numpy's and MLX's seeds both take a seed below this
+SEEDS = 2 ** 32  # numpy's and MLX's seeds both take a seed below this
 NAME_BYTES = 255  # the longest file name the file systems here take
 
 
