@@ -29,6 +29,7 @@ from typing import Any, Callable
 from zyquo_tui.server.trained_model import ModelSpec, RequestError
 
 HOLDER_WORDS = "zyquo-tui serve"
+STEP_ADVISOR_SECONDS = 30.0  # how long check_step's view of the machine's budget is kept
 # The memory gate's refusal ends with the command line's override flag, which no request has.
 CLI_OVERRIDE = ", or start it with an explicit override (--override-memory)"
 
@@ -40,6 +41,8 @@ class MemoryLedger:
         self.home = home
         self.loaded = loaded  # the estimate (bytes) of each model loaded now
         self.fd: int | None = None  # active.lock, while held
+        self._step_cache: tuple | None = None  # (made at, config.toml's mtime, advisor)
+        self._needs: dict[tuple, int] = {}  # check_step's estimates by advisor and shape
 
     def _supervisor(self):
         from zyquo_tui.core.processes.supervisor import Supervisor
@@ -99,10 +102,16 @@ class MemoryLedger:
         if not data:
             return
         width = PAD_TO * max(1, math.ceil(max(len(d.tokens) for d in data) / PAD_TO))
-        advisor = self._machine_advisor(run)
-        config = dataclasses.replace(TrainingConfig.from_run(run), batch_size=len(data),
-                                     max_seq_length=width, longest_row_tokens=width)
-        need = advisor.estimate(ModelFacts.from_folder(run.model), config).total_bytes
+        advisor = self._step_advisor(run)
+        key = (id(advisor), run.id, len(data), width)
+        need = self._needs.get(key)
+        if need is None:  # a program sends the same shapes step after step
+            config = dataclasses.replace(TrainingConfig.from_run(run), batch_size=len(data),
+                                         max_seq_length=width, longest_row_tokens=width)
+            need = advisor.estimate(ModelFacts.from_folder(run.model), config).total_bytes
+            if len(self._needs) > 1024:
+                self._needs.clear()
+            self._needs[key] = need
         others = max(sum(self.loaded()) - own_bytes, 0)  # this model's own is in `need`
         room = advisor.budget.budget_bytes - others
         if need > room:
@@ -138,6 +147,24 @@ class MemoryLedger:
                                f"({budget.budget_source}); close a training client or "
                                "sampler to free memory.")
         return need
+
+    def _step_advisor(self, run):
+        """The machine's advisor for check_step, made again when config.toml changes or after
+        STEP_ADVISOR_SECONDS: made for every forward_backward it cost a step of the sample
+        model several percent of its time (bench/bench_tinker_server.py)."""
+        import time
+
+        config = self.home / "config.toml"
+        try:
+            stamp = config.stat().st_mtime_ns
+        except OSError:
+            stamp = None
+        made, made_stamp, advisor = self._step_cache or (0.0, None, None)
+        if advisor is None or made_stamp != stamp or \
+                time.monotonic() - made > STEP_ADVISOR_SECONDS:
+            advisor = self._machine_advisor(run)
+            self._step_cache = (time.monotonic(), stamp, advisor)
+        return advisor
 
     def _machine_advisor(self, run):
         """This machine's advisor within config.toml's [memory] limit."""
