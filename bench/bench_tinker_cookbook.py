@@ -10,7 +10,8 @@ local data files (the project's sample data, or made from it in the format the r
 Prints the recipe's own metrics (its log folder's metrics.jsonl) per step and the run the
 session became in our store, then exits with the recipe's status (non-zero when it failed).
 `--resume-check` (chat_sl) kills the recipe once it has saved its first checkpoint, runs the
-same command again and checks that the second run went on from that checkpoint.
+same command again and checks that the second run went on from that checkpoint (at least 20
+steps then, so the first run is still going when the kill lands).
 
     python bench/bench_tinker_cookbook.py [--venv DIR] [--recipe NAME] [--steps N]
         [--resume-check] [--keep-log DIR]
@@ -172,7 +173,10 @@ def main() -> int:
         if recipe.prepare is not None:
             recipe.prepare(python, scratch)
         server, url, key = start_server(home, args.port)
-        command = [str(python), "-m", *recipe.arguments(model, args.steps, log, scratch)]
+        # Killed at its first checkpoint (every 2 steps), the run must still have steps to go:
+        # with a few steps a quick machine ends it before the kill lands.
+        steps = max(args.steps, RESUME_CHECK_STEPS) if args.resume_check else args.steps
+        command = [str(python), "-m", *recipe.arguments(model, steps, log, scratch)]
         recipe_env = {**os.environ, "TINKER_BASE_URL": url, "TINKER_API_KEY": key}
         print("recipe:", " ".join(command[2:]), flush=True)
         killed_at = None  # (checkpoint, rows logged) of the run killed for --resume-check
@@ -217,6 +221,9 @@ def main() -> int:
     return finished.returncode or status
 
 
+RESUME_CHECK_STEPS = 20  # --resume-check's least max_steps
+
+
 def interrupted_after_checkpoint(command: list[str], env: dict, log: Path
                                  ) -> tuple[dict, int] | None:
     """Start the recipe and kill it (SIGKILL) once its log folder records a resumable
@@ -236,6 +243,10 @@ def interrupted_after_checkpoint(command: list[str], env: dict, log: Path
         return None
     first.send_signal(signal.SIGKILL)
     first.wait()
+    if first.returncode != -signal.SIGKILL:
+        print(f"the first run ended by itself (exit status {first.returncode}) before it could "
+              "be killed at its checkpoint: nothing to resume; give more --steps")
+        return None
     steps = [row.get("step") for row in metrics_rows(log)]
     print(f"first run killed after its checkpoint {saved.get('name')} (batch "
           f"{saved.get('batch')}, {saved.get('state_path')}); steps logged: {steps}",
