@@ -5,15 +5,11 @@ reading the server's run folder."""
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import signal
-import subprocess
 
 import pytest
 from test_dashboard_fixtures import T0, alive_process, event, make, write_events
 from test_dashboard_snapshots import dashboard, fixed_world, open_run, runs_listed, until
-from test_tinker_server import ADAM, TEXTS, new_training_client, sft_datum, start_server
+from test_tinker_server import ADAM, TEXTS, new_training_client, serving, sft_datum
 
 from zyquo_tui.core.formatting import fmt_loss
 from zyquo_tui.core.runs.run import RunState
@@ -30,20 +26,8 @@ SERVED = "20251129-093000-000-5e7d"
 
 @pytest.fixture
 def served(tmp_path, sample_models, monkeypatch):
-    home = tmp_path / "home"
-    (home / "models").mkdir(parents=True)
-    shutil.copytree(sample_models["zyquo-tiny"], home / "models" / "zyquo-tiny")
-    server = start_server(home)
-    monkeypatch.setenv("TINKER_BASE_URL", server.url)
-    monkeypatch.setenv("TINKER_API_KEY", server.key)
-    monkeypatch.setenv("TINKER_TELEMETRY", "0")
-    yield server
-    os.killpg(server.process.pid, signal.SIGTERM)
-    try:
-        server.process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.process.pid, signal.SIGKILL)
-        server.process.wait(timeout=10)
+    with serving(tmp_path / "home", sample_models, monkeypatch) as server:
+        yield server
 
 
 def train_steps(training, data, count: int) -> list[float]:

@@ -49,6 +49,18 @@ def finished(supervisor: Supervisor, run_id: str, timeout: float = 600):
     return asyncio.run(supervisor.wait(run_id, timeout=timeout))
 
 
+def trained_to_the_end(store: RunStore, run_id: str):
+    """The run started by a supervisor and waited for; it must complete. Its events."""
+    supervisor = Supervisor(store)
+    supervisor.start(run_id)
+    try:
+        done = finished(supervisor, run_id)
+    finally:
+        stop_runs(store, run_id)
+    assert done.state is RunState.COMPLETED, store.log_path(run_id).read_text()[-3000:]
+    return read_events(store.events_path(run_id))
+
+
 def no_process_of(marker: str, timeout: float = 30.0) -> list:
     """The trainer, launcher and runner processes of a run still alive after `timeout`."""
     deadline = time.monotonic() + timeout
@@ -136,15 +148,7 @@ def test_two_ranks_of_a_dpo_run_report_what_one_process_reports(tiny_model):
         store, run = make_run(tiny_model, SAMPLE_DATA / "preference", store=RunStore(),
                               **settings, zyquo_tui={"ranks": ranks} if ranks > 1 else {})
         store.update(run.id, lambda r: RUN_SETTINGS["objective"].set(r.hyperparameters, "dpo"))
-        supervisor = Supervisor(store)
-        supervisor.start(run.id)
-        try:
-            done = finished(supervisor, run.id)
-        finally:
-            stop_runs(store, run.id)
-        assert done.state is RunState.COMPLETED, store.log_path(run.id).read_text()[-3000:]
-        events[ranks] = [e for e in read_events(store.events_path(run.id))
-                         if e["type"] == "train"]
+        events[ranks] = [e for e in trained_to_the_end(store, run.id) if e["type"] == "train"]
     assert [e["iteration"] for e in events[2]] == [e["iteration"] for e in events[1]] == [4, 8]
     for one, two in zip(events[1], events[2]):
         for name in ("train_loss", *PREFERENCE_METRICS):
@@ -162,14 +166,7 @@ def test_two_ranks_packed_train_what_two_ranks_unpacked_train(tiny_model):
     for pack in (True, False):
         store, run = make_run(tiny_model, SAMPLE_DATA / "chat", store=RunStore(), **settings,
                               zyquo_tui={"ranks": 2, "pack": pack})
-        supervisor = Supervisor(store)
-        supervisor.start(run.id)
-        try:
-            done = finished(supervisor, run.id)
-        finally:
-            stop_runs(store, run.id)
-        assert done.state is RunState.COMPLETED, store.log_path(run.id).read_text()[-3000:]
-        events[pack] = read_events(store.events_path(run.id))
+        events[pack] = trained_to_the_end(store, run.id)
         # the last checkpoint's data position says how it trained
         [*_, last] = list_checkpoints(store.adapters_dir(run.id))
         meta = json.loads(state_files(store.adapters_dir(run.id), last.step)[1].read_text())

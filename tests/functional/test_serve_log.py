@@ -67,10 +67,8 @@ def test_a_log_this_process_does_not_write_to_is_left_alone(tmp_path):
 
 def test_serve_detach_rotates_a_large_serve_log_before_it_starts(tmp_path):
     import re
-    import signal
-    import time
 
-    from test_tinker_server import free_port
+    from test_tinker_server import free_port, stop_detached
 
     home = tmp_path / "home"
     home.mkdir()
@@ -86,10 +84,4 @@ def test_serve_detach_rotates_a_large_serve_log_before_it_starts(tmp_path):
         assert (home / "serve.log.1").read_bytes() == b"from before\n" * 1000
         assert "Tinker API on" in (home / "serve.log").read_text()
     finally:
-        os.killpg(pid, signal.SIGTERM)
-        for _ in range(100):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
+        stop_detached(pid)

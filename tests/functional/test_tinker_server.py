@@ -3,6 +3,7 @@ server subprocess on loopback, the sample model, real training."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -61,6 +62,45 @@ def start_server(home: Path) -> Server:
     raise AssertionError("the server did not answer within 120 s")
 
 
+def stop(server) -> None:
+    """The server started by start_server stopped as a service manager stops it (SIGTERM to
+    its group), killed when it does not end within a minute."""
+    if server.process.poll() is None:
+        os.killpg(server.process.pid, signal.SIGTERM)
+        try:
+            server.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.process.pid, signal.SIGKILL)
+            server.process.wait(timeout=10)
+
+
+def stop_detached(pid: int) -> None:
+    """A `serve --detach` server (no child of the test's) stopped, and waited for 10 s."""
+    os.killpg(pid, signal.SIGTERM)
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def serving(home: Path, sample_models, monkeypatch):
+    """A server on the store at `home` with the sample model, the SDK pointed at it by its
+    environment (TINKER_BASE_URL, TINKER_API_KEY), stopped at the end."""
+    (home / "models").mkdir(parents=True, exist_ok=True)
+    shutil.copytree(sample_models["zyquo-tiny"], home / "models" / "zyquo-tiny")
+    server = start_server(home)
+    monkeypatch.setenv("TINKER_BASE_URL", server.url)
+    monkeypatch.setenv("TINKER_API_KEY", server.key)
+    monkeypatch.setenv("TINKER_TELEMETRY", "0")
+    try:
+        yield server
+    finally:
+        stop(server)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, sample_models):
     home = tmp_path_factory.mktemp("tinker-home")
@@ -69,13 +109,7 @@ def server(tmp_path_factory, sample_models):
         shutil.copytree(folder, home / "models" / name)
     running = start_server(home)
     yield running
-    if running.process.poll() is None:
-        os.killpg(running.process.pid, signal.SIGTERM)
-        try:
-            running.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(running.process.pid, signal.SIGKILL)
-            running.process.wait(timeout=10)
+    stop(running)
 
 
 @pytest.fixture
@@ -437,13 +471,7 @@ def test_serve_detach_outlives_its_command_and_serves(tmp_path):
                            headers={"X-API-Key": key}, timeout=10)
         assert answer.json() == {"status": "ok"}
     finally:
-        os.killpg(pid, signal.SIGTERM)
-        for _ in range(100):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
+        stop_detached(pid)
 
 
 def test_serve_refuses_a_wrong_serve_setting_in_one_sentence(tmp_path):

@@ -6,30 +6,24 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import time
 
 import pytest
 
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
-from test_tinker_server import start_server  # noqa: E402
+from test_tinker_server import serving  # noqa: E402
 from test_tinker_server_ledger import wait_for_state  # noqa: E402
-from test_tinker_server_lifetimes import DATUM, stop  # noqa: E402
+from test_tinker_server_lifetimes import DATUM  # noqa: E402
 
 from conftest import zyquo_cli  # noqa: E402
 
 
 @pytest.fixture
 def served(isolated_home, sample_models, monkeypatch):
-    shutil.copytree(sample_models["zyquo-tiny"], isolated_home / "models" / "zyquo-tiny")
-    server = start_server(isolated_home)
-    monkeypatch.setenv("TINKER_BASE_URL", server.url)
-    monkeypatch.setenv("TINKER_API_KEY", server.key)
-    monkeypatch.setenv("TINKER_TELEMETRY", "0")
-    yield server
-    stop(server)
+    """A server on the test's own store (the one the CLI uses), pointed at by the SDK."""
+    with serving(isolated_home, sample_models, monkeypatch) as server:
+        yield server
 
 
 def stepped(program, seed: int):

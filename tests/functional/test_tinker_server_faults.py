@@ -32,7 +32,7 @@ tinker = pytest.importorskip("tinker")
 zstandard = pytest.importorskip("zstandard")
 from tinker.proto import tinker_public_pb2 as pb  # noqa: E402
 
-from test_tinker_server import start_server  # noqa: E402
+from test_tinker_server import start_server, stop  # noqa: E402
 
 SEED = 20261205
 MIB = 1 << 20
@@ -405,13 +405,7 @@ def server(tmp_path_factory, sample_models):
     shutil.copytree(sample_models["zyquo-tiny"], home / "models" / "zyquo-tiny")
     running = start_server(home)
     yield running
-    if running.process.poll() is None:
-        os.killpg(running.process.pid, signal.SIGTERM)
-        try:
-            running.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(running.process.pid, signal.SIGKILL)
-            running.process.wait(timeout=10)
+    stop(running)
 
 
 @pytest.fixture(scope="module")

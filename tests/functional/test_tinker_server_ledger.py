@@ -6,15 +6,14 @@ judged together with those loaded. A real server, the real CLI, real runs of the
 from __future__ import annotations
 
 import json
-import shutil
 import time
 
 import pytest
 
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
-from test_tinker_server import start_server  # noqa: E402
-from test_tinker_server_lifetimes import DATUM, stop  # noqa: E402
+from test_tinker_server import serving  # noqa: E402
+from test_tinker_server_lifetimes import DATUM  # noqa: E402
 
 from conftest import (  # noqa: E402
     SAMPLE_DATA,
@@ -28,13 +27,8 @@ from conftest import (  # noqa: E402
 @pytest.fixture
 def served(isolated_home, sample_models, monkeypatch):
     """A server on the test's own store (the one the CLI uses), pointed at by the SDK."""
-    shutil.copytree(sample_models["zyquo-tiny"], isolated_home / "models" / "zyquo-tiny")
-    server = start_server(isolated_home)
-    monkeypatch.setenv("TINKER_BASE_URL", server.url)
-    monkeypatch.setenv("TINKER_API_KEY", server.key)
-    monkeypatch.setenv("TINKER_TELEMETRY", "0")
-    yield server
-    stop(server)
+    with serving(isolated_home, sample_models, monkeypatch) as server:
+        yield server
 
 
 def new_run(home, iters: int = 6) -> str:

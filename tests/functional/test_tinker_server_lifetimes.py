@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,9 +17,8 @@ import pytest
 
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
-from test_tinker_server import runs_cli, start_server  # noqa: E402
+from test_tinker_server import start_server, stop  # noqa: E402
 
-from conftest import SAMPLE_DATA  # noqa: E402
 
 # Token ids of the sample model's vocabulary: the cycles need no tokenizer in the test process.
 TOKENS = list(range(5, 29))
@@ -40,15 +35,6 @@ def server_home(tmp_path: Path, sample_models) -> Path:
     shutil.copytree(sample_models["zyquo-tiny"], home / "models" / "zyquo-tiny")
     return home
 
-
-def stop(server) -> None:
-    if server.process.poll() is None:
-        os.killpg(server.process.pid, signal.SIGTERM)
-        try:
-            server.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.process.pid, signal.SIGKILL)
-            server.process.wait(timeout=10)
 
 
 @pytest.fixture

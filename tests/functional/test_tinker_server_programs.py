@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("tinker")
-from test_tinker_server import start_server  # noqa: E402
-from test_tinker_server_lifetimes import stop  # noqa: E402
+from test_tinker_server import start_server, stop  # noqa: E402
 
 from conftest import zyquo_cli  # noqa: E402
 
