@@ -382,3 +382,32 @@ def test_reusing_answers_costs_no_memory_the_estimate_leaves_out(tiny_model, tmp
         peaks[iterations] = max(e["peak_memory_bytes"] for e in events_of(store, run)
                                 if e["type"] == "train")
     assert peaks[3] <= peaks[1] * 1.02, peaks
+
+
+def test_a_small_grpo_run_is_judged_by_its_own_measured_peak(models, tmp_path):
+    """`plan` measures a config this small whole (core/memory/replica.py WHOLE_BYTES), each
+    answer as long as it may be, and a run of it peaks where plan said. Answers of at most 4
+    tokens are padded to 8 whatever was sampled, so every step of the run is the widest."""
+    data = tmp_path / "one-batch"
+    data.mkdir()
+    rows = "".join(line + "\n" for line in (RL / "train.jsonl").read_text().splitlines()[:2])
+    (data / "train.jsonl").write_text(rows)
+    (data / "valid.jsonl").write_text(rows)
+    flags = ["--model", "zyquo-tiny", "--data", str(data), "--objective", "grpo",
+             "--reward", "exact_answer,length", "--group-size", "4",
+             "--max-completion-tokens", "4", "--batch-size", "2", "--iters", "3",
+             "--steps-per-report", "1", "--steps-per-eval", "100", "--save-every", "100",
+             "--val-batches", "1"]
+    planned = zyquo_cli("plan", *flags, "--json")
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    assert plan["replica"]["scale"] == 1, plan["replica_skipped"]
+    assert any(note.startswith("measured whole") for note in plan["notes"]), plan["notes"]
+    made = zyquo_cli("runs", "new", *flags)
+    assert made.returncode == 0, made.stderr
+    run_id = made.stdout.strip()
+    started = zyquo_cli("runs", "start", run_id, "--wait")
+    assert started.returncode == 0, started.stderr
+    events = read_events(RunStore().run_dir(run_id) / "events.jsonl")
+    peak = max(e["peak_memory_bytes"] for e in events if e["type"] == "train")
+    assert abs(plan["estimate_bytes"] - peak) <= 0.02 * peak, (plan["estimate_bytes"], peak)

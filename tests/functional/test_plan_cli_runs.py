@@ -8,6 +8,8 @@ from test_memory import GIB
 from test_plan_cli import REPO, estimate_of, fake_machine, plan
 from test_plan_cli import model  # noqa: F401  (a fixture the tests here take)
 
+from zyquo_tui.core.memory import replica as replica_module
+
 from zyquo_tui.core.memory.history import (
     HISTORY_ABSOLUTE_SLACK,
     HISTORY_FILE,
@@ -114,9 +116,14 @@ def test_a_measure_of_the_small_sample_model_does_not_scale_later_plans(
     assert later["estimate_bytes"] == later["model_estimate_bytes"]
 
 
-def test_the_verdict_is_judged_by_a_replicas_measured_peak(capsys, tiny_model, isolated_home):
+def test_the_verdict_is_judged_by_a_replicas_measured_peak(capsys, tiny_model, isolated_home,
+                                                           monkeypatch):
     """Real training of the replica (a copy of the sample model with its widths divided) in a
-    subprocess; the verdict judges the peak it predicts, and the breakdown says so."""
+    subprocess; the verdict judges the peak it predicts, and the breakdown says so. The sample
+    model's configs are small enough to be measured whole (replica.py's WHOLE_BYTES): held at
+    0 here, plan takes a replica proper, and the whole measurement of the same config, made
+    after, checks its prediction."""
+    monkeypatch.setattr(replica_module, "WHOLE_BYTES", 0)
     fake_machine(isolated_home, 64 * GIB)
     args = ("--model", tiny_model, "--num-layers", "-1", "--data",
             REPO / "sample_data" / "completions")
@@ -132,6 +139,13 @@ def test_the_verdict_is_judged_by_a_replicas_measured_peak(capsys, tiny_model, i
     status, terms, _ = plan(capsys, *args, "--json")  # --no-replica: the terms alone
     assert terms["replica"] is None and terms["estimate_bytes"] == data["model_estimate_bytes"]
     assert terms["replica_skipped"] == "not measured (--no-replica)"
+    monkeypatch.undo()
+    status, whole, _ = plan(capsys, *args, "--json", replica=True)
+    assert status == 0 and whole["replica"]["scale"] == 1
+    # measured 0.25% apart; a replica's margin is REPLICA_ERROR (5%)
+    assert abs(data["estimate_bytes"] / whole["estimate_bytes"] - 1) <= 0.03, (data, whole)
+    status, text, _ = plan(capsys, *args, replica=True)
+    assert "measured whole" in text
 
 
 def test_without_a_replica_the_terms_judge_and_the_plan_says_why(capsys, model, isolated_home):

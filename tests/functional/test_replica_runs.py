@@ -13,6 +13,7 @@ from test_replica import config
 
 from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
+from zyquo_tui.core.memory import replica as replica_module
 from zyquo_tui.core.memory.replica import plan_replica
 from zyquo_tui.core.runs.settings import Method
 
@@ -27,10 +28,13 @@ def test_the_planner_imports_no_mlx():
     assert done.stdout.strip() == "[]"
 
 
-def test_the_start_gate_asks_a_replica_before_it_refuses(tiny_model):
+def test_the_start_gate_asks_a_replica_before_it_refuses(tiny_model, monkeypatch):
     """The terms over-state this config (all layers of the sample model at 512 tokens) by
     about 15%; with a budget just under their figure they refuse it, and the replica, trained
-    for real in a subprocess, lets it start with what it measured recorded in the run."""
+    for real in a subprocess, lets it start with what it measured recorded in the run. (The
+    sample model's configs are small enough to be measured whole: WHOLE_BYTES held at 0 makes
+    it a replica proper.)"""
+    monkeypatch.setattr(replica_module, "WHOLE_BYTES", 0)
     from zyquo_tui.core.errors import UserError
     from zyquo_tui.core.memory.advisor import MemoryAdvisor, Verdict, gate
     from zyquo_tui.core.memory.budget import MemoryBudget
@@ -77,9 +81,11 @@ def test_a_dpo_reference_in_another_folder_has_no_replica(tiny_model):
                        "replica does not scale")
 
 
-def test_a_replica_that_would_crowd_the_memory_is_not_measured(tiny_model):
+def test_a_replica_that_would_crowd_the_memory_is_not_measured(tiny_model, monkeypatch):
     """A replica k^2 times smaller than the config still needs memory: above half of what is
-    free it is not started (nothing trains), and the terms judge."""
+    free it is not started (nothing trains), and the terms judge. (WHOLE_BYTES at 0: a replica
+    proper, not the config measured whole.)"""
+    monkeypatch.setattr(replica_module, "WHOLE_BYTES", 0)
     from zyquo_tui.core.memory.advisor import MemoryAdvisor
     from zyquo_tui.core.memory.budget import MemoryBudget
     from zyquo_tui.core.memory.history import MemoryHistory
@@ -96,3 +102,20 @@ def test_a_replica_that_would_crowd_the_memory_is_not_measured(tiny_model):
     assert why_not.startswith(f"no replica: even with its widths divided by {scale} it would "
                               "need about ")
     assert why_not.endswith("more than half the memory free")
+
+
+def test_a_config_that_would_crowd_the_memory_measured_whole_is_not_measured(tiny_model):
+    from zyquo_tui.core.memory.advisor import MemoryAdvisor
+    from zyquo_tui.core.memory.budget import MemoryBudget
+    from zyquo_tui.core.memory.history import MemoryHistory
+
+    facts = ModelFacts.from_folder(tiny_model)
+    real = config(num_layers=-1, max_seq_length=128, longest_row_tokens=128)
+    terms = MemoryAdvisor(MemoryBudget.fixed(1 << 40), history=MemoryHistory()).estimate(
+        facts, real)
+    assert terms.model_bytes <= replica_module.WHOLE_BYTES  # measured whole, were there room
+    crowded = MemoryAdvisor(MemoryBudget.fixed(1 << 40, available_bytes=terms.model_bytes),
+                            history=MemoryHistory())
+    estimate, why_not = crowded.replica_estimate(facts, terms)
+    assert estimate is None
+    assert why_not.startswith("no replica: measured whole it would need about ")

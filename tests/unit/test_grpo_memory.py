@@ -19,7 +19,7 @@ from zyquo_tui.core.memory.estimate import (
     features,
     generation_bytes,
 )
-from zyquo_tui.core.memory.replica import plan_replica, why_no_replica
+from zyquo_tui.core.memory.replica import Replica, can_measure_whole, plan_replica, why_no_replica
 from zyquo_tui.core.runs.settings import SETTINGS, Hyperparameters, Method
 
 
@@ -81,6 +81,15 @@ def test_no_replica_stands_for_a_grpo_run():
                     "vocab_size": 32000, "num_hidden_layers": 4}
     assert plan_replica(model_config, config) is None
     assert "answers are sampled" in why_no_replica(model_config, config)
+
+
+def test_a_small_grpo_run_is_measured_whole_its_prompts_as_long_as_the_longest():
+    config = TrainingConfig.from_hyperparameters(Method.LORA, grpo_hp(), longest_row_tokens=17)
+    assert can_measure_whole(config, 20 * 2**20)
+    whole = Replica.whole({}, config)
+    # every setting kept; its synthetic prompts as long as the longest (the answers are
+    # sampled to max_completion_tokens by trainer/measure.py)
+    assert whole.scale == 1 and whole.config == config and whole.synthetic_tokens == 17
 
 
 def test_a_grpo_step_counts_its_answers_and_their_cost_beside_training():

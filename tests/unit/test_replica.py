@@ -8,7 +8,13 @@ import json
 
 from zyquo_tui.core.memory.estimate import TrainingConfig, features
 from zyquo_tui.core.memory.facts import ModelFacts
-from zyquo_tui.core.memory.replica import plan_replica, why_no_replica
+from zyquo_tui.core.memory.replica import (
+    WHOLE_BYTES,
+    Replica,
+    can_measure_whole,
+    plan_replica,
+    why_no_replica,
+)
 from zyquo_tui.core.runs.settings import Method
 
 LLAMA_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
@@ -143,3 +149,23 @@ def test_a_replicas_figure_replaces_the_terms_and_any_history_correction(isolate
     uncalibrated = advisor(budget_bytes=budget, device="gpu")
     assert uncalibrated.margin(estimate) == GPU_COEFFICIENTS.held_out_error
     assert uncalibrated.judge(estimate).verdict is Verdict.TIGHT
+
+
+def test_a_config_small_enough_is_measured_whole_rows_cut_at_its_widest_batch():
+    small = config(max_seq_length=256, longest_row_tokens=55)
+    assert can_measure_whole(small, WHOLE_BYTES)
+    assert not can_measure_whole(small, WHOLE_BYTES + 1)
+    whole = Replica.whole(LLAMA_8B, small)
+    assert whole.scale == 1 and whole.whole_config and whole.model_config is LLAMA_8B
+    # rows of exactly the widest batch's tokens (1 + a multiple of 32), cut there
+    assert small.batch_width == 65
+    assert whole.synthetic_tokens == 65 and whole.config.max_seq_length == 65
+    assert whole.config.batch_width == 65 and whole.config.model_tokens == small.model_tokens
+    # and at scale 1 the prediction is the measured peak, its weights the real model's
+    assert whole.real_peak(10_000, 1_000, 1_000) == 10_000
+
+
+def test_what_synthetic_rows_cannot_stand_for_is_not_measured_whole():
+    assert not can_measure_whole(config(quantize_base=(4, 64)), 0)  # the base quantized first
+    assert not can_measure_whole(config(packed=True), 0)  # equal rows pack one a sequence
+    assert not can_measure_whole(config(objective="distill"), 0)  # another model, the teacher

@@ -70,11 +70,15 @@ class Sampler:
         self.reward_weights = SETTINGS["reward_weights"].get(settings)
         self.reward_timeout = float(SETTINGS["reward_timeout"].get(settings))
         self.rewards: Rewards | None = None  # loaded at the first step (they run user code)
+        # What stops an answer: None, the model's end-of-sequence tokens; [] nothing before
+        # max_completion_tokens (trainer/measure.py: the widest step a run can meet).
+        self.stop: list[int] | None = None
         self.step = 0  # the loop's step in progress, to name it when a reward fails
 
     def rollout(self, rows: list[PromptRow]) -> "Rollout":
         completions = complete_batch(self.model, self.tokenizer, [row.tokens for row in rows],
-                                     self.max_tokens, self.temperature, copies=self.group_size)
+                                     self.max_tokens, self.temperature, copies=self.group_size,
+                                     stop=self.stop)
         scores = self._score(rows, completions)
         advantages = mx.array(losses.grpo_advantages(scores.totals, self.group_size),
                               dtype=mx.float32)

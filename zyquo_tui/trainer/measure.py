@@ -24,7 +24,8 @@ SPEC is a JSON object (or `-` for stdin):
 A preference run (hyperparameters' zyquo_tui.objective dpo or orpo) trains pairs: its longest
 pairs, or synthetic ones (each side `synthetic_tokens` long, a quarter of it prompt). A grpo run
 samples answers to its longest prompts (or to synthetic prompts `synthetic_tokens` long) and
-trains on them, as its steps do.
+trains on them, as its steps do; each answer runs to max_completion_tokens (no end-of-sequence
+token stops it), the widest step the run can meet.
 (Every row's token count comes from `python -m zyquo_tui.trainer.token_stats --lengths`.)
 Exit status: 0 with the JSON result, 1 with {"error": sentence} when training could not run.
 """
@@ -205,6 +206,9 @@ def _measure(spec: dict[str, Any]) -> dict[str, Any]:
                                              max(lengths) if lengths else None)
         loop = TrainingLoop(model, optimizer, _Rows(rows), [], settings, Path(adapters), hooks,
                             objective_for(settings, model, run.model, chunk_tokens, tokenizer))
+        sampler = getattr(loop.objective, "sampler", None)
+        if sampler is not None:  # a grpo run's widest step: every answer as long as it may be
+            sampler.stop = []
         first = loop.batches._make_batch(list(range(hp.batch_size)))
         # (a grpo batch is prompts: its width is known once their answers are sampled)
         width = int(first[0].shape[1]) if hasattr(first[0], "shape") else None

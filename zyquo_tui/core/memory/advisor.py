@@ -36,7 +36,13 @@ from zyquo_tui.core.memory.measure import (
     ReplicaMeasurement,
     measure_replica,
 )
-from zyquo_tui.core.memory.replica import REPLICA_ERROR, plan_replica, why_no_replica
+from zyquo_tui.core.memory.replica import (
+    REPLICA_ERROR,
+    Replica,
+    can_measure_whole,
+    plan_replica,
+    why_no_replica,
+)
 from zyquo_tui.core.runs.out_of_memory import memory_limit
 from zyquo_tui.core.runs.problems import Problem
 from zyquo_tui.core.runs.run import Run
@@ -229,9 +235,14 @@ class MemoryAdvisor:
                      if name != "history_correction"}
         breakdown["replica_correction"] = measured.peak_bytes - estimate.model_bytes
         notes = [note for note in estimate.notes if not note.startswith("corrected by")]
-        notes.append(f"measured on a replica with every width divided by "
-                     f"{measured.replica.scale} ({fmt_bytes(measured.replica_peak_bytes)} "
-                     f"peak, {measured.seconds:.0f} s): MLX's own schedule, not the terms' sum.")
+        if measured.replica.whole_config:
+            notes.append(f"measured whole (a config this small costs what a replica would, "
+                         f"{measured.seconds:.0f} s): MLX's own peak, not the terms' sum.")
+        else:
+            notes.append(f"measured on a replica with every width divided by "
+                         f"{measured.replica.scale} ({fmt_bytes(measured.replica_peak_bytes)} "
+                         f"peak, {measured.seconds:.0f} s): MLX's own schedule, not the terms' "
+                         "sum.")
         return dataclasses.replace(estimate, total_bytes=measured.peak_bytes,
                                    breakdown=breakdown, notes=notes, correction=None,
                                    replica=measured.to_json())
@@ -256,13 +267,17 @@ class MemoryAdvisor:
             model_config = json.loads((Path(model.path) / "config.json").read_text("utf-8"))
         except (OSError, ValueError) as error:
             return None, f"no replica: its config.json could not be read ({error})"
-        replica = plan_replica(model_config, config)
+        replica = (Replica.whole(model_config, config)
+                   if can_measure_whole(config, estimate.model_bytes)
+                   else plan_replica(model_config, config))
         if replica is None:
             return None, f"no replica: {why_no_replica(model_config, config)}"
         need = estimate.model_bytes / replica.scale ** 2
         if need > self.budget.available_bytes / 2:
-            return None, (f"no replica: even with its widths divided by {replica.scale} it "
-                          f"would need about {fmt_bytes(need)}, more than half the memory free")
+            how = ("measured whole" if replica.whole_config
+                   else f"even with its widths divided by {replica.scale}")
+            return None, (f"no replica: {how} it would need about {fmt_bytes(need)}, more "
+                          "than half the memory free")
         try:
             measured = measure_replica(model.path, model, config, replica,
                                        hyperparameters=hyperparameters,

@@ -127,9 +127,10 @@ def measure_replica(model_path: str, model: ModelFacts, config: TrainingConfig,
         "hyperparameters": replica.config.to_hyperparameters(hyperparameters).to_dict(),
         "steps": steps,
         "extra_config": extra_config or {},
-        "synthetic_tokens": replica.config.batch_width,
-        "replica": {"config": replica.model_config, "dtype": model.compute_dtype},
+        "synthetic_tokens": replica.synthetic_tokens,
     }
+    if not replica.whole_config:  # scale 1 trains the model itself
+        spec["replica"] = {"config": replica.model_config, "dtype": model.compute_dtype}
     result = _subprocess_json(python_command(MEASURE, "-", python=python), spec, timeout,
                               cancelled)
     peak = int(result["peak_memory_bytes"])

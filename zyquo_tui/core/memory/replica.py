@@ -49,6 +49,13 @@ MIN_HIDDEN = 32
 # are in flight depends on how fast the device drains MLX's queue, which varies from run to
 # run (the same replica measured twice: -4.9% and +1.6%); without it, -2.6%.
 REPLICA_ERROR = 0.05
+# A config the terms put at or below this is measured whole (a "replica" of scale 1): at that
+# size its own few steps cost what a replica's would (a process start and a second or two), and
+# nothing is scaled. It is how the smallest models, which no replica can divide (a hidden size
+# below 2 x MIN_HIDDEN), and grpo runs, whose sampled answers do not scale, get a measured
+# figure: the terms over-state such small configs most (a fixed amount is a large share of a
+# few MiB).
+WHOLE_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,32 @@ class Replica:
     model_config: dict[str, Any]
     config: TrainingConfig  # its rows: the real ones' tokens / scale, exactly (not padded)
     group_size: int | None  # the replica's quantization group (None: not quantized)
+
+    @classmethod
+    def whole(cls, model_config: dict[str, Any], config: TrainingConfig) -> Replica:
+        """The config itself (scale 1), its rows exactly as wide as its widest batch: an SFT
+        or preference row of batch_width tokens, cut there (no padding to a multiple of 32
+        beyond it); a grpo run's prompts as long as its longest, each answer as long as it may
+        be (trainer/measure.py samples them to max_completion_tokens)."""
+        if config.objective == "grpo":
+            return cls(scale=1, model_config=model_config, config=config, group_size=None)
+        width = config.batch_width
+        return cls(scale=1, model_config=model_config, group_size=None,
+                   config=dataclasses.replace(config, max_seq_length=width,
+                                              longest_row_tokens=width))
+
+    @property
+    def whole_config(self) -> bool:
+        return self.scale == 1
+
+    @property
+    def synthetic_tokens(self) -> int:
+        """The tokens of each synthetic row trainer/measure.py trains on: a grpo run's prompt,
+        every other run's whole row."""
+        if self.config.objective == "grpo":
+            return min(self.config.longest_row_tokens or self.config.max_seq_length,
+                       self.config.max_seq_length)
+        return self.config.batch_width
 
     def real_peak(self, replica_peak: float, replica_weights: float,
                   real_weights: float) -> float:
@@ -98,11 +131,21 @@ def _group_size(widths: list[int], wanted: int) -> int | None:
     return None
 
 
+def can_measure_whole(config: TrainingConfig, terms_bytes: float) -> bool:
+    """Whether the config is small enough to be measured whole (WHOLE_BYTES) and a measurement
+    of synthetic rows stands for it: not a base quantized first (a QLoRA suggestion: the
+    measurement would need the quantized copy) nor packed rows (synthetic rows all of one
+    length pack one a sequence)."""
+    return (terms_bytes <= WHOLE_BYTES and config.quantize_base is None and not config.packed
+            and config.objective != "distill")
+
+
 def why_no_replica(model_config: dict[str, Any], config: TrainingConfig) -> str | None:
     """Why no replica can stand for this config, or None when one can."""
     if config.objective == "grpo":
         return ("a grpo run's answers are sampled, so their length does not scale with a "
-                "replica's; `plan --measure` measures the run whole")
+                f"replica's, and it is larger than the {WHOLE_BYTES // 2**20} MiB measured "
+                "whole; `plan --measure` measures the run whole")
     for key in UNSCALED_WIDTH_KEYS:
         if key in model_config:
             return f"its config.json has {key}, a width a replica does not scale"

@@ -104,8 +104,8 @@ class SetupPanel:
         # The replica starts from the terms as they are, not from this screen's note about it
         # (which its estimate would otherwise carry on after it is measured).
         terms = dataclasses.replace(plan.estimate, notes=list(plan.estimate.notes))
-        plan.estimate.notes.insert(0, "a replica of this config is being measured: the "
-                                      "terms' estimate until it is")
+        plan.estimate.notes.insert(0, "this config's peak is being measured (on a replica, "
+                                      "or whole when small): the terms' estimate until it is")
         if key != self.replica_key:
             self.replica_key = key
             if self._replica_timer is not None:
