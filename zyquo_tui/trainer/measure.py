@@ -82,6 +82,13 @@ def _run_of(spec: dict[str, Any]) -> Run:
     return draft.to_run(check=False)
 
 
+def _vocab_size(tokenizer, spec: dict[str, Any]) -> int:
+    """How many token ids synthetic rows may draw from: the replica's vocabulary, else the
+    tokenizer's."""
+    return int(spec.get("synthetic_vocab") or 0) or max(
+        int(getattr(tokenizer, "vocab_size", 0) or 0), 16)
+
+
 def _worst_batch(run: Run, tokenizer, spec: dict[str, Any]) -> tuple[list[Any], list[int] | None]:
     """The rows of the batch with the longest sequences, and every row's token count."""
     from zyquo_tui.core.runs.settings import PREFERENCE_OBJECTIVES, SETTINGS
@@ -95,8 +102,9 @@ def _worst_batch(run: Run, tokenizer, spec: dict[str, Any]) -> tuple[list[Any], 
 
         if spec.get("synthetic_tokens"):
             length = int(spec["synthetic_tokens"])
-            return [PromptRow(list(range(5, 5 + length)), "", "0") for _ in range(batch_size)
-                    ], None
+            vocab = _vocab_size(tokenizer, spec)  # token ids the model has, however long
+            prompt = [5 + i % (vocab - 5) for i in range(length)]
+            return [PromptRow(list(prompt), "", "0") for _ in range(batch_size)], None
         dataset, _, _, lengths, _ = loading.load_prompt_data(run, tokenizer)
         longest = sorted(range(len(lengths)), key=lambda i: lengths[i],
                          reverse=True)[:batch_size]
@@ -105,8 +113,7 @@ def _worst_batch(run: Run, tokenizer, spec: dict[str, Any]) -> tuple[list[Any], 
         import numpy as np
 
         length = int(spec["synthetic_tokens"])
-        vocab = int(spec.get("synthetic_vocab") or 0) or max(
-            int(getattr(tokenizer, "vocab_size", 0) or 0), 16)
+        vocab = _vocab_size(tokenizer, spec)
         rng = np.random.default_rng(0)
 
         def row():

@@ -134,8 +134,8 @@ def _group_size(widths: list[int], wanted: int) -> int | None:
 def can_measure_whole(config: TrainingConfig, terms_bytes: float) -> bool:
     """Whether the config is small enough to be measured whole (WHOLE_BYTES) and a measurement
     of synthetic rows stands for it: not a base quantized first (a QLoRA suggestion: the
-    measurement would need the quantized copy) nor packed rows (synthetic rows all of one
-    length pack one a sequence)."""
+    measurement would need the quantized copy), packed rows (synthetic rows all of one length
+    pack one a sequence) or a distillation (its teacher is another model)."""
     return (terms_bytes <= WHOLE_BYTES and config.quantize_base is None and not config.packed
             and config.objective != "distill")
 
