@@ -411,3 +411,29 @@ def test_a_small_grpo_run_is_judged_by_its_own_measured_peak(models, tmp_path):
     events = read_events(RunStore().run_dir(run_id) / "events.jsonl")
     peak = max(e["peak_memory_bytes"] for e in events if e["type"] == "train")
     assert abs(plan["estimate_bytes"] - peak) <= 0.02 * peak, (plan["estimate_bytes"], peak)
+
+
+def test_a_grpo_measurement_trains_the_widest_step_whatever_stops_the_answers(tiny_model,
+                                                                             tmp_path):
+    """A copy of the sample model for which every token ends a sequence: sampled as a run
+    samples, each answer would stop at its first token. The measurement samples every answer
+    to max_completion_tokens (trainer/measure.py), so the step it trains is as wide as the
+    terms assume the widest can be."""
+    import shutil
+
+    from zyquo_tui.core.memory.estimate import TrainingConfig
+    from zyquo_tui.core.memory.measure import measure_peak
+    from zyquo_tui.core.runs.settings import Hyperparameters, Method
+
+    model = tmp_path / "every-token-stops"
+    shutil.copytree(tiny_model, model)
+    config_json = json.loads((model / "config.json").read_text())
+    config_json["eos_token_id"] = list(range(config_json["vocab_size"]))
+    (model / "config.json").write_text(json.dumps(config_json))
+    hp = Hyperparameters.from_dict({"batch_size": 2, "max_seq_length": 32, "num_layers": -1})
+    for key, value in {**GRPO_SETTINGS, "max_completion_tokens": 20}.items():
+        SETTINGS[key].set(hp, value)
+    config = TrainingConfig.from_hyperparameters(Method.LORA, hp, longest_row_tokens=12)
+    measured = measure_peak(str(model), config, hyperparameters=hp)
+    # a prompt of 12 tokens, answers of 20, padded to 8: 40 (answers of one token: 16)
+    assert measured.batch_width == config.batch_width == 40

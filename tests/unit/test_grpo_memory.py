@@ -89,7 +89,7 @@ def test_a_small_grpo_run_is_measured_whole_its_prompts_as_long_as_the_longest()
     whole = Replica.whole({}, config)
     # every setting kept; its synthetic prompts as long as the longest (the answers are
     # sampled to max_completion_tokens by trainer/measure.py)
-    assert whole.scale == 1 and whole.config == config and whole.synthetic_tokens == 17
+    assert whole.scale == 1 and whole.config == config and whole.config.synthetic_row_tokens == 17
 
 
 def test_a_grpo_step_counts_its_answers_and_their_cost_beside_training():

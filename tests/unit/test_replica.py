@@ -159,7 +159,7 @@ def test_a_config_small_enough_is_measured_whole_rows_cut_at_its_widest_batch():
     assert whole.scale == 1 and whole.whole_config and whole.model_config is LLAMA_8B
     # rows of exactly the widest batch's tokens (1 + a multiple of 32), cut there
     assert small.batch_width == 65
-    assert whole.synthetic_tokens == 65 and whole.config.max_seq_length == 65
+    assert whole.config.synthetic_row_tokens == 65 and whole.config.max_seq_length == 65
     assert whole.config.batch_width == 65 and whole.config.model_tokens == small.model_tokens
     # and at scale 1 the prediction is the measured peak, its weights the real model's
     assert whole.real_peak(10_000, 1_000, 1_000) == 10_000

@@ -277,13 +277,18 @@ class TrainingConfig:
         return 2 if self.objective in PREFERENCE_OBJECTIVES else 1
 
     @property
+    def prompt_tokens(self) -> int:
+        """A grpo run's longest prompt, cut to max_seq_length (unknown: max_seq_length)."""
+        return min(self.longest_row_tokens or self.max_seq_length, self.max_seq_length)
+
+    @property
     def batch_width(self) -> int:
         """Tokens per row of the widest batch, as trainer/batches.py pads and cuts it (a grpo
         run's: the prompt, cut to max_seq_length, and its longest answer, as trainer/grpo.py
         pads them)."""
         if self.objective == "grpo":
-            prompt = min(self.longest_row_tokens or self.max_seq_length, self.max_seq_length)
-            return GRPO_PAD * math.ceil((prompt + self.completion_tokens + 1) / GRPO_PAD)
+            return GRPO_PAD * math.ceil((self.prompt_tokens + self.completion_tokens + 1)
+                                        / GRPO_PAD)
         if self.longest_row_tokens is None:
             return self.max_seq_length
         longest = self.longest_row_tokens
@@ -315,11 +320,16 @@ class TrainingConfig:
         if self.objective == "grpo" and not self.grad_checkpoint:
             # An answer has at most completion_tokens tokens, the stop token included; the
             # model reads all of them but the last, after the prompt.
-            prompt = min(self.longest_row_tokens or self.max_seq_length, self.max_seq_length)
             answer = GRPO_PAD * math.ceil(max(self.completion_tokens, 1) / GRPO_PAD)
-            prompt = GRPO_PAD * math.ceil(prompt / GRPO_PAD)
+            prompt = GRPO_PAD * math.ceil(self.prompt_tokens / GRPO_PAD)
             return answer - 1 + math.ceil(prompt / max(self.group_size, 1))
         return max(self.batch_width - 1, 1)
+
+    @property
+    def synthetic_row_tokens(self) -> int:
+        """The tokens of each synthetic row a measurement trains on (trainer/measure.py): a
+        grpo run's prompt (its answers are sampled), every other run's whole row."""
+        return self.prompt_tokens if self.objective == "grpo" else self.batch_width
 
     @property
     def predicted_tokens(self) -> int:

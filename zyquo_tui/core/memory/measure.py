@@ -67,9 +67,10 @@ def measure_peak(model_path: str, config: TrainingConfig, *, data: str | None = 
                  cancelled: Callable[[], bool] | None = None) -> Measurement:
     """Train `steps` real steps of the config in a subprocess (trainer/measure.py).
 
-    With `data`, on the dataset's longest rows (its worst batch); without, on rows of
-    batch_width random tokens. `hyperparameters` gives the settings the config does not hold
-    (optimizer_config, LoRA scale...). Blocks until done: call it from a worker thread;
+    With `data`, on the dataset's longest rows (its worst batch); without, on synthetic rows
+    of `TrainingConfig.synthetic_row_tokens` random tokens (a grpo run's: its prompts).
+    `hyperparameters` gives the settings the config does not hold (optimizer_config, LoRA
+    scale...). Blocks until done: call it from a worker thread;
     `cancelled()` turning true kills the subprocess (a UserError).
     """
     spec: dict[str, Any] = {
@@ -82,7 +83,7 @@ def measure_peak(model_path: str, config: TrainingConfig, *, data: str | None = 
     if data:
         spec["data"] = data
     else:
-        spec["synthetic_tokens"] = config.batch_width
+        spec["synthetic_tokens"] = config.synthetic_row_tokens
     result = _subprocess_json(python_command(MEASURE, "-", python=python), spec, timeout,
                               cancelled)
     device = GPU if "gpu" in str(result.get("device", "")).lower() else CPU
@@ -127,7 +128,7 @@ def measure_replica(model_path: str, model: ModelFacts, config: TrainingConfig,
         "hyperparameters": replica.config.to_hyperparameters(hyperparameters).to_dict(),
         "steps": steps,
         "extra_config": extra_config or {},
-        "synthetic_tokens": replica.synthetic_tokens,
+        "synthetic_tokens": replica.config.synthetic_row_tokens,
     }
     if not replica.whole_config:  # scale 1 trains the model itself
         spec["replica"] = {"config": replica.model_config, "dtype": model.compute_dtype}

@@ -85,15 +85,6 @@ class Replica:
     def whole_config(self) -> bool:
         return self.scale == 1
 
-    @property
-    def synthetic_tokens(self) -> int:
-        """The tokens of each synthetic row trainer/measure.py trains on: a grpo run's prompt,
-        every other run's whole row."""
-        if self.config.objective == "grpo":
-            return min(self.config.longest_row_tokens or self.config.max_seq_length,
-                       self.config.max_seq_length)
-        return self.config.batch_width
-
     def real_peak(self, replica_peak: float, replica_weights: float,
                   real_weights: float) -> float:
         """The real config's peak from the replica's measured one (the module's formula)."""
