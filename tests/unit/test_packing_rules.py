@@ -8,6 +8,7 @@ from zyquo_tui.core.library.run_checks import ModelTraits, fit_default_packing, 
 from zyquo_tui.core.runs.packing import (
     best_fit_decreasing,
     pack_rows,
+    packed_width,
     packing_refusal,
     row_positions,
 )
@@ -30,14 +31,21 @@ def test_a_row_cut_at_max_seq_length_takes_one_position_fewer():
         [[0], [1]], 64)
 
 
+def test_packed_widths_round_short_sequences_finely_and_long_ones_as_mlx_lm_pads():
+    assert [packed_width(n) for n in (1, 8, 9, 78, 128)] == [8, 8, 16, 80, 128]
+    assert [packed_width(n) for n in (129, 250, 256)] == [144, 256, 256]
+    assert [packed_width(n) for n in (257, 300, 2048)] == [288, 320, 2048]
+
+
 def test_a_batch_packs_into_the_width_that_costs_least_never_wider_than_the_rows_allow():
-    # Four rows of about 40: two sequences of 96 (192 positions) or one of 160. Where
-    # attention costs much (a narrow model) the two are cheaper; where it costs little, the one.
+    # Four rows of about 40: one a sequence at 48 (192 positions), two at 80 (160) or all at
+    # 160 (160). Where attention costs much (a narrow model) the narrowest are cheapest; where
+    # it costs little, the fewest positions, in the narrower sequences.
     sizes = [40, 41, 39, 30]
     bins, width = pack_rows(sizes, 256, 64)
-    assert width == 96 and sorted(len(b) for b in bins) == [2, 2]
+    assert width == 48 and len(bins) == 4
     bins, width = pack_rows(sizes, 256, 10**6)
-    assert width == 160 and len(bins) == 1
+    assert width == 80 and sorted(len(b) for b in bins) == [2, 2]
     # Rows that fill their sequences stay one a sequence, at the unpacked width.
     assert pack_rows([63, 63, 63, 63], 64, 384) == ([[0], [1], [2], [3]], 64)
     # Never wider than max_seq_length, never more sequences than rows.
