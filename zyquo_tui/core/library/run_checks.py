@@ -230,8 +230,8 @@ def fit_default_layers(hp: Hyperparameters, model: ModelTraits) -> bool:
 
 def fit_default_packing(hp: Hyperparameters, model: ModelTraits) -> bool:
     """Packing nobody chose stays off on a model that cannot pack (off by default, packing
-    may come on from a preset or a copied run); True when it changed. Packing asked for there is the check's to
-    refuse."""
+    may come on from a preset or a copied run); True when it changed. Packing asked for
+    there is the check's to refuse."""
     if SETTINGS["pack"].get(hp) is True and model.packing_refusal:
         SETTINGS["pack"].set(hp, False)
         return True
