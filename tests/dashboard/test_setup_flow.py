@@ -411,6 +411,29 @@ async def test_a_draft_is_a_configured_run_and_the_queue_takes_the_next(models, 
         assert queued[0][1] == {"override_memory": False, "override_disk": False}
 
 
+async def test_pack_rows_is_a_switch_the_verdict_follows_and_the_draft_keeps(models):
+    """Pack rows is one of the form's basic settings: switched on from the keyboard, the
+    verdict's attention term widens to the packed sequences (docs/memory.md: batch x the
+    longest row), and the draft the form makes packs."""
+    app = dashboard(lambda home: FixedSources(home, lengths=[60]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_new_run(pilot, model=str(models["zyquo-tiny"]), data=COMPLETIONS)
+        await settle(pilot, screen)
+        unpacked = screen.plan.estimate.breakdown["attention"]
+        row = await screen.form.reveal("pack")
+        await pilot.pause()
+        row.control.focus()
+        await pilot.press("space")
+        await settle(pilot, screen)
+        assert screen.plan.estimate.config.packed
+        assert screen.plan.estimate.breakdown["attention"] > unpacked
+        screen.query_one("#setup-form").focus()
+        await pilot.press("d")
+        await until(pilot, lambda: app.screen is not screen, "the form to close")
+        (draft,) = RunStore().list()
+        assert SETTINGS["pack"].get(draft.hyperparameters) is True
+
+
 async def test_new_run_like_an_existing_one_copies_its_settings(models):
     """N on a selected run opens the form filled with its model, dataset, method and
     hyperparameters, named "... (again)"."""

@@ -319,7 +319,7 @@ SETTINGS: dict[str, Setting] = {setting.key: setting for setting in (
             "place each batch's rows into as few positions as pay, attention kept inside "
             "each row: far less padding, the same rows a step and the same per-token losses; "
             "attention-only models (llama, qwen, gemma, phi3...) only", BASIC,
-            "--pack", TrueOrFalse(), in_form=False, objectives=("sft",), called="pack"),
+            "--pack", TrueOrFalse(), objectives=("sft",), called="pack"),
     Setting("optimizer", "optimizer", CHOICE, "adam", "Optimizer",
             "how updates are made from gradients", ADVANCED, "--optimizer", OneOf(OPTIMIZERS),
             choices=OPTIMIZERS),
