@@ -258,9 +258,12 @@ def print_table(rows: list[dict], markdown: bool) -> None:
 FITTED = ("kept_hidden", "kept_mlp", "kept_full_inputs", "dora_outputs",
           "checkpoint_mlp", "checkpoint_attention", "working_hidden", "working_mlp",
           "fixed_bytes")
-# Fitted as the median that explains the configs whose peak is the optimizer's step.
+# Fitted to the configs whose peak is the optimizer's step.
 UPDATES = ("update_lora", "update_full")
-NEUTRAL = {**dict.fromkeys(FITTED + UPDATES, 1.0), "fixed_bytes": 0.0}
+# Fitted to every full fine-tuning config, whichever phase sets its peak: the share of its
+# gradients alive at once (estimate.alive_gradients).
+GRADIENT_SHARES = ("full_gradients", "full_gradients_adafactor", "full_gradients_sgd")
+NEUTRAL = {**dict.fromkeys(FITTED + UPDATES + GRADIENT_SHARES, 1.0), "fixed_bytes": 0.0}
 # Held at what the computation gives them, measured apart from every family: kept_lora (x @ A
 # is kept once), kept_inputs (the float32 copy of each adapter's input), checkpoint_hidden
 # (one input per checkpointed layer), loss (four logit-sized arrays in the loss's backward),
@@ -364,6 +367,7 @@ class Table:
             _EXACT,
             _KEPT,
             _WORKING,
+            alive_gradients,
         )
 
         q = self.q
@@ -385,7 +389,7 @@ class Table:
         step = sum(values[name] * q[name] for name in UPDATES)
         magnitudes = values["dora_weights"] * q["dora_weights"] - q["gradients"] \
             - q["optimizer_state"]
-        exact = sum(q[name] for name in _EXACT)
+        exact = sum(q[name] for name in _EXACT) - q["gradients"] + alive_gradients(q, values)
         total = exact + values["fixed_bytes"] + np.maximum(np.maximum(step, magnitudes),
                                                            backward) + q["reference"]
         return {"total": total, "exact": exact, "backward_top": backward >= np.maximum(
@@ -458,10 +462,12 @@ def solve(table: Table, where=None, fixed: dict[str, float] | None = None,
     peak is the larger of the loss's and the layers', and the optimizer's step may top it),
     so each round linearises it at the current multipliers: non-negative least squares over
     the rows whose peak is the backward pass, an underestimate weighing `underestimate_weight`
-    times an overestimate, then each `update_*` the median that explains the rows whose peak
-    is the step. A few rounds settle which rows are in which phase. (A row whose peak is DoRA's
-    magnitudes, a held term, has nothing to fit.) A multiplier that no row in its phase
-    depends on keeps its neutral value and is named in `unsourced`.
+    times an overestimate; then update_lora, the median that explains the adapter rows whose
+    peak is the step; then full fine-tuning's gradient shares and update_full, least squares
+    over its rows (the shares in either phase, update_full where the step is the peak). A few
+    rounds settle which rows are in which phase. (A row whose peak is DoRA's magnitudes, a
+    held term, has nothing to fit.) A multiplier that no row in its phase depends on keeps
+    its neutral value and is named in `unsourced`.
     """
     import numpy as np
 
@@ -483,20 +489,32 @@ def solve(table: Table, where=None, fixed: dict[str, float] | None = None,
         sourced = {name for name, column in zip(free, slopes.T) if np.any(column != 0)}
         values.update({name: float(v) if name in sourced else NEUTRAL[name]
                        for name, v in zip(free, x)})
+        phases = table.phases(values)
+        step_rows = mask & phases["step_top"]
+        has = step_rows & (table.q["update_lora"] > 0)
+        if has.any():
+            sourced.add("update_lora")
+            if "update_lora" not in fixed:
+                above = (table.peak - phases["exact"] - table.q["reference"]
+                         - values["fixed_bytes"])
+                values["update_lora"] = float(np.median(above[has] / table.q["update_lora"][has]))
+        full = mask & (table.q["_full"] > 0) & (phases["backward_top"] | step_rows)
+        columns = {name: table.q[name] for name in GRADIENT_SHARES}
+        columns["update_full"] = np.where(step_rows, table.q["update_full"], 0.0)
+        names = [name for name, column in columns.items() if np.any(column[full] != 0)]
+        sourced.update(names)
+        free_full = [name for name in names if name not in fixed]
+        if free_full:
+            a = np.stack([columns[name][full] for name in free_full], axis=1)
+            known = phases["total"][full] - a @ np.array([values[name] for name in free_full])
+            scale = weights[full] / table.peak[full]
+            x = nnls(a * scale[:, None], (table.peak[full] - known) * scale)
+            values.update({name: float(v) for name, v in zip(free_full, x)})
         errors = table.errors(values)
         weights = np.where(errors < 0, underestimate_weight, 1.0)
-        step_rows = mask & phases["step_top"]
-        for update in UPDATES:
-            has = step_rows & (table.q[update] > 0)
-            if has.any():
-                sourced.add(update)
-                if update not in fixed:
-                    ratios = ((table.peak[has] - phases["exact"][has] - table.q["reference"][has]
-                               - values["fixed_bytes"]) / table.q[update][has])
-                    values[update] = float(np.median(ratios))
         if all(abs(values[k] - before[k]) <= 1e-9 * max(1.0, abs(before[k])) for k in values):
             break
-    unsourced = frozenset(name for name in FITTED + UPDATES
+    unsourced = frozenset(name for name in FITTED + GRADIENT_SHARES + UPDATES
                           if name not in sourced and name not in fixed)
     return Fit(values, unsourced)
 
@@ -513,6 +531,7 @@ def needed_terms(table: Table, values: dict[str, float], where) -> frozenset[str
               if name != "fixed_bytes" and np.any(column != 0)}
     step = where & phases["step_top"]
     needed |= {update for update in UPDATES if np.any(table.q[update][step] > 0)}
+    needed |= {share for share in GRADIENT_SHARES if np.any(table.q[share][where] > 0)}
     return frozenset(needed)
 
 

@@ -8,7 +8,9 @@ reports after a few steps) without importing mlx, as a sum of terms:
   trainable_parameters  the LoRA/DoRA adapters (float32, as mlx-lm makes them); for full
                       fine-tuning the trained weights are already in base_weights
   gradients           one gradient per trainable parameter, plus the accumulation buffer
-                      that grad_accumulation_steps > 1 keeps between steps
+                      that grad_accumulation_steps > 1 keeps between steps; for full
+                      fine-tuning the share alive at once (a fitted multiplier: the step
+                      updates a layer as soon as its gradients exist)
   optimizer_state     adam/adamw two moments; sgd one buffer (MLX allocates it even without
                       momentum); muon one momentum buffer; adafactor a row and a column vector
                       per matrix (a full copy for vectors, and exp_avg when beta_1 is set)
@@ -158,10 +160,19 @@ class Coefficients:
     loss_overlap: float
     # The optimizer's step writes new moments while the old ones are alive: x the bytes of
     # the state the step rewrites (adam's m and v, muon's and sgd-with-momentum's v,
-    # adafactor's temporaries), for adapters (float32) and for full fine-tuning. It happens
-    # after the backward pass, so the peak is the larger of the backward pass and the step.
+    # adafactor's temporaries) for adapters (float32); for full fine-tuning x the new weights
+    # and that state of one layer (the largest trained), since its step updates a layer at a
+    # time. The peak is the larger of the backward pass and the step.
     update_lora: float
     update_full: float
+    # x full fine-tuning's gradients: the share of them alive at once. The compiled step
+    # updates a layer's weights as soon as its gradients exist, so they are never all alive
+    # together (counted whole, with a step over every layer's copies, 16 trained layers were
+    # over-stated by 89%). Fitted apart for adafactor, for sgd (which holds almost none) and
+    # for the rest (adam, adamw, muon). Adapters' gradients are few and counted whole.
+    full_gradients: float
+    full_gradients_adafactor: float
+    full_gradients_sgd: float
     fixed_bytes: float
     # x the working memory of the layer being differentiated (the working_* terms above) in a
     # grpo step whose prompts are computed once for their answers (trainer/shared_prompts.py);
@@ -170,7 +181,7 @@ class Coefficients:
     # the weights against SFT's 131.7; a vocabulary 8 times larger moved the gap by 2 MiB of
     # 13, so not the loss). Fitted on the grpo configs of 6 families, every other multiplier
     # held (bench/calibrate_memory.py --fit-grpo). Scaling every layer term instead (kept
-    # ones too) left the held-out families at 14.4% at worst, this at 10.4% (docs/memory.md).
+    # ones too) left the held-out families at 14.4% at worst, this at 13.8% (docs/memory.md).
     grpo_shared_working: float = 1.0
     # Not a multiplier: the largest underestimate of leave-one-family-out validation (each
     # model family estimated by multipliers fitted without it, from neutral starting values,
@@ -182,21 +193,22 @@ class Coefficients:
     calibrated: bool = True
 
 
-# Fitted on CPU with bench/calibrate_memory.py --fit (mlx 0.32.4, mlx-lm 0.32.2; 101 configs of
-# 25 model families), from neutral starting values, loss_overlap (0.5) and the
-# underestimate weight (2) chosen with the fit; loss, kept_lora, kept_inputs,
+# Fitted on CPU with bench/calibrate_memory.py --fit (mlx 0.32.4, mlx-lm 0.32.2; 109 configs of
+# 27 model families), from neutral starting values, loss_overlap (0.5) and the
+# underestimate weight (4) chosen with the fit; loss, kept_lora, kept_inputs,
 # checkpoint_hidden, kept_attention, working_attention and dora_weights held at what the
 # computation gives (measured), working_outputs and dora_adapted as their comments say.
 # held_out_error: the largest underestimate with the family left out of everything the fit
-# learns (wide-full-adafactor, -13.6%), plus the run-to-run spread measured
+# learns (wide-dora-acc2, -9.8%), plus the run-to-run spread measured
 # (bench/memory_calibration/repeats.json, 2.3%), rounded up. docs/memory.md has the table.
 CPU_COEFFICIENTS = Coefficients(
-    kept_hidden=9.872, kept_mlp=2.99, kept_attention=1.0, kept_lora=1.0, kept_inputs=1.0,
-    kept_full_inputs=0.778, dora_outputs=1.051, checkpoint_hidden=1.0, checkpoint_mlp=3.616,
-    working_hidden=12.221, working_mlp=5.466, working_attention=2.25, checkpoint_attention=0.729,
+    kept_hidden=9.924, kept_mlp=3.185, kept_attention=1.0, kept_lora=1.0, kept_inputs=1.0,
+    kept_full_inputs=1.116, dora_outputs=1.15, checkpoint_hidden=1.0, checkpoint_mlp=3.614,
+    working_hidden=13.426, working_mlp=5.407, working_attention=2.25, checkpoint_attention=0.795,
     working_outputs=0.0, dora_weights=1.0, dora_adapted=1.0, loss=4.0, loss_overlap=0.5,
-    update_lora=0.948, update_full=1.564, fixed_bytes=940297.0, held_out_error=0.16,
-    grpo_shared_working=0.594,
+    update_lora=0.931, update_full=2.347, full_gradients=0.618, full_gradients_adafactor=0.779,
+    full_gradients_sgd=0.01, fixed_bytes=1335804.0, held_out_error=0.13,
+    grpo_shared_working=0.522,
 )
 
 # Metal: not measured here (no Mac in CI). Since mlx PR 2054 (April 2025) MLX computes attention
@@ -641,7 +653,13 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
                  if loss_slice_tokens(config) is None else 0),
         "chunked_loss": chunked_loss_bytes(model, config),
         "update_lora": _rewritten_copies(config) * elements * trained_bytes if lora else 0,
-        "update_full": _rewritten_copies(config) * elements * trained_bytes if not lora else 0,
+        "update_full": ((_rewritten_copies(config) + 1) * max(layer.parameters for layer in layers)
+                        * trained_bytes if not lora and n else 0),
+        "full_gradients": (grad_bytes if not lora and config.optimizer not in ("adafactor", "sgd")
+                           else 0),
+        "full_gradients_sgd": grad_bytes if not lora and config.optimizer == "sgd" else 0,
+        "full_gradients_adafactor": (grad_bytes if not lora and config.optimizer == "adafactor"
+                                     else 0),
         "fixed_bytes": 1.0,
         "reference": model.weights_bytes if config.reference_copy else 0,
         "teacher": teacher_bytes(model, config, loss_slice_tokens(config),
@@ -652,6 +670,7 @@ def features(model: ModelFacts, config: TrainingConfig) -> dict[str, float]:
         "_elements": elements,
         "_trained_layers": n,
         "_checkpointed": 1.0 if checkpointed else 0.0,
+        "_full": 0.0 if lora else 1.0,
     }
 
 
@@ -678,6 +697,20 @@ _ATTENTION_KEPT = ("kept_attention",)
 _ATTENTION_WORKING = ("working_attention", "checkpoint_attention")
 
 
+def alive_gradients(quantities: dict[str, float], coefficients) -> float:
+    """The gradients' bytes alive at once: an adapter run's all, full fine-tuning's the share
+    its multipliers give. `coefficients`: a Coefficients or a mapping of its fields (the
+    calibration evaluates every config at once, with arrays)."""
+    def value(name):
+        return coefficients[name] if isinstance(coefficients, dict) else getattr(
+            coefficients, name)
+    full = quantities.get("_full", 0.0)
+    return ((1 - full) * quantities["gradients"]
+            + value("full_gradients") * quantities["full_gradients"]
+            + value("full_gradients_adafactor") * quantities["full_gradients_adafactor"]
+            + value("full_gradients_sgd") * quantities["full_gradients_sgd"])
+
+
 def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[str, float]:
     """The breakdown in bytes: exact terms, the backward pass's terms, and the overhead.
 
@@ -698,6 +731,7 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
     breakdown = dict.fromkeys(TERMS, 0.0)
     for name in _EXACT:
         breakdown[name] += quantities[name]
+    breakdown["gradients"] = alive_gradients(quantities, coefficients)
     working_share = coefficients.grpo_shared_working if quantities.get("_grpo_shared") else 1.0
 
     def multiplier(name: str) -> float:
