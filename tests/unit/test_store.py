@@ -47,6 +47,19 @@ def test_run_ids_sort_by_creation_time():
     assert [r.id for r in store.list()] == sorted(made)
 
 
+def test_run_ids_made_in_one_millisecond_still_sort_in_the_order_they_were_made(monkeypatch):
+    """A loop on a fast machine makes several runs within a millisecond: each takes the next
+    millisecond, so listing order is creation order (it was the random suffix's)."""
+    from zyquo_tui.core.runs import run as run_module
+
+    monkeypatch.setattr(run_module.time, "time", lambda: 1800000000.0)
+    ids = [new_run_id() for _ in range(50)]
+    assert ids == sorted(ids) and len({i.rsplit("-", 1)[0] for i in ids}) == 50
+    store = RunStore().ensure()
+    made = [new_run(store).id for _ in range(5)]
+    assert [r.id for r in store.list()] == made
+
+
 def test_a_crash_between_write_and_rename_leaves_the_old_record(monkeypatch):
     store = RunStore().ensure()
     run = new_run(store, name="before")

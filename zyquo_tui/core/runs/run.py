@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import os
 import secrets
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -85,11 +86,25 @@ def check_transition(current: RunState, new: RunState) -> None:
         raise InvalidTransition(f"a {current.value} run cannot become {new.value}")
 
 
+_last_id_millisecond = 0
+_id_lock = threading.Lock()
+
+
 def new_run_id(now: float | None = None) -> str:
-    """An id that sorts by creation time: UTC date, time to the millisecond, random suffix."""
-    now = time.time() if now is None else now
-    stamp = datetime.fromtimestamp(now, tz=timezone.utc)
-    return f"{stamp:%Y%m%d-%H%M%S}-{int(now * 1000) % 1000:03d}-{secrets.token_hex(2)}"
+    """An id that sorts by creation time: UTC date, time to the millisecond, random suffix.
+
+    Ids made by one process without `now` never share a millisecond: one made in the same
+    millisecond as the last (a script creating runs in a loop, on a fast machine) takes the
+    next, so they still sort in the order they were made."""
+    if now is None:
+        global _last_id_millisecond
+        with _id_lock:
+            millisecond = max(int(time.time() * 1000), _last_id_millisecond + 1)
+            _last_id_millisecond = millisecond
+    else:
+        millisecond = int(now * 1000)
+    stamp = datetime.fromtimestamp(millisecond // 1000, tz=timezone.utc)
+    return f"{stamp:%Y%m%d-%H%M%S}-{millisecond % 1000:03d}-{secrets.token_hex(2)}"
 
 
 def utc_now_iso() -> str:
