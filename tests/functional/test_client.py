@@ -141,6 +141,34 @@ def test_two_half_batches_then_one_step_equal_one_whole_batch(tiny_model):
         halves.close()
 
 
+def test_accumulated_steps_keep_a_bfloat16_model_in_bfloat16(tiny_model, tmp_path):
+    """Full fine-tuning of a bfloat16 model over two forward_backward calls and one step:
+    the weights and adam's moments stay bfloat16 (the average's divisor once made the
+    gradients float32, and through the optimizer the weights and moments, doubling them)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    from zyquo_tui.trainer.sample_model import build_model
+
+    model = build_model(tmp_path / "bf16", dtype="bfloat16", tokenizer_dir=tiny_model)
+    client = TrainingClient.from_model(model, method="full", learning_rate=1e-3, num_layers=-1)
+    try:
+        client.forward_backward(sft_batch(PAIRS[:2])).result()
+        client.forward_backward(sft_batch(PAIRS[2:])).result()
+        client.optim_step().result()
+
+        def dtypes():
+            engine = client.engine
+            weights = {v.dtype for _, v in tree_flatten(engine.model.trainable_parameters())}
+            state = {v.dtype for k, v in tree_flatten(engine.optimizer.state)
+                     if k.endswith((".m", ".v"))}
+            return weights, state
+        weights, state = on_mlx(dtypes)
+        assert weights == {mx.bfloat16} and state == {mx.bfloat16}
+    finally:
+        client.close()
+
+
 def test_first_batch_only_would_differ(tiny_model):
     """The check above can fail: a step on the first half alone lands elsewhere."""
     with TrainingClient.from_model(tiny_model, optimizer="sgd", learning_rate=0.1,

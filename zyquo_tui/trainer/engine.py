@@ -206,7 +206,10 @@ class StepEngine:
     def _compile_update(self) -> Callable:
         @partial(mx.compile, inputs=self.state, outputs=self.state)
         def update(grad, count):
-            return self._apply(tree_map(lambda x: x / count, average_gradients(grad)))
+            # divided in the gradient's own dtype: a float32 count would make a bfloat16
+            # model's gradients float32, and through the optimizer its weights and moments
+            return self._apply(tree_map(lambda x: x / count.astype(x.dtype),
+                                        average_gradients(grad)))
 
         return update
 
