@@ -34,7 +34,7 @@ from zyquo_tui.core.memory.replica import REPLICA_ERROR
 from zyquo_tui.core.runs.settings import Method
 
 # The worst held-out error (either side) of the table in docs/memory.md.
-HELD_OUT_WORST = 0.24  # docs/memory.md: "109 configs of 27 families held out: max 23.8%"
+HELD_OUT_WORST = 0.19  # docs/memory.md: "115 configs of 27 families held out: max 18.5%"
 
 
 def test_the_start_gate_counts_tokens_only_when_the_cap_alone_does_not_fit(tmp_path, monkeypatch):
@@ -271,10 +271,11 @@ def test_every_family_held_out_is_within_15_percent_by_its_replica_median_7():
         min(e for family in _replica_errors(CALIBRATION / folder).values()
             for e in family.values()) for folder in ("chunked", "layers")))
     assert -everywhere <= REPLICA_ERROR <= -everywhere + 0.01
-    # Where the terms miss by more than 15% (MLX's schedule), the replica does not.
+    # Where the terms miss by more than 15% (MLX's schedule), the replica does not (where
+    # one stands: rows of 32 tokens have none).
     terms, _ = _held_out_errors()
     over = [config for family in terms.values() for config, error in family.items()
-            if error > 0.15]
+            if error > 0.15 and config in errors]
     assert over and all(abs(errors[config]) <= 0.05 for config in over), over
 
 

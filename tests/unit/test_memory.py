@@ -249,6 +249,11 @@ def test_dora_adds_a_magnitude_per_output():
     sgd = advisor().estimate(facts(), config(method=Method.FULL, num_layers=2, optimizer="sgd"))
     assert sgd.breakdown["gradients"] == pytest.approx(
         CPU_COEFFICIENTS.full_gradients_sgd * 2 * BLOCK_PARAMETERS * 2, abs=1)
+    # accumulating: the share of the summed gradients and the new ones together
+    accumulating = config(method=Method.FULL, num_layers=2, grad_accumulation_steps=2)
+    summed = advisor().estimate(facts(), accumulating)
+    assert summed.breakdown["gradients"] == pytest.approx(
+        CPU_COEFFICIENTS.full_gradients * 2 * (2 * BLOCK_PARAMETERS * 2), abs=1)
     lora = advisor().estimate(facts(), config(num_layers=2))
     assert estimate.breakdown["activations"] > lora.breakdown["activations"]
 
@@ -320,6 +325,11 @@ def test_full_fine_tuning_trains_the_blocks_in_the_model_dtype():
     sgd = advisor().estimate(facts(), config(method=Method.FULL, num_layers=2, optimizer="sgd"))
     assert sgd.breakdown["gradients"] == pytest.approx(
         CPU_COEFFICIENTS.full_gradients_sgd * 2 * BLOCK_PARAMETERS * 2, abs=1)
+    # accumulating: the share of the summed gradients and the new ones together
+    accumulating = config(method=Method.FULL, num_layers=2, grad_accumulation_steps=2)
+    summed = advisor().estimate(facts(), accumulating)
+    assert summed.breakdown["gradients"] == pytest.approx(
+        CPU_COEFFICIENTS.full_gradients * 2 * (2 * BLOCK_PARAMETERS * 2), abs=1)
     lora = advisor().estimate(facts(), config(num_layers=2))
     assert lora.breakdown["gradients"] == lora.breakdown["trainable_parameters"]  # all alive
     assert estimate.breakdown["optimizer_state"] == 2 * 2 * BLOCK_PARAMETERS * 2  # adam: m, v

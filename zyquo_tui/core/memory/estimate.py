@@ -168,8 +168,9 @@ class Coefficients:
     # x full fine-tuning's gradients: the share of them alive at once. The compiled step
     # updates a layer's weights as soon as its gradients exist, so they are never all alive
     # together (counted whole, with a step over every layer's copies, 16 trained layers were
-    # over-stated by 89%). Fitted apart for adafactor, for sgd (which holds almost none) and
-    # for the rest (adam, adamw, muon). Adapters' gradients are few and counted whole.
+    # over-stated by 89%). Fitted apart for adafactor, for sgd and for the rest (adam, adamw,
+    # muon); with accumulation the share is of the summed and the new gradients together.
+    # Adapters' gradients are few and counted whole.
     full_gradients: float
     full_gradients_adafactor: float
     full_gradients_sgd: float
@@ -181,7 +182,7 @@ class Coefficients:
     # the weights against SFT's 131.7; a vocabulary 8 times larger moved the gap by 2 MiB of
     # 13, so not the loss). Fitted on the grpo configs of 6 families, every other multiplier
     # held (bench/calibrate_memory.py --fit-grpo). Scaling every layer term instead (kept
-    # ones too) left the held-out families at 14.4% at worst, this at 13.8% (docs/memory.md).
+    # ones too) left the held-out families at 14.4% at worst, this at 13.4% (docs/memory.md).
     grpo_shared_working: float = 1.0
     # Not a multiplier: the largest underestimate of leave-one-family-out validation (each
     # model family estimated by multipliers fitted without it, from neutral starting values,
@@ -193,22 +194,22 @@ class Coefficients:
     calibrated: bool = True
 
 
-# Fitted on CPU with bench/calibrate_memory.py --fit (mlx 0.32.4, mlx-lm 0.32.2; 109 configs of
+# Fitted on CPU with bench/calibrate_memory.py --fit (mlx 0.32.4, mlx-lm 0.32.2; 115 configs of
 # 27 model families), from neutral starting values, loss_overlap (0.5) and the
 # underestimate weight (4) chosen with the fit; loss, kept_lora, kept_inputs,
 # checkpoint_hidden, kept_attention, working_attention and dora_weights held at what the
 # computation gives (measured), working_outputs and dora_adapted as their comments say.
 # held_out_error: the largest underestimate with the family left out of everything the fit
-# learns (wide-dora-acc2, -9.8%), plus the run-to-run spread measured
+# learns (wide-dora-acc2, -9.7%), plus the run-to-run spread measured
 # (bench/memory_calibration/repeats.json, 2.3%), rounded up. docs/memory.md has the table.
 CPU_COEFFICIENTS = Coefficients(
-    kept_hidden=9.924, kept_mlp=3.185, kept_attention=1.0, kept_lora=1.0, kept_inputs=1.0,
-    kept_full_inputs=1.116, dora_outputs=1.15, checkpoint_hidden=1.0, checkpoint_mlp=3.614,
-    working_hidden=13.426, working_mlp=5.407, working_attention=2.25, checkpoint_attention=0.795,
+    kept_hidden=9.901, kept_mlp=3.195, kept_attention=1.0, kept_lora=1.0, kept_inputs=1.0,
+    kept_full_inputs=1.098, dora_outputs=1.153, checkpoint_hidden=1.0, checkpoint_mlp=3.615,
+    working_hidden=13.545, working_mlp=5.406, working_attention=2.25, checkpoint_attention=0.796,
     working_outputs=0.0, dora_weights=1.0, dora_adapted=1.0, loss=4.0, loss_overlap=0.5,
-    update_lora=0.931, update_full=2.347, full_gradients=0.618, full_gradients_adafactor=0.779,
-    full_gradients_sgd=0.01, fixed_bytes=1335804.0, held_out_error=0.13,
-    grpo_shared_working=0.522,
+    update_lora=0.932, update_full=2.352, full_gradients=0.607, full_gradients_adafactor=0.737,
+    full_gradients_sgd=0.471, fixed_bytes=1310472.0, held_out_error=0.13,
+    grpo_shared_working=0.521,
 )
 
 # Metal: not measured here (no Mac in CI). Since mlx PR 2054 (April 2025) MLX computes attention
@@ -771,7 +772,8 @@ def combine(quantities: dict[str, float], coefficients: Coefficients) -> dict[st
         breakdown["activations"] += dora_forward - backward
         backward = dora_forward
     step = (coefficients.update_lora * quantities["update_lora"]
-            + coefficients.update_full * quantities["update_full"])
+            + coefficients.update_full * quantities["update_full"]
+)
     magnitudes = (coefficients.dora_weights * quantities["dora_weights"]
                   - quantities["gradients"] - quantities["optimizer_state"])
     breakdown["overhead"] = coefficients.fixed_bytes + max(step - backward,
