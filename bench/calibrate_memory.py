@@ -500,8 +500,7 @@ def solve(table: Table, where=None, fixed: dict[str, float] | None = None,
                 values["update_lora"] = float(np.median(above[has] / table.q["update_lora"][has]))
         full = mask & (table.q["_full"] > 0) & (phases["backward_top"] | step_rows)
         columns = {name: table.q[name] for name in GRADIENT_SHARES}
-        for name in UPDATES[1:]:
-            columns[name] = np.where(step_rows, table.q[name], 0.0)
+        columns["update_full"] = np.where(step_rows, table.q["update_full"], 0.0)
         names = [name for name, column in columns.items() if np.any(column[full] != 0)]
         sourced.update(names)
         free_full = [name for name in names if name not in fixed]

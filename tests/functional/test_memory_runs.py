@@ -15,6 +15,7 @@ from test_memory import (
     CALIBRATION,
     MIB,
     REPO,
+    _calibration_config,
     _replica_errors,
     _run,
     advisor,
@@ -31,7 +32,6 @@ from zyquo_tui.core.memory.estimate import (
 from zyquo_tui.core.memory.facts import LORA_BYTES, ModelFacts
 from zyquo_tui.core.memory.history import MemoryHistory
 from zyquo_tui.core.memory.replica import REPLICA_ERROR
-from zyquo_tui.core.runs.settings import Method
 
 # The worst held-out error (either side) of the table in docs/memory.md.
 HELD_OUT_WORST = 0.19  # docs/memory.md: "115 configs of 27 families held out: max 18.5%"
@@ -70,18 +70,6 @@ def _calibration():
     measured = json.loads((CALIBRATION / "measurements.json").read_text())["measurements"]
     models = json.loads((CALIBRATION / "models.json").read_text())
     return matrix, measured, models
-
-
-def _calibration_config(entry: dict) -> TrainingConfig:
-    return TrainingConfig(
-        method=Method(entry.get("method", "lora")), batch_size=entry["batch_size"],
-        max_seq_length=entry["seq"], num_layers=entry.get("num_layers", 16),
-        rank=entry.get("rank", 8), grad_checkpoint=entry.get("grad_checkpoint", False),
-        optimizer=entry.get("optimizer", "adam"),
-        grad_accumulation_steps=entry.get("grad_accumulation_steps", 1),
-        longest_row_tokens=entry["seq"],
-        # measured with the whole-batch loss unless the entry says otherwise
-        loss_chunk_tokens=entry.get("loss_chunk_tokens", "off"))
 
 
 def _calibration_script():
