@@ -73,6 +73,21 @@ def test_preference_data_is_planned_as_the_preference_run_it_trains(capsys, tiny
     assert status == 0 and full["breakdown"]["reference"] > 0
 
 
+def test_a_setting_runs_new_would_refuse_is_bad_input_to_plan(capsys, tiny_model,
+                                                              isolated_home):
+    """A plan of a run that cannot be made is no plan: an unknown reward is refused with
+    runs new's sentence and exit 2, even where no replica is measured."""
+    fake_machine(isolated_home, 64 * GIB)
+    common = ("--model", tiny_model, "--data", REPO / "sample_data" / "rl", "--objective",
+              "grpo", "--no-replica")
+    status, _, err = plan(capsys, *common, "--reward", "exact_match")
+    assert status == 2
+    assert err.strip() == ("zyquo-tui: reward_functions: 'exact_match' is no built-in reward "
+                           "(exact_answer, format, length); give one of them or "
+                           "FILE.py:FUNCTION.")
+    status, out, _ = plan(capsys, *common, "--reward", "exact_answer", "--json")
+    assert status == 0 and out["objective"] == "grpo"
+
 def test_measure_reports_the_real_peak_beside_the_estimate_and_remembers_it(
         capsys, tiny_model, isolated_home):
     fake_machine(isolated_home, 64 * GIB)

@@ -122,9 +122,9 @@ def run(args) -> int:
     # The memory settings are checked by the config; the rest plan reads, by their own
     # definitions' checks (a zero save_every would count a checkpoint a step).
     checked = PLACEMENT_SETTINGS | DISK_SETTINGS | DURATION_SETTINGS
-    # The draft's refusals that decide what trains: the method, and a distillation's teacher.
-    bad = [problem for problem in draft.errors()
-           if problem.key in ("method", "teacher", "on_policy")]
+    # Whatever `runs new` would refuse is bad input here too (a reward no run can call, a
+    # teacher with another tokenizer): a plan of a run that cannot be made is no plan.
+    bad = draft.errors()
     bad += config.problems() + errors_in(hp.problems(method, only=checked))
     bad += distribution_problems(hp.batch_size, hp.zyquo_tui)
     if bad:
