@@ -376,7 +376,7 @@ class Table:
         checkpointed = q["_checkpointed"] > 0
         loss = values["loss"] * q["loss"] + q["chunked_loss"]
         layer = share * sum(values[name] * q[name] for name in _WORKING)
-        overlap = values["loss_overlap"]
+        overlap = self.overlap(values)
         attention = ((1 - overlap) * sum(values[name] * q[name] for name in _ATTENTION_KEPT)
                      + overlap * share * sum(values[name] * q[name]
                                              for name in _ATTENTION_WORKING))
@@ -396,6 +396,13 @@ class Table:
                     step, magnitudes),
                 "step_top": (step > backward) & (step >= magnitudes),
                 "layer_branch": layer_branch, "dora": dora, "checkpointed": checkpointed}
+
+    def overlap(self, values: dict[str, float]) -> "np.ndarray":
+        """Each row's share of the top layer's working memory alive with the loss's copies:
+        loss_overlap, none for a chunked loss (estimate.loss_overlap)."""
+        import numpy as np
+
+        return np.where(self.q["chunked_loss"] > 0, 0.0, values["loss_overlap"])
 
     def working_share(self, values: dict[str, float]) -> "np.ndarray":
         """Each row's multiplier of the working_* terms: grpo_shared_working for a grpo step
@@ -424,10 +431,10 @@ class Table:
                 # a checkpointed run's loss phase: the overlap's share of the attention matrix
                 share = np.where(~phases["layer_branch"] & ~phases["dora"]
                                  & phases["checkpointed"] & (name in _ATTENTION_KEPT),
-                                 values["loss_overlap"], 1.0)
+                                 self.overlap(values), 1.0)
                 columns.append(share * self.q[name])
             elif name in _WORKING:
-                share = np.where(phases["layer_branch"], 1.0, values["loss_overlap"])
+                share = np.where(phases["layer_branch"], 1.0, self.overlap(values))
                 if name in _ATTENTION_WORKING:
                     share = np.where(phases["checkpointed"] & ~phases["layer_branch"], 0.0,
                                      share)

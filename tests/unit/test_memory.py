@@ -455,6 +455,25 @@ def test_with_the_chunked_loss_the_loss_term_is_the_slices_alive_at_once():
         CPU_COEFFICIENTS.loss * tokens * VOCAB * 2, rel=1e-6)
 
 
+def test_the_chunked_loss_phase_holds_no_share_of_the_top_layers_working_memory():
+    """The whole-batch loss's backward is interleaved with the top layer's (loss_overlap of
+    its working memory is alive with the logits' copies); the chunked loss's slices take
+    their gradients in the forward pass, so its phase is the kept activations and the slices
+    alone."""
+    from zyquo_tui.core.memory.estimate import _KEPT, _WORKING, combine, features
+
+    model = facts(vocab_size=151_936)  # the loss's phase sets the peak, sliced or not
+    for chunk, overlap in (("off", CPU_COEFFICIENTS.loss_overlap), (256, 0.0)):
+        q = features(model, config(loss_chunk_tokens=chunk))
+        kept = sum(getattr(CPU_COEFFICIENTS, name) * q[name] for name in _KEPT)
+        layer = sum(getattr(CPU_COEFFICIENTS, name) * q[name] for name in _WORKING)
+        loss = CPU_COEFFICIENTS.loss * q["loss"] + q["chunked_loss"]
+        assert loss > layer > 0
+        b = combine(q, CPU_COEFFICIENTS)
+        assert b["activations"] + b["attention"] + b["loss"] == pytest.approx(
+            kept + loss + overlap * layer, rel=1e-9)
+
+
 def test_auto_slices_the_loss_only_where_that_lowers_the_peak():
     a = advisor()
     assert config().loss_chunk_tokens == "auto"  # the default
