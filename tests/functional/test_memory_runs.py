@@ -104,6 +104,22 @@ def _run_to_run_spread() -> float:
     return calibrate.run_to_run_spread({"measurements": measured}, repeats)
 
 
+def test_the_fit_reports_the_configs_outside_the_target_as_docs_count_them():
+    """--fit prints the held-out configs that miss the target (over by more than 15% or
+    under by more than 7%), worst first; docs/memory.md states how many there are."""
+    calibrate = _calibration_script()
+    line = calibrate.outside_target_line({"a": 0.151, "b": -0.071, "c": 0.149, "d": -0.2,
+                                          "e": -0.069})
+    assert line == ("outside the target (+15% over, -7% under): 3 of 5: d -20.0%, "
+                    "a +15.1%, b -7.1%")
+    held, _ = _held_out_errors()
+    errors = {config: error for family in held.values() for config, error in family.items()}
+    missed = [e for e in errors.values() if e > calibrate.TARGET_OVER
+              or e < -calibrate.TARGET_UNDER]
+    docs = (REPO / "docs" / "memory.md").read_text()
+    assert f"{len(missed)} of {len(errors)} by the terms" in docs
+
+
 def test_the_terms_margin_is_the_worst_held_out_underestimate_plus_the_run_to_run_spread():
     held, matrix = _held_out_errors()
     errors = {config: error for family in held.values() for config, error in family.items()}
