@@ -228,14 +228,19 @@ def describe(config: dict) -> str:
     return " ".join(parts)
 
 
+def markdown_table_lines(rows: list[dict]) -> list[str]:
+    """The table of estimates against measured peaks, as docs/memory.md holds it."""
+    mib = 1024 * 1024
+    return ["| config | settings | estimate MiB | measured MiB | error |",
+            "| --- | --- | ---: | ---: | ---: |",
+            *(f"| {row['id']} | {describe(row['config'])} | {row['estimate'] / mib:.1f} | "
+              f"{row['measured'] / mib:.1f} | {row['error'] * 100:+.1f}% |" for row in rows)]
+
+
 def print_table(rows: list[dict], markdown: bool) -> None:
     mib = 1024 * 1024
     if markdown:
-        print("| config | settings | estimate MiB | measured MiB | error |")
-        print("| --- | --- | ---: | ---: | ---: |")
-        for row in rows:
-            print(f"| {row['id']} | {describe(row['config'])} | {row['estimate'] / mib:.1f} | "
-                  f"{row['measured'] / mib:.1f} | {row['error'] * 100:+.1f}% |")
+        print("\n".join(markdown_table_lines(rows)))
     else:
         print(f"{'config':<16} {'settings':<44} {'estimate':>10} {'measured':>10} {'error':>7}")
         for row in rows:

@@ -166,6 +166,27 @@ def test_docs_held_out_table_is_the_one_recomputed_from_the_measurements():
     assert calibrate.held_out_summary(held) in docs
 
 
+def test_docs_small_steps_table_is_the_one_recomputed_from_the_measurements():
+    """docs/memory.md's table of the small steps (bench/memory_calibration/small: the sample
+    model's shape and short rows, never fitted) is the shipped terms' against the stored
+    peaks, and says how far the terms over-state them."""
+    calibrate = _calibration_script()
+    small = CALIBRATION / "small"
+    matrix = json.loads((small / "matrix.json").read_text())
+    stored = json.loads((small / "measurements.json").read_text())
+    models = json.loads((small / "models.json").read_text())
+    assert {entry["id"] for entry in matrix["configs"]} == set(stored["measurements"])
+    rows = calibrate.table_rows(matrix, stored, models,
+                                MemoryAdvisor.for_calibration(device="cpu"))
+    docs = (REPO / "docs" / "memory.md").read_text()
+    for line in calibrate.markdown_table_lines(rows):
+        assert line in docs, f"docs/memory.md lacks: {line}"
+    errors = [row["error"] for row in rows]
+    over = sum(error > 0 for error in errors)
+    assert (f"The terms over-state {over} of the {len(rows)}, by up to {max(errors):.1%} "
+            f"(median {statistics.median(map(abs, errors)):.1%})") in docs.replace("\n", " ")
+
+
 def test_a_held_out_family_lends_its_estimate_nothing(monkeypatch):
     """Change every measured peak of one family: the estimates of its configs held out do not
     move (its errors move only by the peaks' change), though the fit on every family does. Nor

@@ -899,9 +899,11 @@ def test_replicas_four_and_eight_times_narrower_predict_the_peak_too():
 
 
 def test_with_the_chunked_loss_and_in_the_layers_study_replicas_hold_too():
-    """The chunked loss's configs (a count of slices in flight, which a replica keeps) and
-    the layers study's (1-3 trained layers, where the schedule saves the most)."""
-    for folder in ("chunked", "layers"):
+    """The chunked loss's configs (a count of slices in flight, which a replica keeps), the
+    layers study's (1-3 trained layers, where the schedule saves the most) and the small
+    steps' (the sample model's shape, and rows of 16 to 128 tokens, which the terms
+    over-state)."""
+    for folder in ("chunked", "layers", "small"):
         errors = [e for family in _replica_errors(CALIBRATION / folder).values()
                   for e in family.values()]
         assert max(abs(e) for e in errors) <= 0.15, folder
