@@ -268,12 +268,20 @@ def test_the_fit_evaluates_the_estimate_as_combine_does():
                                           "w512-l2-wide-bf16"])[0].values
     shipped = {f.name: getattr(CPU_COEFFICIENTS, f.name) for f in dataclasses.fields(
         CPU_COEFFICIENTS) if f.name not in ("held_out_error", "calibrated")}
+    # the chunked loss's configs too (none of its slices' phase overlaps the top layer's)
+    chunked = CALIBRATION / "chunked"
+    chunked_rows = calibrate.fit_rows(
+        json.loads((chunked / "matrix.json").read_text()),
+        json.loads((chunked / "measurements.json").read_text()),
+        json.loads((chunked / "models.json").read_text()))
+    assert chunked_rows and all(row.quantities["chunked_loss"] > 0 for row in chunked_rows)
     for values in (shipped, fold):
         coefficients = dataclasses.replace(CPU_COEFFICIENTS, **values)
-        totals = table.phases(values)["total"]
-        for row, total in zip(rows, totals):
-            assert total == pytest.approx(sum(combine(row.quantities, coefficients).values()),
-                                          rel=1e-9), row.id
+        for every in (rows, chunked_rows):
+            totals = calibrate.Table(every).phases(values)["total"]
+            for row, total in zip(every, totals):
+                assert total == pytest.approx(
+                    sum(combine(row.quantities, coefficients).values()), rel=1e-9), row.id
 
 
 def test_every_family_held_out_is_within_15_percent_by_its_replica_median_7():

@@ -88,6 +88,7 @@ def test_a_setting_runs_new_would_refuse_is_bad_input_to_plan(capsys, tiny_model
     status, out, _ = plan(capsys, *common, "--reward", "exact_answer", "--json")
     assert status == 0 and out["objective"] == "grpo"
 
+
 def test_measure_reports_the_real_peak_beside_the_estimate_and_remembers_it(
         capsys, tiny_model, isolated_home):
     fake_machine(isolated_home, 64 * GIB)
