@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from zyquo_tui.core.memory.estimate import (
 from zyquo_tui.core.memory.facts import LORA_BYTES, ModelFacts
 from zyquo_tui.core.memory.history import MemoryHistory
 from zyquo_tui.core.memory.replica import REPLICA_ERROR
+from zyquo_tui.core.runs.run import RunState
 
 # The worst held-out error (either side) of the table in docs/memory.md.
 HELD_OUT_WORST = 0.19  # docs/memory.md: "115 configs of 27 families held out: max 18.5%"
@@ -63,6 +65,62 @@ def test_the_start_gate_counts_tokens_only_when_the_cap_alone_does_not_fit(tmp_p
 
     assert counted == [(run.model, run.data, {"prompt_feature": "question"})]
     assert run.memory["verdict"] != "won't fit" and run.memory["exact_sequence"] is True
+
+
+def test_a_run_started_by_the_bound_ends_with_its_memory_record_exact(tiny_model):
+    """The start judges by max_seq_length (no tokenizer); the trainer reports the longest row
+    it tokenized, and when the run ends the record holds the estimate for the real rows, the
+    figure a start that tokenized would record, and the machine's history learns from it."""
+    import copy
+    import time
+
+    from helpers import make_run, stop_runs, wait_until_ended
+
+    from zyquo_tui.core.library.token_stats import row_token_lengths
+    from zyquo_tui.core.memory.run_gate import judge_run_memory
+    from zyquo_tui.core.processes.supervisor import Supervisor
+
+    store, run = make_run(tiny_model, REPO / "sample_data" / "chat", iters=2,
+                          max_seq_length=2048)
+    supervisor = Supervisor(store)
+    bound, tokenized = copy.deepcopy(run), copy.deepcopy(run)
+    judge_run_memory(bound, store.home, supervisor.settings.memory_limit_bytes)
+    judge_run_memory(tokenized, store.home, supervisor.settings.memory_limit_bytes,
+                     longest_row_tokens=max(row_token_lengths(run.model, run.data)))
+    assert tokenized.memory["estimate_bytes"] < bound.memory["estimate_bytes"] / 10, \
+        "the test needs rows far shorter than max_seq_length"
+    try:
+        supervisor.start(run.id)
+        assert wait_until_ended(supervisor, run.id).state is RunState.COMPLETED
+        deadline = time.monotonic() + 60  # the runner settles just after the trainer ends
+        while not MemoryHistory.load(store.home).records:
+            assert time.monotonic() < deadline, "the run never reached the memory history"
+            time.sleep(0.1)
+    finally:
+        stop_runs(store, run.id)
+
+    memory = supervisor.get(run.id).memory
+    assert memory["exact_sequence"] is True
+    assert memory["estimate_bytes"] == tokenized.memory["estimate_bytes"]
+    assert memory["breakdown"] == tokenized.memory["breakdown"]
+    (record,) = MemoryHistory.load(store.home).records
+    assert record["run_id"] == run.id
+    assert record["estimate_bytes"] == tokenized.memory["model_estimate_bytes"]
+
+
+def test_a_record_made_exact_keeps_the_bound_when_the_judgement_fails(tmp_path):
+    from zyquo_tui.core.memory.run_gate import judge_run_memory, make_exact
+
+    run = _run(str(write_model(tmp_path / "m")), max_seq_length=8192)
+    home = tmp_path / "home"
+    judge_run_memory(run, home, None, override=True)
+    bound = dict(run.memory)
+    assert bound["exact_sequence"] is False
+
+    assert not make_exact(run, home, None, None)  # no longest row reported
+    shutil.rmtree(run.model)
+    assert not make_exact(run, home, None, 50)  # the model folder is gone
+    assert run.memory == bound
 
 
 def _calibration():

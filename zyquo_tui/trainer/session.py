@@ -444,6 +444,9 @@ class TrainingSession:
             iters=hp.iters, resumed_from_step=resumed_from, config=config,
             loss_chunk_tokens=loop.objective.loss_chunk_tokens,
             world_size=world.size,
+            # What the start's memory verdict assumed max_seq_length for: the runner makes
+            # the record exact with it (core/memory/run_gate.py).
+            longest_row_tokens=max(train_lengths, default=None),
         )
         self.summary["loss_chunk_tokens"] = loop.objective.loss_chunk_tokens
         if loop.objective.slicing_note:

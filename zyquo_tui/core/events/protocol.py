@@ -88,6 +88,9 @@ EVENT_FIELDS: dict[str, tuple[Field, ...]] = {
         Field("iters", _INT), Field("resumed_from_step", (int, _NONE)), Field("config", (dict,)),
         # the processes training the run together (mlx.launch); left out by older writers
         Field("world_size", _INT, optional=True),
+        # the train split's longest tokenized row (a prompt's, a pair's longer side); null
+        # with no rows; left out by older writers (core/memory/run_gate.py)
+        Field("longest_row_tokens", (int, _NONE), optional=True),
     ),
     TRAIN: (
         Field("iteration", _INT), Field("train_loss", _FLOAT), Field("learning_rate", _FLOAT),

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from zyquo_tui.core.events import protocol as ev
+from zyquo_tui.core.memory.run_gate import make_exact
 from zyquo_tui.core.processes import distributed_launch
 from zyquo_tui.core.processes.memory_steps import (
     SteppedDown,
@@ -46,6 +47,15 @@ LOG_TAIL_BYTES = 16_384
 def log_tail(path: Path, size: int = LOG_TAIL_BYTES) -> str:
     """The end of trainer.log, across a rotation (core/store/logs.py)."""
     return read_tail(path, size)
+
+
+def latest_started(path: Path) -> dict | None:
+    """The `started` event of the run's latest session (None: the trainer never got that far)."""
+    last = None
+    for event in ev.read_events(path):
+        if event["type"] == ev.STARTED:
+            last = event
+    return last
 
 
 def terminal_event(path: Path) -> dict | None:
@@ -208,9 +218,18 @@ class Runner:
         run_dir = self.store.run_dir(run_id)
         stepped: list[SteppedDown] = []
 
+        started = latest_started(run_dir / EVENTS_FILE) or {}
+
         def settle(run):
             run.process = {**(run.process or {}), "returncode": returncode,
                            "ended_at": time.time()}
+            # The start judged memory by max_seq_length; the trainer has since tokenized the
+            # rows (core/memory/run_gate.py). Before a step down changes the settings.
+            try:
+                make_exact(run, self.store.home, self.settings.memory_limit_bytes,
+                           started.get("longest_row_tokens"))
+            except Exception as error:  # a figure, never worth a failure of the runner
+                print(f"runner: memory record of {run_id} not made exact: {error}", flush=True)
             limit, _ = memory_limit(run.hyperparameters, self.settings.memory_limit_bytes)
             record_end(run, run_dir, returncode, killed_for_memory(
                 self.last_sample, limit, self.oom_kills_before, oom_kill_count()))

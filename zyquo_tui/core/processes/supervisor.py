@@ -165,30 +165,17 @@ class Supervisor:
 
         The first estimate assumes rows as long as max_seq_length, which needs no tokenizer.
         Only when that does not fit is the data tokenized (a subprocess, seconds) to judge
-        again with its real longest row, so a generous cap alone never blocks a run.
+        again with its real longest row, so a generous cap alone never blocks a run. A record
+        by the bound is made exact when the run ends (core/memory/run_gate.py).
         """
         from zyquo_tui.core.errors import EXIT_PROBLEMS
         from zyquo_tui.core.library.token_stats import row_token_lengths
-        from zyquo_tui.core.memory.advisor import MemoryAdvisor, gate
-        from zyquo_tui.core.memory.host_verdicts import (
-            gate_hosts,
-            known_hosts,
-            placed_advisor,
-            placement_of,
-        )
-
-        # A distributed run is judged per host: one rank's share of the batch, times the
-        # ranks on each machine (core/memory/host_verdicts.py).
-        placement = placement_of(run.hyperparameters.zyquo_tui)
-        advisor = placed_advisor(MemoryAdvisor.for_machine(self.store.home).within(
-            run.hyperparameters, self.settings.memory_limit_bytes), placement)
+        from zyquo_tui.core.memory.run_gate import judge_run_memory
 
         def judge(longest_row_tokens: int | None = None, replica: bool = False) -> None:
-            assessment = gate(run, advisor, override=override,
-                              longest_row_tokens=longest_row_tokens, replica=replica)
-            if placement.distribution:
-                gate_hosts(run, assessment, advisor, placement, known_hosts(self.store.home),
-                           override=override)
+            judge_run_memory(run, self.store.home, self.settings.memory_limit_bytes,
+                             override=override, longest_row_tokens=longest_row_tokens,
+                             replica=replica)
 
         try:
             judge()
