@@ -251,6 +251,8 @@ def print_table(rows: list[dict], markdown: bool) -> None:
         summary = (f"{len(rows)} configs: max error {max(errors) * 100:.1f}%, "
                    f"median {statistics.median(errors) * 100:.1f}%")
         print(f"\n{summary}" if not markdown else f"\n{summary}.")
+        if not markdown:  # a study the fit never sees (small, chunked, layers) is held out
+            print(outside_target_line({row["id"]: row["error"] for row in rows}))
 
 
 # The multipliers, and how each gets its value. In every fit, held out or not, the fitted

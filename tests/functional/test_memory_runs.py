@@ -103,9 +103,14 @@ def test_a_run_started_by_the_bound_ends_with_its_memory_record_exact(tiny_model
     assert memory["exact_sequence"] is True
     assert memory["estimate_bytes"] == tokenized.memory["estimate_bytes"]
     assert memory["breakdown"] == tokenized.memory["breakdown"]
-    (record,) = MemoryHistory.load(store.home).records
+    history = MemoryHistory.load(store.home)
+    (record,) = history.records
     assert record["run_id"] == run.id
     assert record["estimate_bytes"] == tokenized.memory["model_estimate_bytes"]
+    # The run's resident peak counts from its footprint ready to train (the tokenizer and the
+    # rows are the runtime's): a 7 MiB run does not scale this model's later estimates.
+    assert record["ready_rss_bytes"] >= record["start_rss_bytes"]
+    assert history.correction(memory["device"], run.model) is None
 
 
 def test_a_record_made_exact_keeps_the_bound_when_the_judgement_fails(tmp_path):
@@ -243,6 +248,10 @@ def test_docs_small_steps_table_is_the_one_recomputed_from_the_measurements():
     over = sum(error > 0 for error in errors)
     assert (f"The terms over-state {over} of the {len(rows)}, by up to {max(errors):.1%} "
             f"(median {statistics.median(map(abs, errors)):.1%})") in docs.replace("\n", " ")
+    missed = calibrate.outside_target_line({row["id"]: row["error"] for row in rows})
+    count = missed.split(": ")[1]  # "27 of 34"
+    assert f"{count.split(' of ')[0]} of the {len(rows)} miss the target" in \
+        docs.replace("\n", " ")
 
 
 def test_a_held_out_family_lends_its_estimate_nothing(monkeypatch):

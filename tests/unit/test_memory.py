@@ -795,6 +795,17 @@ def test_the_history_compares_the_larger_of_mlx_peak_and_resident_peak_above_the
     # MLX's figure wins when it is the larger (here, and with the resident figures unknown).
     assert training_peak(110 * MIB, 350 * MIB, 300 * MIB) == 110 * MIB
     assert training_peak(110 * MIB, None, None) == 110 * MIB
+    # Where the footprint ready to train is known (the tokenizer and the rows loaded, less
+    # MLX's memory then), the resident peak counts from it, not from the start.
+    assert training_peak(110 * MIB, 430 * MIB, 300 * MIB, 360 * MIB) == 110 * MIB
+    assert training_peak(10 * MIB, 430 * MIB, 300 * MIB, 400 * MIB) == 30 * MIB
+    ready = _run("/models/test")
+    ready.state, ready.memory, ready.process = run.state, run.memory, run.process
+    ready.summary = {**run.summary, "ready_rss_bytes": 360 * MIB}
+    ready_history = MemoryHistory(records=[])
+    assert ready_history.record_run(ready)
+    assert ready_history.records[0]["measured_peak_bytes"] == 110 * MIB
+    assert ready_history.records[0]["ready_rss_bytes"] == 360 * MIB
     a = advisor(history=history)
     model = facts()
     raw = a.estimate(model, config(), use_history=False)

@@ -239,6 +239,7 @@ def _json(plan: Plan, measurement: Measurement | None, skipped: str | None,
             data["measure_seconds"] = measurement.seconds
             data["measured_peak_rss_bytes"] = measurement.peak_rss_bytes
             data["measured_start_rss_bytes"] = measurement.start_rss_bytes
+            data["measured_ready_rss_bytes"] = measurement.ready_rss_bytes
         else:
             data["measure_skipped"] = skipped
     return data

@@ -65,6 +65,23 @@ def import_training_libraries() -> None:
     import mlx_lm.tuner.utils  # noqa: F401
 
 
+def ready_resident_bytes(start_rss: int | None) -> int | None:
+    """The footprint training's own memory counts from, taken once the model, the tokenizer
+    and the data are loaded: the process's resident footprint then, less the memory MLX holds
+    (the weights and adapters, which the estimate counts). What is left is the runtime's own:
+    the interpreter and the libraries (`start_rss`), the tokenizer, the rows, the loaders (65
+    MiB beside the 7 MiB sample model on the CPU). Never below `start_rss`: where MLX's
+    buffers are not in the resident figure (a GPU's memory), the start stays the baseline."""
+    import mlx.core as mx
+
+    from zyquo_tui.core.system.machine import resident_bytes
+
+    now = resident_bytes()
+    if now is None or start_rss is None:
+        return start_rss
+    return max(int(start_rss), now - int(mx.get_active_memory()))
+
+
 def load_model(run: Run):
     """(model, tokenizer) with mlx_lm.load; unknown architectures fail as config errors."""
     check_model_folder(run)

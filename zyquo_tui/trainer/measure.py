@@ -187,6 +187,7 @@ def _measure(spec: dict[str, Any]) -> dict[str, Any]:
     weights_bytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
     optimizer = prepare_model(model, run)
     loaded_bytes = int(mx.get_active_memory())
+    ready_rss = loading.ready_resident_bytes(start_rss)
 
     from zyquo_tui.trainer.loop import LoopHooks, TrainingLoop
 
@@ -227,6 +228,7 @@ def _measure(spec: dict[str, Any]) -> dict[str, Any]:
         "peak_by_step": peaks,
         "peak_rss_bytes": peak_resident_bytes(),
         "start_rss_bytes": start_rss,
+        "ready_rss_bytes": ready_rss,
         "loaded_bytes": loaded_bytes,
         "model_weights_bytes": int(weights_bytes),
         "batch_width": width,

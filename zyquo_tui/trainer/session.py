@@ -384,6 +384,9 @@ class TrainingSession:
         mx.random.seed(hp.seed)
         np.random.seed(hp.seed)
         optimizer = self._prepare_model(model, run, config, adapters)
+        ready_rss = loading.ready_resident_bytes(start_rss)
+        if ready_rss is not None:
+            self.summary["ready_rss_bytes"] = ready_rss
 
         from zyquo_tui.trainer.loop import LoopHooks, TrainingLoop
 

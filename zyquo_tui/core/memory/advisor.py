@@ -475,7 +475,8 @@ class MemoryAdvisor:
             "settings": estimate.config.settings(), "estimate_bytes": estimate.model_bytes,
             "measured_peak_bytes": measured.training_peak_bytes,
             "mlx_peak_bytes": measured.peak_bytes, "peak_rss_bytes": measured.peak_rss_bytes,
-            "start_rss_bytes": measured.start_rss_bytes, "source": "measure", "run_id": None,
+            "start_rss_bytes": measured.start_rss_bytes,
+            "ready_rss_bytes": measured.ready_rss_bytes, "source": "measure", "run_id": None,
         })
 
 

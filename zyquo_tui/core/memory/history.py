@@ -20,26 +20,30 @@ HISTORY_WINDOW = 10  # the most recent measurements the correction looks at
 HISTORY_MIN_EFFECT = 0.02  # ratios closer to 1 than this leave the estimate alone
 HISTORY_CLAMP = (0.5, 2.0)
 # A measured figure this close to its estimate counts as exact (a ratio of 1). The resident
-# figure (`training_peak`) holds a fixed amount of the runtime's own that no estimate of
-# training counts and that does not grow with the config: the tokenizer, compiled kernels,
-# the allocator's cache (about 30 MiB on the 7 MiB sample model). As a ratio on a small model
-# it is a factor of 2 or more, which would then double every later estimate of that model.
+# figure (`training_peak`) counts from the footprint ready to train, so the tokenizer and the
+# rows are out of it, but it still holds some of the runtime's own that no estimate of training
+# counts and that does not grow with the config: compiled kernels, the allocator's cache of
+# freed buffers (9 to 10 MiB above MLX's peak on the 7 MiB sample model on the CPU). As a ratio on a small
+# model that is a factor of 2 or more, which would then double every later estimate of it.
 HISTORY_ABSOLUTE_SLACK = 64 * 1024 * 1024
 
 
 def training_peak(mlx_peak: int, peak_rss: int | None = None,
-                  start_rss: int | None = None) -> int:
+                  start_rss: int | None = None, ready_rss: int | None = None) -> int:
     """The peak a measurement or a run compares with its estimate: the larger of MLX's peak
-    and the process's peak resident footprint above its footprint before the model loaded.
+    and the process's peak resident footprint above the runtime's own.
 
     MLX's figure can miss memory the process really holds (buffers MLX does not count, the
     allocator's slack: mlx issues 3896 and 3993), and the resident figure includes the
-    interpreter and the libraries, which no estimate of training counts; so the resident peak
-    counts from the footprint the process had before loading the model.
+    interpreter, the libraries, the tokenizer and the rows, which no estimate of training
+    counts. So the resident peak counts from `ready_rss` (trainer/loading.py
+    ready_resident_bytes: the footprint once loaded, less MLX's memory then), or, in records
+    made before it existed, from `start_rss` (the footprint before the model loaded).
     """
-    if peak_rss is None or start_rss is None:
+    baseline = ready_rss if ready_rss is not None else start_rss
+    if peak_rss is None or baseline is None:
         return int(mlx_peak)
-    return max(int(mlx_peak), int(peak_rss) - int(start_rss))
+    return max(int(mlx_peak), int(peak_rss) - int(baseline))
 
 
 def _ratio(record: dict[str, Any]) -> float:
@@ -69,9 +73,10 @@ class MemoryHistory:
 
     One JSON object per line: time, host, device, model, method, settings, estimate_bytes (the
     uncorrected model estimate), measured_peak_bytes (`training_peak`: the larger of the
-    two figures that follow), mlx_peak_bytes (MLX's peak), peak_rss_bytes and start_rss_bytes
-    (the process's peak resident footprint, and its footprint before the model loaded; absent
-    where they could not be read), source ("measure" or "run") and run_id.
+    two figures that follow), mlx_peak_bytes (MLX's peak), peak_rss_bytes, start_rss_bytes and
+    ready_rss_bytes (the process's peak resident footprint, its footprint before the model
+    loaded, and once ready to train less MLX's memory; absent where they could not be read),
+    source ("measure" or "run") and run_id.
     `plan --measure` appends; finished runs are added by `record_run` (the supervisor calls it
     when a run ends) or `import_runs` (a scan of the store).
     """
@@ -142,12 +147,14 @@ class MemoryHistory:
         if host and host != socket.gethostname():
             return False
         rss, start = summary.get("peak_rss_bytes"), summary.get("start_rss_bytes")
+        ready = summary.get("ready_rss_bytes")
         self.append({"device": memory.get("device", CPU), "model": run.model,
                      "method": run.method.value, "settings": memory.get("settings"),
                      "estimate_bytes": int(estimate),
-                     "measured_peak_bytes": training_peak(peak, rss, start),
+                     "measured_peak_bytes": training_peak(peak, rss, start, ready),
                      "mlx_peak_bytes": int(peak), "peak_rss_bytes": rss,
-                     "start_rss_bytes": start, "source": "run", "run_id": run.id})
+                     "start_rss_bytes": start, "ready_rss_bytes": ready, "source": "run",
+                     "run_id": run.id})
         return True
 
     def import_runs(self, runs: Iterable[Any]) -> int:

@@ -33,11 +33,14 @@ class Measurement:
     tokens_per_second: float | None = None  # the median step's, after the first (compiling)
     peak_rss_bytes: int | None = None
     start_rss_bytes: int | None = None
+    # ...and once ready to train, less MLX's memory (trainer/loading.py ready_resident_bytes)
+    ready_rss_bytes: int | None = None
 
     @property
     def training_peak_bytes(self) -> int:
         """The larger of the two figures (core.memory.history.training_peak)."""
-        return training_peak(self.peak_bytes, self.peak_rss_bytes, self.start_rss_bytes)
+        return training_peak(self.peak_bytes, self.peak_rss_bytes, self.start_rss_bytes,
+                             self.ready_rss_bytes)
 
 
 def _subprocess_json(command: list[str], spec: dict[str, Any], timeout: float,
@@ -93,6 +96,7 @@ def measure_peak(model_path: str, config: TrainingConfig, *, data: str | None = 
                        longest_row_tokens=result.get("longest_row_tokens"),
                        peak_rss_bytes=result.get("peak_rss_bytes"),
                        start_rss_bytes=result.get("start_rss_bytes"),
+                       ready_rss_bytes=result.get("ready_rss_bytes"),
                        tokens_per_second=result.get("tokens_per_second"))
 
 
