@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import pytest
 from test_memory import GIB
 from test_plan_cli import REPO, estimate_of, fake_machine, plan
 from test_plan_cli import model  # noqa: F401  (a fixture the tests here take)
@@ -108,6 +112,20 @@ def test_measure_reports_the_real_peak_beside_the_estimate_and_remembers_it(
         out["measured_peak_rss_bytes"] - out["measured_ready_rss_bytes"])
     assert record["estimate_bytes"] == out["model_estimate_bytes"]
     assert (isolated_home / HISTORY_FILE).is_file()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_a_child_of_a_large_process_reads_its_own_peak_not_its_parents():
+    """ru_maxrss keeps the parent's high-water mark through fork and exec; the peak a trainer
+    or a measurement reports must be its own."""
+    code = ("from zyquo_tui.core.system.machine import peak_resident_bytes; "
+            "print(peak_resident_bytes())")
+    held = bytearray(300 * 1024 * 1024)
+    held[::4096] = b"\x01" * len(held[::4096])  # touched, so resident
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True)
+    del held
+    assert int(child.stdout) < 200 * 1024 * 1024
 
 
 def test_a_measure_of_the_small_sample_model_does_not_scale_later_plans(

@@ -68,6 +68,10 @@ def test_the_peak_resident_footprint_is_bytes_on_macos_and_kib_on_linux():
     # getrusage's ru_maxrss, as each system reports a 1.5 GiB peak
     assert machine.peak_resident_bytes(1610612736, platform="darwin") == 1610612736
     assert machine.peak_resident_bytes(1572864, platform="linux") == 1610612736
+    # On Linux, /proc/self/status's VmHWM (recorded), and ru_maxrss where it has none.
+    status = "Name:\tpython3\nVmPeak:\t  612480 kB\nVmHWM:\t   13628 kB\nVmRSS:\t   13628 kB\n"
+    assert machine.peak_resident_bytes(platform="linux", status=status) == 13628 * 1024
+    assert machine._vm_hwm_bytes("Name:\tpython3\n") is None
     now = machine.resident_bytes()
     here = machine.peak_resident_bytes()
     # Linux updates the high-water mark lazily, so the peak may trail the present a little;

@@ -806,6 +806,12 @@ def test_the_history_compares_the_larger_of_mlx_peak_and_resident_peak_above_the
     assert ready_history.record_run(ready)
     assert ready_history.records[0]["measured_peak_bytes"] == 110 * MIB
     assert ready_history.records[0]["ready_rss_bytes"] == 360 * MIB
+    # A run that stepped down the out-of-memory ladder trained two configs: no record.
+    stepped = _run("/models/test")
+    stepped.state, stepped.memory, stepped.process = run.state, run.memory, run.process
+    stepped.summary = dict(run.summary)
+    stepped.memory_steps = [{"setting": "grad_checkpoint", "value": True, "rung": 1}]
+    assert not MemoryHistory(records=[]).record_run(stepped)
     a = advisor(history=history)
     model = facts()
     raw = a.estimate(model, config(), use_history=False)

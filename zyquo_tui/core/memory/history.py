@@ -132,14 +132,15 @@ class MemoryHistory:
         """Add a finished run's measured peak beside the estimate its gate recorded.
 
         Only runs whose estimate used the dataset's real longest row count: with the row
-        length unknown the estimate assumed max_seq_length, which is no fair comparison.
-        Returns whether a record was added.
+        length unknown the estimate assumed max_seq_length, which is no fair comparison. Nor
+        is a run that stepped down the out-of-memory ladder: its peak spans two configs, and
+        its gate judged the first. Returns whether a record was added.
         """
         memory = run.memory or {}
         summary = run.summary or {}
         peak = summary.get("peak_memory_bytes")
         estimate = memory.get("model_estimate_bytes")
-        if not peak or not estimate or not memory.get("exact_sequence"):
+        if not peak or not estimate or not memory.get("exact_sequence") or run.memory_steps:
             return False
         if any(r.get("run_id") == run.id for r in self.records):
             return False

@@ -125,12 +125,21 @@ def memory_facts() -> MemoryFacts:
     )
 
 
-def peak_resident_bytes(max_rss: int | None = None, platform: str = sys.platform) -> int | None:
-    """This process's peak resident footprint in bytes (getrusage's ru_maxrss).
+def peak_resident_bytes(max_rss: int | None = None, platform: str = sys.platform,
+                        status: str | None = None) -> int | None:
+    """This process's peak resident footprint in bytes.
 
-    ru_maxrss is in bytes on macOS and in KiB on Linux (and the other Unixes); `max_rss` and
-    `platform` let a test give a recorded figure. None where getrusage is missing.
+    On Linux, VmHWM of /proc/self/status: the high-water mark of this process's own address
+    space, which exec starts afresh. getrusage's ru_maxrss there keeps the parent's mark
+    through fork and exec, so a trainer or a measurement started by a process of 1 GiB reads 1
+    GiB before it loads anything. Elsewhere, and where /proc cannot be read, ru_maxrss: bytes on
+    macOS, KiB on Linux and the other Unixes. `max_rss`, `platform` and `status` (the text of
+    /proc/self/status) let a test give recorded figures. None where neither can be read.
     """
+    if max_rss is None and platform.startswith("linux"):
+        high_water = _vm_hwm_bytes(status)
+        if high_water is not None:
+            return high_water
     if max_rss is None:
         try:
             import resource
@@ -138,6 +147,22 @@ def peak_resident_bytes(max_rss: int | None = None, platform: str = sys.platform
             return None
         max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(max_rss) if platform == "darwin" else int(max_rss) * 1024
+
+
+def _vm_hwm_bytes(status: str | None = None) -> int | None:
+    """VmHWM of /proc/self/status (`status`: a recorded text of it) in bytes, or None."""
+    if status is None:
+        try:
+            with open("/proc/self/status", encoding="ascii", errors="replace") as file:
+                status = file.read()
+        except OSError:
+            return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                return int(parts[1]) * 1024  # the kernel writes kB, meaning KiB
+    return None
 
 
 def resident_bytes() -> int | None:
