@@ -70,8 +70,9 @@ def ready_resident_bytes(start_rss: int | None) -> int | None:
     and the data are loaded: the process's resident footprint then, less the memory MLX holds
     (the weights and adapters, which the estimate counts). What is left is the runtime's own:
     the interpreter and the libraries (`start_rss`), the tokenizer, the rows, the loaders (65
-    MiB beside the 7 MiB sample model on the CPU). Never below `start_rss`: where MLX's
-    buffers are not in the resident figure (a GPU's memory), the start stays the baseline."""
+    MiB above the start with the 7 MiB sample model, on the CPU). Never below `start_rss`:
+    where MLX's buffers are not in the resident figure (a GPU's memory), the start stays the
+    baseline."""
     import mlx.core as mx
 
     from zyquo_tui.core.system.machine import resident_bytes

@@ -21,10 +21,11 @@ HISTORY_MIN_EFFECT = 0.02  # ratios closer to 1 than this leave the estimate alo
 HISTORY_CLAMP = (0.5, 2.0)
 # A measured figure this close to its estimate counts as exact (a ratio of 1). The resident
 # figure (`training_peak`) counts from the footprint ready to train, so the tokenizer and the
-# rows are out of it, but it still holds some of the runtime's own that no estimate of training
-# counts and that does not grow with the config: compiled kernels, the allocator's cache of
-# freed buffers (9 to 10 MiB above MLX's peak on the 7 MiB sample model on the CPU). As a ratio on a small
-# model that is a factor of 2 or more, which would then double every later estimate of it.
+# rows are out of it, but it still holds some of the runtime's own that no estimate of
+# training counts and that does not grow with the config: compiled kernels, the allocator's
+# cache of freed buffers (9 to 10 MiB above MLX's peak with the 7 MiB sample model on the
+# CPU). As a ratio on a small model that can be a factor of 2, which would then double every
+# later estimate of it.
 HISTORY_ABSOLUTE_SLACK = 64 * 1024 * 1024
 
 

@@ -133,7 +133,8 @@ def peak_resident_bytes(max_rss: int | None = None, platform: str = sys.platform
     space, which exec starts afresh. getrusage's ru_maxrss there keeps the parent's mark
     through fork and exec, so a trainer or a measurement started by a process of 1 GiB reads 1
     GiB before it loads anything. Elsewhere, and where /proc cannot be read, ru_maxrss: bytes on
-    macOS, KiB on Linux and the other Unixes. `max_rss`, `platform` and `status` (the text of
+    macOS (whether a parent's mark survives exec there is not measured), KiB on Linux and the
+    other Unixes. `max_rss`, `platform` and `status` (the text of
     /proc/self/status) let a test give recorded figures. None where neither can be read.
     """
     if max_rss is None and platform.startswith("linux"):
