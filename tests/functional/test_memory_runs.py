@@ -114,6 +114,8 @@ def test_a_run_started_by_the_bound_ends_with_its_memory_record_exact(tiny_model
 
 
 def test_a_record_made_exact_keeps_the_bound_when_the_judgement_fails(tmp_path):
+    import copy
+
     from zyquo_tui.core.memory.run_gate import judge_run_memory, make_exact
 
     run = _run(str(write_model(tmp_path / "m")), max_seq_length=8192)
@@ -123,6 +125,11 @@ def test_a_record_made_exact_keeps_the_bound_when_the_judgement_fails(tmp_path):
     assert bound["exact_sequence"] is False
 
     assert not make_exact(run, home, None, None)  # no longest row reported
+    exact = copy.deepcopy(run)
+    judge_run_memory(exact, home, None, override=True, longest_row_tokens=60)
+    judged = dict(exact.memory)
+    assert not make_exact(exact, home, None, 50)  # exact already: the start's tokens stand
+    assert exact.memory == judged
     shutil.rmtree(run.model)
     assert not make_exact(run, home, None, 50)  # the model folder is gone
     assert run.memory == bound
