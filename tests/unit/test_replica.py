@@ -78,6 +78,26 @@ def test_the_chunked_loss_keeps_its_number_of_slices():
     assert replica.config.loss_chunk_tokens == 512 // replica.scale
 
 
+def test_rows_too_short_for_sixteen_tokens_a_replica_get_half_scale_rows_of_eight_or_more():
+    """Rows of 32 tokens (31 trained on) have no scale keeping 16 tokens; half scale with
+    16-token rows stands for them (calibrated: the 13 short-row full fine-tuning configs);
+    rows of under 16 tokens have none, and the sentence says so."""
+    full = dict(method=Method.FULL, num_layers=-1)
+    short = plan_replica(LLAMA_8B, config(max_seq_length=32, longest_row_tokens=32, **full))
+    assert short.scale == 2 and short.config.model_tokens == 16
+    assert why_no_replica(LLAMA_8B, config(max_seq_length=32, longest_row_tokens=32,
+                                           **full)) is None
+    # rows long enough for 16 tokens keep the largest scale that allows them, as before
+    longer = plan_replica(LLAMA_8B, config(max_seq_length=256, longest_row_tokens=256, **full))
+    assert longer.scale == 8 and longer.config.model_tokens == 32
+    # the fallback is half scale only: scales asked for without 2 get none
+    assert plan_replica(LLAMA_8B, config(max_seq_length=32, longest_row_tokens=32, **full),
+                        scales=(4,)) is None
+    tiny_rows = config(max_seq_length=16, longest_row_tokens=16, **full)
+    assert plan_replica(LLAMA_8B, tiny_rows) is None
+    assert why_no_replica(LLAMA_8B, tiny_rows) == "its rows (15 tokens) are too short to divide"
+
+
 def test_models_with_widths_a_replica_does_not_know_have_none_and_say_why():
     moe = {**LLAMA_8B, "num_local_experts": 8}
     assert plan_replica(moe, config()) is None

@@ -39,6 +39,13 @@ UNSCALED_WIDTH_KEYS = ("moe_intermediate_size", "num_experts", "num_local_expert
 SCALES = (16, 8, 4, 2)  # the largest that fits is used: the smaller the replica, the faster
 GROUP_SIZES = (128, 64, 32)  # what MLX's quantization accepts, largest first
 MIN_TOKENS = 16  # a replica's row keeps at least this many tokens
+# Rows too short for that (under 32 tokens) still get a half-scale replica whose rows keep at
+# least this many: short rows are where full fine-tuning's step, not its activations, sets the
+# peak, and the calibration's 13 configs of 32-token rows (two 8- and 16-layer models, every
+# optimizer, with and without accumulation) were predicted within -0.5% to +0.9% by replicas of
+# 16-token rows (bench/memory_calibration/replica.json). Longer rows keep MIN_TOKENS, so no
+# replica that already stands for a config changes.
+SHORT_ROW_MIN_TOKENS = 8
 # A replica's hidden size is at least this: below it the arrays that do not scale (the norms'
 # weights, MLX's own) are a visible share of the peak. The calibration's replicas are 32 to
 # 256 wide.
@@ -148,7 +155,7 @@ def why_no_replica(model_config: dict[str, Any], config: TrainingConfig) -> str 
     if hidden // 2 < MIN_HIDDEN:
         return (f"the model is too small to divide (hidden size {hidden}); "
                 "`plan --measure` measures it whole")
-    if config.model_tokens // 2 < MIN_TOKENS:
+    if config.model_tokens // 2 < SHORT_ROW_MIN_TOKENS:
         return f"its rows ({config.model_tokens} tokens) are too short to divide"
     if config.method is not Method.FULL and config.rank % 2:
         return f"its LoRA rank ({config.rank}) divides by nothing a replica could use"
@@ -157,7 +164,17 @@ def why_no_replica(model_config: dict[str, Any], config: TrainingConfig) -> str 
 
 def plan_replica(model_config: dict[str, Any], config: TrainingConfig,
                  scales: tuple[int, ...] = SCALES) -> Replica | None:
-    """The smallest replica of `config` on the model of `model_config`, or None."""
+    """The smallest replica of `config` on the model of `model_config`, or None: the largest
+    scale whose rows keep MIN_TOKENS, else, for short rows, half scale with rows of at least
+    SHORT_ROW_MIN_TOKENS."""
+    replica = _plan_replica(model_config, config, scales, MIN_TOKENS)
+    if replica is None and 2 in scales:
+        replica = _plan_replica(model_config, config, (2,), SHORT_ROW_MIN_TOKENS)
+    return replica
+
+
+def _plan_replica(model_config: dict[str, Any], config: TrainingConfig,
+                  scales: tuple[int, ...], min_tokens: int) -> Replica | None:
     if config.objective == "grpo":  # why_no_replica says why
         return None
     if any(key in model_config for key in UNSCALED_WIDTH_KEYS):
@@ -181,7 +198,7 @@ def plan_replica(model_config: dict[str, Any], config: TrainingConfig,
             continue
         if lora and config.rank % k:
             continue
-        if tokens // k < MIN_TOKENS or (chunk is not None and chunk % k):
+        if tokens // k < min_tokens or (chunk is not None and chunk % k):
             continue
         group = None
         if quantization:
@@ -200,7 +217,7 @@ def plan_replica(model_config: dict[str, Any], config: TrainingConfig,
         scaled.pop("quantization", None)
         if group is not None:
             scaled["quantization"] = {"group_size": group, "bits": int(quantization["bits"])}
-        replica_tokens = max(round(tokens / k), MIN_TOKENS)
+        replica_tokens = max(round(tokens / k), min_tokens)
         changes: dict[str, Any] = {
             # A row of exactly replica_tokens + 1 tokens, cut at max_seq_length: no padding
             # to a multiple of 32 (which would not scale).
