@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 import sys
 
 import pytest
@@ -211,3 +212,51 @@ def test_plan_by_epochs_counts_the_datasets_rows_and_says_the_steps(capsys, tiny
     assert status == 2 and err == ("zyquo-tui: --epochs needs --data: an epoch is a pass over "
                                    "train.jsonl, and its rows and the batch size make it into "
                                    "iterations.\n")
+
+
+def test_a_run_planned_first_records_the_figure_plan_measured(capsys, tiny_model,
+                                                              isolated_home):
+    """`plan` measured the config whole and kept the measurement (replica_measurements.jsonl):
+    the next plan answers from it, and the run of that config, its record made exact when it
+    ends, holds the figure plan showed, not the terms', with nothing measured again."""
+    from helpers import make_run, stop_runs, wait_until_ended
+
+    from zyquo_tui.core.memory.replica_cache import CACHE_FILE
+    from zyquo_tui.core.processes.supervisor import Supervisor
+    from zyquo_tui.core.events.protocol import read_events
+    from zyquo_tui.core.runs.run import RunState
+    from zyquo_tui.core.store.store import RunStore
+
+    fake_machine(isolated_home, 64 * GIB)
+    data = REPO / "sample_data" / "chat"
+    args = ("--model", tiny_model, "--data", data, "--num-layers", "-1", "--batch-size", "4")
+    status, planned, _ = plan(capsys, *args, "--json", replica=True)
+    assert status == 0 and planned["replica"]["scale"] == 1, planned
+    assert planned["estimate_bytes"] != planned["model_estimate_bytes"]
+    kept = (isolated_home / CACHE_FILE).read_text().splitlines()
+    assert len(kept) == 1
+    status, again, _ = plan(capsys, *args, "--iters", "2", "--json", replica=True)
+    assert again["estimate_bytes"] == planned["estimate_bytes"]
+    assert again["replica"]["measured_at"] and "measured_at" not in planned["replica"]
+    assert (isolated_home / CACHE_FILE).read_text().splitlines() == kept
+
+    store, run = make_run(tiny_model, data, store=RunStore(isolated_home), iters=2)
+    supervisor = Supervisor(store)
+    try:
+        supervisor.start(run.id)
+        assert wait_until_ended(supervisor, run.id).state is RunState.COMPLETED
+        deadline = time.monotonic() + 60  # the runner settles just after the trainer ends
+        while not supervisor.get(run.id).memory.get("exact_sequence"):
+            assert time.monotonic() < deadline, "the record was never made exact"
+            time.sleep(0.1)
+    finally:
+        stop_runs(store, run.id)
+    memory = supervisor.get(run.id).memory
+    assert memory["estimate_bytes"] == planned["estimate_bytes"]
+    assert memory["model_estimate_bytes"] == planned["model_estimate_bytes"]
+    assert memory["replica"]["measured_at"]
+    assert (isolated_home / CACHE_FILE).read_text().splitlines() == kept
+    # The figure is this run's: within a replica's margin of the peak the run reached.
+    peak = max(event["peak_memory_bytes"] for event in read_events(store.events_path(run.id))
+               if event["type"] == "train")
+    assert abs(memory["estimate_bytes"] / peak - 1) <= replica_module.REPLICA_ERROR

@@ -43,6 +43,7 @@ from zyquo_tui.core.memory.replica import (
     plan_replica,
     why_no_replica,
 )
+from zyquo_tui.core.memory.replica_cache import ReplicaCache
 from zyquo_tui.core.runs.out_of_memory import memory_limit
 from zyquo_tui.core.runs.problems import Problem
 from zyquo_tui.core.runs.run import Run
@@ -158,8 +159,10 @@ class MemoryAdvisor:
     def __init__(self, budget: MemoryBudget | None = None, *, device: str | None = None,
                  history: MemoryHistory | None = None,
                  coefficients: Coefficients | None = None, world_size: int = 1,
-                 ranks_here: int = 1) -> None:
+                 ranks_here: int = 1, replica_cache: ReplicaCache | None = None) -> None:
         self._budget = budget
+        # Where replica measurements are kept, so a config is measured once (None: not kept)
+        self.replica_cache = replica_cache
         self.device = device or (budget.device if budget else None)
         self.history = history if history is not None else MemoryHistory()
         self._coefficients = coefficients
@@ -174,7 +177,8 @@ class MemoryAdvisor:
         (the same budget, history and coefficients)."""
         return MemoryAdvisor(self._budget, device=self.device, history=self.history,
                              coefficients=self._coefficients, world_size=world_size,
-                             ranks_here=ranks_here)
+                             ranks_here=ranks_here,
+                             replica_cache=self.replica_cache)
 
     def within(self, hp: Hyperparameters, machine_limit: int | None) -> MemoryAdvisor:
         """This advisor judging a run with these settings against its memory limit
@@ -185,7 +189,8 @@ class MemoryAdvisor:
             return self
         return MemoryAdvisor(budget, device=self.device, history=self.history,
                              coefficients=self._coefficients, world_size=self.world_size,
-                             ranks_here=self.ranks_here)
+                             ranks_here=self.ranks_here,
+                             replica_cache=self.replica_cache)
 
     def rank_config(self, config: TrainingConfig) -> TrainingConfig:
         """The config one rank trains at once: its share of each batch, or the widest slice
@@ -200,7 +205,7 @@ class MemoryAdvisor:
                     ) -> MemoryAdvisor:
         """This machine's budget (probed once, cached) and measured history."""
         budget = machine_budget(home, refresh=refresh_probe)
-        return cls(budget, history=MemoryHistory.load(home))
+        return cls(budget, history=MemoryHistory.load(home), replica_cache=ReplicaCache(home))
 
     @classmethod
     def for_calibration(cls, device: str = CPU) -> MemoryAdvisor:
@@ -235,14 +240,15 @@ class MemoryAdvisor:
                      if name != "history_correction"}
         breakdown["replica_correction"] = measured.peak_bytes - estimate.model_bytes
         notes = [note for note in estimate.notes if not note.startswith("corrected by")]
+        took = f"{measured.seconds:.0f} s" + (
+            f", kept from {measured.measured_at}" if measured.measured_at else "")
         if measured.replica.whole_config:
             notes.append(f"measured whole (a config this small costs what a replica would, "
-                         f"{measured.seconds:.0f} s): MLX's own peak, not the terms' sum.")
+                         f"{took}): MLX's own peak, not the terms' sum.")
         else:
             notes.append(f"measured on a replica with every width divided by "
                          f"{measured.replica.scale} ({fmt_bytes(measured.replica_peak_bytes)} "
-                         f"peak, {measured.seconds:.0f} s): MLX's own schedule, not the terms' "
-                         "sum.")
+                         f"peak, {took}): MLX's own schedule, not the terms' sum.")
         return dataclasses.replace(estimate, total_bytes=measured.peak_bytes,
                                    breakdown=breakdown, notes=notes, correction=None,
                                    replica=measured.to_json())
@@ -250,11 +256,13 @@ class MemoryAdvisor:
     def replica_estimate(self, model: ModelFacts, estimate: Estimate, *,
                          hyperparameters: Hyperparameters | None = None,
                          extra_config: dict[str, Any] | None = None,
-                         cancelled: Callable[[], bool] | None = None
-                         ) -> tuple[Estimate | None, str | None]:
+                         cancelled: Callable[[], bool] | None = None,
+                         cached_only: bool = False) -> tuple[Estimate | None, str | None]:
         """`estimate` with the peak its config's replica predicts (measured now, in a
-        subprocess: seconds), and None; or None and why no replica was measured (a replica
-        that cannot be planned, would itself crowd the memory, or fails to train)."""
+        subprocess: seconds, or kept from an earlier measurement of the same config), and
+        None; or None and why no replica was measured (a replica that cannot be planned, would
+        itself crowd the memory, or fails to train). With `cached_only`, only a kept
+        measurement answers."""
         config = self.training_config(model, estimate.config)
         if (hyperparameters is not None and config.objective == "dpo"
                 and SETTINGS["reference"].get(hyperparameters) != "base"):
@@ -281,9 +289,12 @@ class MemoryAdvisor:
         try:
             measured = measure_replica(model.path, model, config, replica,
                                        hyperparameters=hyperparameters,
-                                       extra_config=extra_config, cancelled=cancelled)
+                                       extra_config=extra_config, cancelled=cancelled,
+                                       cache=self.replica_cache, cached_only=cached_only)
         except UserError as error:  # the terms' estimate stands; say why
             return None, f"no replica: {error.message[:1].lower()}{error.message[1:]}"
+        if measured is None:
+            return None, "no replica: not measured yet"
         return self.with_replica(estimate, measured), None
 
     def margin(self, estimate: Estimate) -> float:
@@ -618,8 +629,9 @@ def gate(run: Run, advisor: MemoryAdvisor, *, override: bool = False,
 
     A run that won't fit raises UserError (exit status 1) unless `override` is given; the
     override is recorded in the run. The caller saves the run (store.update). Gives the
-    dataset's longest tokenized row when known, for an exact estimate. With `replica`, a run
-    the terms say won't fit is judged again by its replica's measured peak (seconds; the
+    dataset's longest tokenized row when known, for an exact estimate. A config whose replica
+    was measured before (by `plan`, the new-run form) is judged by that figure. With `replica`,
+    a run the terms say won't fit is judged again by its replica's measured peak (seconds; the
     terms over-state some configs by up to a fifth: docs/memory.md) before it is refused.
     """
     model = model or ModelFacts.from_folder(run.model)
@@ -628,10 +640,14 @@ def gate(run: Run, advisor: MemoryAdvisor, *, override: bool = False,
     if estimate.problems:
         raise UserError(estimate.problems[0], EXIT_USAGE)
     assessment = advisor.judge(estimate)
-    if replica and assessment.verdict is Verdict.WONT_FIT:
+    # The figure `plan` or the new-run form showed for this very config, where it was
+    # measured (kept: core/memory/replica_cache.py); measured now only to save a refusal.
+    measure_now = replica and assessment.verdict is Verdict.WONT_FIT
+    if measure_now or advisor.replica_cache is not None:
         measured, _why_not = advisor.replica_estimate(model, estimate,
                                                       hyperparameters=run.hyperparameters,
-                                                      extra_config=run.extra_config)
+                                                      extra_config=run.extra_config,
+                                                      cached_only=not measure_now)
         if measured is not None:
             estimate = measured
             assessment = advisor.judge(estimate)

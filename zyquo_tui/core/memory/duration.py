@@ -1,8 +1,9 @@
 """How long a run will take, from this machine's own measurements (`plan --iters`).
 
 The basis is the nearest finished run on this machine (not a served Tinker session, whose
-pace its program sets): the same model first, else the nearest
-model size, then the same method and the nearest max_seq_length. From its events come its
+pace its program sets): one of the same objective before one of another (`OTHER_OBJECTIVE`),
+the same model first, else the nearest model size, then the same method and the nearest
+max_seq_length. From its events come its
 training speed (tokens per second over its steps), its tokens per step, how long a validation
 took, how long it took to start (imports and loading) and the rest of its time per step
 (reports, checkpoints). The new run's duration is then
@@ -11,10 +12,11 @@ took, how long it took to start (imports and loading) and the rest of its time p
     + iters x the rest per step
 
 with its tokens per step from the dataset's rows (or the basis run's, for the same data and
-batch), and the speed scaled by the models' sizes when the basis is another model. A grpo or
-distillation run whose basis run did not do the same work a step has the speed scaled by what
-its step adds to training: sampling the answers and the reference's forward pass
-(`grpo_share`), the teacher's forward pass and, on-policy, sampling (`distill_share`). `plan
+batch), and the speed scaled by the models' sizes when the basis is another model. Where the
+basis run did not do the same work a step, the speed is scaled by what each step adds to
+training: sampling the answers and the reference's forward pass (`grpo_share`), the teacher's
+forward pass and, on-policy, sampling (`distill_share`): the basis's taken out, the planned
+run's put in. `plan
 --measure` replaces the speed with the one it measured (its steps are the run's own, sampling
 and teacher included). Without either, the duration is unknown (None), and the basis says why.
 """
@@ -117,8 +119,16 @@ def _speed_of(store: RunStore, run: Run) -> _Speed | None:
                   val_total / len(val_times) if val_times else None, startup, other / steps)
 
 
+# How much farther a finished run of another objective is than one of the same: more than a
+# model of another size (1 + |log size ratio|), since its step does other work a token
+# (sampling, a teacher's or a reference's forward pass) that grpo_share and distill_share
+# only estimate; on the sample model a distillation run trained 116 tokens/s where SFT
+# trained about 3,000.
+OTHER_OBJECTIVE = 3.0
+
+
 def _distance(run: Run, model: str, size: float, method: Method, max_seq: int, world: int,
-              cache: dict[str, ModelFacts | None]) -> float | None:
+              objective: str, cache: dict[str, ModelFacts | None]) -> float | None:
     """How far a finished run is from the planned one (smaller is nearer)."""
     same_model = os.path.realpath(run.model) == os.path.realpath(model)
     if same_model:
@@ -130,6 +140,8 @@ def _distance(run: Run, model: str, size: float, method: Method, max_seq: int, w
         distance = 1.0 + abs(math.log(model_size(facts) / size))
     if run.method is not method:
         distance += 0.5
+    if SETTINGS["objective"].get(run.hyperparameters) != objective:
+        distance += OTHER_OBJECTIVE
     if world_size_of(run.hyperparameters.zyquo_tui) != world:
         distance += 0.5  # several processes share the work differently
     hist_seq = run.hyperparameters.max_seq_length
@@ -158,7 +170,7 @@ def estimate_duration(store: RunStore, model: str, facts: ModelFacts, method: Me
         if run.served:  # a Tinker program's session: its pace is the program's, not a run's
             continue
         distance = _distance(run, model, size, method, hp.max_seq_length,
-                             world_size_of(hp.zyquo_tui), cache)
+                             world_size_of(hp.zyquo_tui), SETTINGS["objective"].get(hp), cache)
         if distance is not None:
             candidates.append((distance, run.id, run))
     speed = None
@@ -179,12 +191,11 @@ def estimate_duration(store: RunStore, model: str, facts: ModelFacts, method: Me
         basis_facts = _facts(speed.run.model, cache)
         scale = model_size(basis_facts) / size if basis_facts is not None else 1.0
         rate, source = speed.tokens_per_second * scale, "history"
-        objective = SETTINGS["objective"].get(hp)
-        if objective == "grpo" \
-                and SETTINGS["objective"].get(speed.run.hyperparameters) != "grpo":
-            rate *= grpo_share(hp, lengths)
-        elif objective == "distill" and not _same_distillation(hp, speed.run.hyperparameters):
-            rate *= distill_share(hp, facts, _teacher_size(hp, cache), lengths)
+        then = speed.run.hyperparameters
+        if not _same_work(hp, then):
+            # The basis's speed as SFT's (its sampling or teacher taken out), then this run's.
+            rate *= (_work_share(hp, facts, lengths, cache)
+                     / _work_share(then, basis_facts or facts, None, cache))
     else:
         return DurationEstimate(None, {
             "source": None, "sentence": "unknown: no finished run on this machine to measure "
@@ -269,6 +280,29 @@ def distill_share(hp: Hyperparameters, student: ModelFacts, teacher_size: float 
         prompt = sum(lengths) / len(lengths) if lengths else 0.0
         sampling = answer / (prompt + answer) / 3
     return 1 / (1 + teacher + sampling)
+
+
+def _same_work(hp: Hyperparameters, then: Hyperparameters) -> bool:
+    """Whether a finished run's step did the planned one's kind of work a token: both grpo,
+    the same distillation, or both neither (SFT, DPO and ORPO only train)."""
+    objective, before = SETTINGS["objective"].get(hp), SETTINGS["objective"].get(then)
+    if objective == "distill":
+        return _same_distillation(hp, then)
+    if objective == "grpo" or before == "grpo":
+        return objective == before
+    return before != "distill"
+
+
+def _work_share(hp: Hyperparameters, facts: ModelFacts, lengths: list[int] | None,
+                cache: dict[str, ModelFacts | None]) -> float:
+    """A run's trained tokens a second as a share of SFT's on the same model (1 for runs that
+    only train)."""
+    objective = SETTINGS["objective"].get(hp)
+    if objective == "grpo":
+        return grpo_share(hp, lengths)
+    if objective == "distill":
+        return distill_share(hp, facts, _teacher_size(hp, cache), lengths)
+    return 1.0
 
 
 def _teacher_size(hp: Hyperparameters, cache: dict[str, ModelFacts | None]) -> float | None:

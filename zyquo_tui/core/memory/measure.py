@@ -15,6 +15,7 @@ from zyquo_tui.core.memory.estimate import TrainingConfig
 from zyquo_tui.core.memory.facts import ModelFacts
 from zyquo_tui.core.memory.history import training_peak
 from zyquo_tui.core.memory.replica import Replica
+from zyquo_tui.core.memory.replica_cache import ReplicaCache, measurement_key
 from zyquo_tui.core.runs.settings import Hyperparameters
 from zyquo_tui.core.system.child_process import run_child
 from zyquo_tui.core.system.entry_points import MEASURE, python_command
@@ -111,21 +112,29 @@ class ReplicaMeasurement:
     peak_bytes: int  # the real config's peak the replica predicts
     seconds: float
     device: str
+    # When the measurement was kept from (core/memory/replica_cache.py); None: measured now
+    measured_at: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {**self.replica.to_json(), "replica_peak_bytes": self.replica_peak_bytes,
                 "replica_weights_bytes": self.replica_weights_bytes,
-                "peak_bytes": self.peak_bytes, "seconds": self.seconds, "device": self.device}
+                "peak_bytes": self.peak_bytes, "seconds": self.seconds, "device": self.device,
+                **({"measured_at": self.measured_at} if self.measured_at else {})}
 
 
 def measure_replica(model_path: str, model: ModelFacts, config: TrainingConfig,
                     replica: Replica, *, hyperparameters: Hyperparameters | None = None,
                     extra_config: dict[str, Any] | None = None, steps: int = 3,
                     timeout: float = 600.0, python: str | None = None,
-                    cancelled: Callable[[], bool] | None = None) -> ReplicaMeasurement:
+                    cancelled: Callable[[], bool] | None = None,
+                    cache: ReplicaCache | None = None,
+                    cached_only: bool = False) -> ReplicaMeasurement | None:
     """Train `steps` steps of `replica` (planned for `config` by core/memory/replica.py) in a
     subprocess; its prediction of the config's peak. `config` is what one process trains, with
-    its loss slicing decided (the advisor's `training_config`). UserError when it fails."""
+    its loss slicing decided (the advisor's `training_config`). UserError when it fails.
+
+    With a `cache`, a spec measured before on these model files is not measured again; with
+    `cached_only`, nothing is measured (None when the cache has no answer)."""
     spec: dict[str, Any] = {
         "model": model_path,
         "method": replica.config.method.value,
@@ -136,12 +145,21 @@ def measure_replica(model_path: str, model: ModelFacts, config: TrainingConfig,
     }
     if not replica.whole_config:  # scale 1 trains the model itself
         spec["replica"] = {"config": replica.model_config, "dtype": model.compute_dtype}
-    result = _subprocess_json(python_command(MEASURE, "-", python=python), spec, timeout,
-                              cancelled)
+    # Another interpreter may hold another MLX: only the local one's measurements are kept.
+    key = measurement_key(spec, model_path) if cache is not None and python is None else None
+    result = cache.get(key) if key is not None else None
+    if result is None:
+        if cached_only:
+            return None
+        result = _subprocess_json(python_command(MEASURE, "-", python=python), spec, timeout,
+                                  cancelled)
+        if key is not None:
+            cache.put(key, result)
     peak = int(result["peak_memory_bytes"])
     weights = int(result["model_weights_bytes"])
     return ReplicaMeasurement(
         replica=replica, replica_peak_bytes=peak, replica_weights_bytes=weights,
         peak_bytes=replica.predicted_peak(model, config, peak, weights),
         seconds=float(result.get("seconds", 0.0)),
-        device=GPU if "gpu" in str(result.get("device", "")).lower() else CPU)
+        device=GPU if "gpu" in str(result.get("device", "")).lower() else CPU,
+        measured_at=result.get("measured_at"))
