@@ -114,6 +114,15 @@ def test_an_unknown_command_is_one_sentence_and_exit_2():
     assert "invalid choice" in message
 
 
+def test_an_unknown_flag_names_the_help_of_the_command_it_was_given_to():
+    message = _one_sentence_exit_2(zyquo_cli("runs", "new", "--bogus-flag", "1"))
+    assert message == ("zyquo-tui: unrecognized arguments: --bogus-flag 1; see "
+                       "`zyquo-tui runs new --help`.")
+    assert _one_sentence_exit_2(zyquo_cli("data", "check", "x", "--bogus")).endswith(
+        "see `zyquo-tui data check --help`.")
+    assert _one_sentence_exit_2(zyquo_cli("--bogus")).endswith("see `zyquo-tui --help`.")
+
+
 def test_an_unusable_store_location_is_one_sentence_and_exit_2(tmp_path, tiny_model):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")

@@ -272,6 +272,13 @@ def test_the_queue_can_be_reordered_and_runs_removed(tiny_model):
         assert zyquo_cli("runs", "dequeue", waiting[0]).returncode == 0
         assert supervisor.queue.ids() == [waiting[2], waiting[1]]
         assert store.get(waiting[0]).state is RunState.CONFIGURED
+        # A run the queue has started is not in it: the refusal says so, and how to stop it.
+        started = zyquo_cli("runs", "dequeue", active.id)
+        assert started.returncode == 2
+        assert "is not in the queue: it has started" in started.stderr
+        assert f"`zyquo-tui runs cancel {active.id}` stops it" in started.stderr
+        again = zyquo_cli("runs", "dequeue", waiting[0])
+        assert again.returncode == 2 and "is not in the queue (it is configured)" in again.stderr
         for run_id in (waiting[2], waiting[1]):  # cancel of a queued run unqueues it
             assert supervisor.cancel(run_id).state is RunState.CONFIGURED
     finally:

@@ -20,6 +20,19 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"zyquo-tui: {message}; see `{self.prog} --help`.\n")
 
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """As argparse's, but an unknown flag names the help of the command it was given to
+        (`zyquo-tui runs new --help`), not the top level's."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            words = [getattr(parsed, "command", None)]
+            words += [value for name, value in vars(parsed).items()
+                      if name.endswith(("_command", "_action")) and isinstance(value, str)]
+            where = " ".join([self.prog, *filter(None, words)])
+            self.exit(EXIT_USAGE, f"zyquo-tui: unrecognized arguments: {' '.join(extras)}; "
+                                  f"see `{where} --help`.\n")
+        return parsed
+
 
 # Command name -> module. Only the module of the command given is imported (each brings its part
 # of core), so `runs list` does not pay for the memory model or the dataset validator.

@@ -173,7 +173,7 @@ def cmd_new(args) -> int:
     run, unknown, warnings = draft.to_run(refused=refused), sorted(draft.extra_config), \
         draft.warnings()
     store.create(run)
-    _report_unknown(unknown, args.config)
+    _report_unknown(draft, unknown)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:
@@ -183,10 +183,19 @@ def cmd_new(args) -> int:
     return 0
 
 
-def _report_unknown(unknown: list[str], source) -> None:
-    if unknown:
-        print(f"note: {source}: kept keys this version does not model, passed to mlx-lm "
-              f"unchanged: {', '.join(unknown)}", file=sys.stderr)
+def _report_unknown(draft, unknown: list[str]) -> None:
+    """A note for each config key this version does not model (kept, and passed to mlx-lm
+    unchanged), at its file:line, with the setting it may be a misspelling of: a mistyped
+    `learning_rat` would otherwise train at the default learning rate unremarked."""
+    import difflib
+
+    from zyquo_tui.core.runs.mlx_config import setting_keys
+
+    for key in unknown:
+        near = difflib.get_close_matches(key, sorted(setting_keys()), n=1, cutoff=0.8)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        print(f"note: {draft.locate(key)}: {key} is not a setting this version models; it is "
+              f"kept and passed to mlx-lm unchanged{hint}.", file=sys.stderr)
 
 
 def cmd_start(args) -> int:
@@ -442,7 +451,7 @@ def cmd_import(args) -> int:
                                     refused="", name=args.name, config_file=args.file)
     run, unknown, warnings = draft.to_run(), sorted(draft.extra_config), draft.warnings()
     store.create(run)
-    _report_unknown(unknown, args.file)
+    _report_unknown(draft, unknown)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.json:

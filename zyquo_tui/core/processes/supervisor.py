@@ -283,10 +283,19 @@ class Supervisor:
             if fd is not None:
                 self._spawn_runner(fd, None)
 
+    def _not_queued(self, run_id: str) -> UserError:
+        """A run the queue does not hold: say what it is instead (the queue may have just
+        started it), and what to do."""
+        run = self.get(run_id)
+        if run.state.is_active:
+            return UserError(f"Run {run_id} is not in the queue: it has started "
+                             f"({run.state.value}); `zyquo-tui runs cancel {run_id}` stops it.")
+        return UserError(f"Run {run_id} is not in the queue (it is {run.state.value}).")
+
     def dequeue(self, run_id: str) -> Run:
         with self.queue.locked() as order:
             if run_id not in order:
-                raise UserError(f"Run {run_id} is not in the queue.")
+                raise self._not_queued(run_id)
             order.remove(run_id)
             def configured(r: Run) -> None:
                 if r.state is RunState.QUEUED:
@@ -301,7 +310,7 @@ class Supervisor:
             raise UserError(f"A queue position is 1 (next) or more, not {position}.")
         with self.queue.locked() as order:
             if run_id not in order:
-                raise UserError(f"Run {run_id} is not in the queue.")
+                raise self._not_queued(run_id)
             order.remove(run_id)
             order.insert(max(0, min(position - 1, len(order))), run_id)
             return list(order)
