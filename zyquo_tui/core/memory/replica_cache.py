@@ -1,8 +1,9 @@
 """Replica measurements kept on this machine ($ZYQUO_HOME/replica_measurements.jsonl).
 
 A replica's peak is MLX's schedule of one graph on one machine: the same spec, on the same
-model files, with the same MLX, measures the same (bench/memory_calibration/repeats.json). So
-a config measured once (by `plan`, the new-run form) is not measured again: the next `plan`
+model files, with the same MLX, measures the same within the run-to-run spread the verdict's
+margins already hold (bench/memory_calibration/repeats.json; docs/memory.md). So a config
+measured once (by `plan`, the new-run form) is not measured again: the next `plan`
 answers at once, and the gate that starts the run, and the record made exact when it ends
 (core/memory/run_gate.py), hold the figure its user was shown rather than the terms'.
 
