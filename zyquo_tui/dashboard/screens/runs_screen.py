@@ -35,7 +35,7 @@ class RunsScreen(RunVerbsScreen):
         VERB_BINDINGS["start"], VERB_BINDINGS["cancel"], VERB_BINDINGS["resume"],
         VERB_BINDINGS["logs"], VERB_BINDINGS["checkpoints"],
         Binding("b", "build_sample", "Build sample", id="sample.build",
-                tooltip="Build the tiny sample model (offline, about 10 s)"),
+                tooltip="Build the tiny sample model (offline, under a minute)"),
         Binding("t", "train_sample", "Train sample", id="sample.train",
                 tooltip="Train the sample model on the sample dataset (60 steps)"),
         # `t` before the sample exists: unlisted (the footer offers b then), but it answers.
@@ -243,7 +243,7 @@ class RunsScreen(RunVerbsScreen):
             self.notify("The sample model is being built; press t when it is ready.",
                         title="Sample")
         else:
-            self.notify("The sample model is not built yet: press b to build it (about 10 s), "
+            self.notify("The sample model is not built yet: press b to build it (under a minute), "
                         "then t to train it.", title="Sample")
 
     # -- which keys apply -------------------------------------------------------------------------

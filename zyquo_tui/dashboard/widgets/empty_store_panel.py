@@ -25,13 +25,13 @@ class EmptyStorePanel(Static):
     def render(self) -> str:
         lines = ["[b]No runs yet.[/b]", ""]
         if self.building:
-            lines.append("Building the sample model (a 100k-parameter model, about 10 s)…")
+            lines.append("Building the sample model (a 100k-parameter model, under a minute)…")
         elif self.sample_ready:
             lines.append("The sample model is ready. Press [b]t[/b] to train on the sample "
                          "dataset: 60 steps, done in seconds, with a falling loss to watch.")
         else:
             lines.append("Press [b]b[/b] to build the sample model (a tiny model made offline "
-                         "in about 10 s), then [b]t[/b] to train on it.")
+                         "in under a minute), then [b]t[/b] to train on it.")
         lines += ["",
                   "Your own runs: press [b]n[/b] to set one up with a memory verdict, "
                   "[b]M[/b] and [b]D[/b] list the models and datasets found. Runs made "
