@@ -174,6 +174,32 @@ def test_an_empty_train_jsonl_is_refused_by_the_form_and_the_cli_alike(capsys, m
     assert not list((RunStore().home / "runs").glob("*/run.json"))
 
 
+@pytest.mark.parametrize("command", ["new", "import-config"])
+def test_a_row_that_would_stop_the_run_is_refused_at_its_file_and_line(capsys, models,
+                                                                       tmp_path, command):
+    """A row the trainer cannot read (broken JSON on line 3): the form refuses to start the
+    run, and `runs new` and `import-config` refuse to make it, naming the line, rather than
+    storing a run that fails when it starts."""
+    data = tmp_path / "broken"
+    data.mkdir()
+    rows = (SAMPLE_DATA / "completions" / "train.jsonl").read_text().splitlines()
+    rows[2] = '{"prompt": "cut short'
+    (data / "train.jsonl").write_text("\n".join(rows) + "\n")
+    (data / "valid.jsonl").write_text((SAMPLE_DATA / "completions" / "valid.jsonl").read_text())
+    assert not validate_dataset(data).ok  # the form's report, which blocks its start
+    if command == "new":
+        args = ("runs", "new", "--model", "zyquo-tiny", "--num-layers", "-1", "--data", data)
+    else:
+        config = tmp_path / "config.yaml"
+        config.write_text(f"model: {RunStore().home / 'models' / 'zyquo-tiny'}\n"
+                          f"data: {data}\nnum_layers: -1\n")
+        args = ("runs", "import-config", config)
+    message = refused(capsys, *args)
+    assert message.startswith("The run was not created: the dataset has 1 error that would "
+                              f"stop the run (the first: {data / 'train.jsonl'}:3: invalid JSON")
+    assert message.endswith(f"`zyquo-tui data check {data}` lists them all.")
+
+
 def test_the_forms_data_warning_is_the_clis_warning(capsys, models):
     (key, sentence, severity), = form_sentence(SAMPLE_DATA / "chat", batch_size=64)
     assert (key, severity) == ("batch_size", "warning")

@@ -36,3 +36,22 @@ def draft_from_command_line(config: dict[str, Any], *, source: str, base_dir: Pa
     if unnamed is not None:
         raise UserError(f"{refused}{unnamed}")
     return draft
+
+
+def refuse_rows_that_cannot_train(draft: RunDraft, refused: str) -> None:
+    """UserError (exit 2) when a row of the draft's dataset would stop the run (broken JSON, a
+    row unlike the first, a missing field: every row checked, as `data check` and the new-run
+    form check them; the form refuses to start such a run too). The draft's own checks come
+    first (`to_run`): a missing folder or file is theirs to say."""
+    from zyquo_tui.core.library.datasets import validate_dataset
+    from zyquo_tui.core.library.rows import ERROR
+
+    if draft.data_path is None or not Path(draft.data_path).is_dir():
+        return
+    report = validate_dataset(draft.data_path, batch_size=draft.hyperparameters.batch_size)
+    errors = [problem for problem in report.problems if problem.severity == ERROR]
+    if errors:
+        count = f"{len(errors)} error{'s' if len(errors) != 1 else ''}"
+        raise UserError(f"{refused}the dataset has {count} that would stop the run (the first: "
+                        f"{errors[0]}); `zyquo-tui data check {draft.data_path}` lists them "
+                        "all.")

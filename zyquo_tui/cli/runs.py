@@ -155,7 +155,7 @@ def _wait_for(supervisor, run_id: str, wanted: RunState) -> int:
 # -- commands -----------------------------------------------------------------------------------
 
 def cmd_new(args) -> int:
-    from zyquo_tui.cli.run_drafts import draft_from_command_line
+    from zyquo_tui.cli.run_drafts import draft_from_command_line, refuse_rows_that_cannot_train
     from zyquo_tui.core.runs.mlx_config import load_mlx_yaml
 
     store = RunStore().ensure()
@@ -172,6 +172,7 @@ def cmd_new(args) -> int:
         config_file=args.config)
     run, unknown, warnings = draft.to_run(refused=refused), sorted(draft.extra_config), \
         draft.warnings()
+    refuse_rows_that_cannot_train(draft, refused)
     store.create(run)
     _report_unknown(draft, unknown)
     for warning in warnings:
@@ -442,7 +443,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_import(args) -> int:
-    from zyquo_tui.cli.run_drafts import draft_from_command_line
+    from zyquo_tui.cli.run_drafts import draft_from_command_line, refuse_rows_that_cannot_train
     from zyquo_tui.core.runs.mlx_config import load_mlx_yaml
 
     store = RunStore().ensure()
@@ -450,6 +451,7 @@ def cmd_import(args) -> int:
     draft = draft_from_command_line(config, source=str(args.file), base_dir=args.file.parent,
                                     refused="", name=args.name, config_file=args.file)
     run, unknown, warnings = draft.to_run(), sorted(draft.extra_config), draft.warnings()
+    refuse_rows_that_cannot_train(draft, "The run was not created: ")
     store.create(run)
     _report_unknown(draft, unknown)
     for warning in warnings:
