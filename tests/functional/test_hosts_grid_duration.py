@@ -95,6 +95,20 @@ def test_a_bad_value_in_a_grid_makes_no_run(tiny_model, isolated_home):
     assert not list((isolated_home / "runs").glob("*/run.json"))
 
 
+def test_a_grid_over_a_dataset_with_a_broken_row_makes_no_run(tiny_model, isolated_home,
+                                                              tmp_path):
+    data = tmp_path / "broken"
+    data.mkdir()
+    rows = (SAMPLE_DATA / "completions" / "train.jsonl").read_text().splitlines()
+    rows[4] = "not json"
+    (data / "train.jsonl").write_text("\n".join(rows) + "\n")
+    done = zyquo_cli("runs", "grid", "--model", str(tiny_model), "--data", str(data),
+                     "--learning-rate", "1e-4,3e-4")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"{data / 'train.jsonl'}:5: invalid JSON" in done.stderr
+    assert not list((isolated_home / "runs").glob("*/run.json"))
+
+
 # -- duration -------------------------------------------------------------------------------
 
 

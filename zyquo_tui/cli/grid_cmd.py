@@ -85,7 +85,7 @@ def label(combo: dict[str, Any], varied: list[str]) -> str:
 
 def cmd_grid(args) -> int:
     from zyquo_tui.cli.common import supervisor_for
-    from zyquo_tui.cli.run_drafts import draft_from_command_line
+    from zyquo_tui.cli.run_drafts import draft_from_command_line, refuse_rows_that_cannot_train
     from zyquo_tui.core.store.store import RunStore
 
     values = grid_values(args)
@@ -109,6 +109,7 @@ def cmd_grid(args) -> int:
         run.group = group
         runs.append((run, combo))
         warnings += [w for w in warned if w not in warnings]
+    refuse_rows_that_cannot_train(draft, "No run was created: ")  # one dataset for them all
     for run, _combo in runs:
         store.create(run)
     for warning in warnings:
