@@ -77,6 +77,7 @@ async def test_watch_cancel_resume_and_find_the_best_checkpoint(tiny_model, monk
             # Cancel from the keyboard: c asks first, y confirms.
             await pilot.press("c")
             assert isinstance(app.screen, ConfirmDialog)
+            assert "(about 40)" in app.screen.detail  # the step the screen shows
             await pilot.press("y")
             await wait_until(pilot, lambda: service.run(run.id).state is RunState.CANCELLED,
                              "the run to be cancelled")

@@ -82,7 +82,11 @@ class RunVerbsScreen(ZyquoScreen):
             detail = "It goes back to configured; start or queue it again whenever you like."
         else:
             question = f"Cancel {run.name}?"
-            step = (run.summary or {}).get("step")
+            # The step the screen shows (its feed follows the events); run.json's summary
+            # lags it by up to a report.
+            feed = self.service.feed(run.id)
+            step = max(feed.metrics.step if feed is not None else 0,
+                       (run.summary or {}).get("step") or 0)
             detail = ("The trainer saves a checkpoint at the step it is on"
                       + (f" (about {step})" if step else "")
                       + " and stops. Press r later to resume it exactly from there.")
