@@ -49,7 +49,7 @@ DISTILL = {"objective": "distill", "teacher": "/models/teacher", "max_completion
 
 def test_a_run_of_another_objective_is_the_basis_only_when_none_of_the_same_finished(tmp_path):
     """A distillation step also runs its teacher (on the sample model a distillation run
-    trained 116 tokens a second where SFT trained about 3,000): an SFT plan rests on the SFT
+    trained 939 tokens a second where SFT trained 3,011): an SFT plan rests on the SFT
     run though the distillation finished later on the same model, and a distillation plan on
     the distillation. With the SFT run gone, the distillation's speed stands for SFT's with
     its teacher's share taken out."""

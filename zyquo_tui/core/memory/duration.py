@@ -122,8 +122,8 @@ def _speed_of(store: RunStore, run: Run) -> _Speed | None:
 # How much farther a finished run of another objective is than one of the same: more than a
 # model of another size (1 + |log size ratio|), since its step does other work a token
 # (sampling, a teacher's or a reference's forward pass) that grpo_share and distill_share
-# only estimate; on the sample model a distillation run trained 116 tokens/s where SFT
-# trained about 3,000.
+# only estimate; on the sample model an off-policy distillation run trained 939 tokens/s where
+# SFT trained 3,011 (bench/bench_duration.py).
 OTHER_OBJECTIVE = 3.0
 
 
