@@ -87,10 +87,18 @@ def test_check_and_a_run_name_the_source_row_of_a_bad_converted_row(capsys, tmp_
     assert f"train.jsonl:{line} (from sharegpt.jsonl:7): messages[1] (assistant): empty " \
            "content" in shown.splitlines()
 
+    # `runs new` refuses to make the run, naming the row and its source...
     status, out, err = cli(capsys, "runs", "new", "--model", tiny_model, "--data", folder,
                            *SHORT)
-    assert status == 0, err
-    run_dir = RunStore().run_dir(out.strip())
+    assert status == 2 and out == "" and RunStore().list() == []
+    assert f"(the first: {folder / 'train.jsonl'}:{line} (from {source}:7): messages[1] " \
+           "(assistant): empty content)" in err
+    # ...and the trainer, given such a run all the same (made before the row went bad, or by
+    # a script), fails naming them too.
+    from helpers import make_run
+
+    store, run = make_run(tiny_model, folder, store=RunStore(), iters=6)
+    run_dir = store.run_dir(run.id)
     assert run_trainer(run_dir).returncode == 1
     failed = read_events(run_dir / "events.jsonl")[-1]
     assert failed["type"] == "failed" and failed["cause"] == "data"
