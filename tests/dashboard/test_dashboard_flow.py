@@ -75,6 +75,9 @@ async def test_watch_cancel_resume_and_find_the_best_checkpoint(tiny_model, monk
                              "the trainer to hold after step 40")
 
             # Cancel from the keyboard: c asks first, y confirms.
+            # The held step's train event is written before the hold: the screen reaches it.
+            await wait_until(pilot, lambda: service.feed(run.id).metrics.step == 40,
+                             "the screen to show step 40")
             await pilot.press("c")
             assert isinstance(app.screen, ConfirmDialog)
             assert "(about 40)" in app.screen.detail  # the step the screen shows

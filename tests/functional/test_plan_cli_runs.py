@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import subprocess
-import time
 import sys
+import time
 
 import pytest
 from test_memory import GIB
@@ -221,9 +221,9 @@ def test_a_run_planned_first_records_the_figure_plan_measured(capsys, tiny_model
     ends, holds the figure plan showed, not the terms', with nothing measured again."""
     from helpers import make_run, stop_runs, wait_until_ended
 
+    from zyquo_tui.core.events.protocol import read_events
     from zyquo_tui.core.memory.replica_cache import CACHE_FILE
     from zyquo_tui.core.processes.supervisor import Supervisor
-    from zyquo_tui.core.events.protocol import read_events
     from zyquo_tui.core.runs.run import RunState
     from zyquo_tui.core.store.store import RunStore
 
