@@ -93,3 +93,48 @@ def test_the_file_keeps_the_newest_entries(tmp_path, monkeypatch):
     lines = (tmp_path / CACHE_FILE).read_text().splitlines()
     assert len(lines) <= 2 * 2
     assert cache.get("k5")["peak_memory_bytes"] == 5 and cache.get("k0") is None
+    assert not [path for path in tmp_path.iterdir() if ".tmp" in path.name]  # none left
+
+
+def test_only_this_interpreters_measurements_are_kept(tmp_path, monkeypatch):
+    """measure_replica with the cache: a spec measured once is answered from the file (with
+    when it was measured); one measured by another Python, which may hold another MLX, is
+    neither kept nor answered from it; cached_only measures nothing."""
+    import json
+
+    from test_memory import write_model
+
+    from zyquo_tui.core.memory import measure as measure_module
+    from zyquo_tui.core.memory.estimate import TrainingConfig
+    from zyquo_tui.core.memory.facts import ModelFacts
+    from zyquo_tui.core.memory.replica import Replica
+    from zyquo_tui.core.runs.settings import Method
+
+    folder = write_model(tmp_path / "model")
+    facts = ModelFacts.from_folder(folder)
+    config = TrainingConfig(method=Method.LORA, batch_size=2, max_seq_length=64, num_layers=-1,
+                            longest_row_tokens=64)
+    replica = Replica.whole(json.loads((folder / "config.json").read_text()), config)
+    measured = []
+
+    def measuring(command, spec, timeout, cancelled):
+        measured.append(command)
+        return {"peak_memory_bytes": 5_000_000, "model_weights_bytes": 1_000_000,
+                "seconds": 2.5, "device": "Device(cpu, 0)"}
+
+    monkeypatch.setattr(measure_module, "_subprocess_json", measuring)
+    cache = ReplicaCache(tmp_path / "home")
+
+    def measure(**options):
+        return measure_module.measure_replica(str(folder), facts, config, replica, cache=cache,
+                                              **options)
+
+    assert measure(cached_only=True) is None and measured == []
+    first = measure()
+    again = measure()
+    assert len(measured) == 1
+    assert first.measured_at is None and again.measured_at
+    assert again.peak_bytes == first.peak_bytes
+    elsewhere = measure(python="/opt/other/bin/python")
+    assert len(measured) == 2 and elsewhere.measured_at is None
+    assert len((tmp_path / "home" / CACHE_FILE).read_text().splitlines()) == 1

@@ -23,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from zyquo_tui.core.store.atomic import write_atomic
 from zyquo_tui.core.store.paths import zyquo_home
 
 CACHE_FILE = "replica_measurements.jsonl"
@@ -111,10 +112,8 @@ class ReplicaCache:
             with open(self.path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(entry) + "\n")
             entries = self._entries()
-            if len(entries) > 2 * KEEP_ENTRIES:
-                kept = self.path.with_suffix(".tmp")
-                kept.write_text("".join(json.dumps(e) + "\n" for e in entries[-KEEP_ENTRIES:]),
-                                encoding="utf-8")
-                kept.replace(self.path)
+            if len(entries) > 2 * KEEP_ENTRIES:  # two processes may do this at once
+                write_atomic(self.path,
+                             "".join(json.dumps(e) + "\n" for e in entries[-KEEP_ENTRIES:]))
         except OSError:
             pass  # not kept: the next verdict measures again
