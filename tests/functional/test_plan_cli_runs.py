@@ -260,3 +260,39 @@ def test_a_run_planned_first_records_the_figure_plan_measured(capsys, tiny_model
     peak = max(event["peak_memory_bytes"] for event in read_events(store.events_path(run.id))
                if event["type"] == "train")
     assert abs(memory["estimate_bytes"] / peak - 1) <= replica_module.REPLICA_ERROR
+
+
+def test_a_run_nobody_planned_records_its_config_measured_whole(tiny_model, isolated_home):
+    """A small run started without `plan`: its runner measures the config whole once it has
+    completed (the rows' real width known), so its record holds the figure plan would have
+    shown, within a replica's margin of the run's own peak, not the terms' over-statement."""
+    from helpers import make_run, stop_runs, wait_until_ended
+
+    from zyquo_tui.core.events.protocol import read_events
+    from zyquo_tui.core.memory.replica_cache import CACHE_FILE
+    from zyquo_tui.core.processes.supervisor import Supervisor
+    from zyquo_tui.core.runs.run import RunState
+    from zyquo_tui.core.store.store import RunStore
+
+    fake_machine(isolated_home, 64 * GIB)
+    store, run = make_run(tiny_model, REPO / "sample_data" / "chat", store=RunStore(isolated_home),
+                          iters=2, batch_size=4)
+    supervisor = Supervisor(store)
+    try:
+        supervisor.start(run.id)
+        assert supervisor.get(run.id).memory["replica"] is None  # the start judged by the terms
+        assert wait_until_ended(supervisor, run.id).state is RunState.COMPLETED
+        deadline = time.monotonic() + 120  # the runner measures, then settles
+        while not supervisor.get(run.id).memory.get("exact_sequence"):
+            assert time.monotonic() < deadline, "the record was never made exact"
+            time.sleep(0.1)
+    finally:
+        stop_runs(store, run.id)
+    memory = supervisor.get(run.id).memory
+    assert memory["replica"]["scale"] == 1, memory
+    assert len((isolated_home / CACHE_FILE).read_text().splitlines()) == 1
+    peak = max(event["peak_memory_bytes"] for event in read_events(store.events_path(run.id))
+               if event["type"] == "train")
+    assert abs(memory["estimate_bytes"] / peak - 1) <= replica_module.REPLICA_ERROR
+    # The terms alone over-state this config by more than that.
+    assert memory["model_estimate_bytes"] / peak - 1 > replica_module.REPLICA_ERROR

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from zyquo_tui.core.events import protocol as ev
-from zyquo_tui.core.memory.run_gate import make_exact
+from zyquo_tui.core.memory.run_gate import make_exact, measure_small_record
 from zyquo_tui.core.processes import distributed_launch
 from zyquo_tui.core.processes.memory_steps import (
     SteppedDown,
@@ -219,6 +219,15 @@ class Runner:
         stepped: list[SteppedDown] = []
 
         started = latest_started(run_dir / EVENTS_FILE) or {}
+        if (terminal_event(run_dir / EVENTS_FILE) or {}).get("type") == ev.COMPLETED:
+            # A completed run nobody planned: its small config measured whole now, outside
+            # the store's lock, so that make_exact records that figure (core/memory/run_gate.py).
+            try:
+                measure_small_record(self.store.get(run_id), self.store.home,
+                                     self.settings.memory_limit_bytes,
+                                     started.get("longest_row_tokens"))
+            except Exception as error:  # a figure, never worth a failure of the runner
+                print(f"runner: {run_id}'s config not measured whole: {error}", flush=True)
 
         def settle(run):
             run.process = {**(run.process or {}), "returncode": returncode,
