@@ -10,6 +10,7 @@
     python bench/calibrate_memory.py --spread --measure ID..  # measure again: run-to-run spread
     python bench/calibrate_memory.py --spread        # the spread table (repeats.json)
     python bench/calibrate_memory.py --attention     # one attention's backward, in matrices
+    python bench/calibrate_memory.py --verdict       # the figure `plan` gives each config
 
 The matrix (bench/memory_calibration/matrix.json) names generated llama models of different
 widths, depths, vocabularies, head counts and quantization, and training configs on them. Each
@@ -762,6 +763,56 @@ def fit_grpo(matrix: dict, stored: dict, models: dict, markdown: bool = False) -
     print_family_table(held, markdown=markdown, matrix=matrix)
 
 
+def verdict_figures(matrix: dict, stored: dict, models: dict, replicas: dict
+                    ) -> dict[str, tuple[str, float | None]]:
+    """Each measured config's source of the figure `plan` gives it, and that figure's error
+    with nothing of the config in it: `whole` (64 MiB or less by the terms: the config itself is
+    measured, so its error is the run-to-run spread, None here), `replica` (scale 2, nothing
+    fitted), `grpo terms` (a larger grpo config, which no replica stands for: its family held
+    out of grpo_shared_working), or `terms` (no replica measured: the terms as shipped)."""
+    from zyquo_tui.core.memory.advisor import MemoryAdvisor
+    from zyquo_tui.core.memory.replica import can_measure_whole
+
+    advisor = MemoryAdvisor.for_calibration(device="cpu")
+    grpo = grpo_rows(matrix, stored, models)
+    families = {row.family for row in grpo}
+    grpo_errors = ({config: error for family in grpo_held_out(grpo)[0].values()
+                    for config, error in family.items()} if len(families) > 1 else {})
+    figures: dict[str, tuple[str, float | None]] = {}
+    for row in table_rows(matrix, stored, models, advisor):
+        config, peak = row["config"], row["measured"]
+        if can_measure_whole(training_config(config), row["estimate"]):
+            figures[row["id"]] = ("whole", None)
+        elif config.get("objective") == "grpo" and row["id"] in grpo_errors:
+            figures[row["id"]] = ("grpo terms", grpo_errors[row["id"]])
+        elif row["id"] in replicas:
+            figures[row["id"]] = ("replica", replicas[row["id"]]["estimate_bytes"] / peak - 1)
+        else:
+            figures[row["id"]] = ("terms", row["error"])
+    return figures
+
+
+def print_verdict(figures: dict[str, tuple[str, float | None]], spread: float | None) -> None:
+    """How many configs take each source, each source's errors, and the target, in lines."""
+    import numpy as np
+
+    by_source: dict[str, dict[str, float | None]] = {}
+    for config, (source, error) in figures.items():
+        by_source.setdefault(source, {})[config] = error
+    print(f"the figure plan gives, {len(figures)} configs:")
+    for source, errors in by_source.items():
+        if source == "whole":
+            print(f"  whole      {len(errors):3d} configs: the config itself measured (the "
+                  "run-to-run spread" + (f", {spread:.2%} at most" if spread is not None else "")
+                  + ")")
+            continue
+        values = np.array(list(errors.values()))
+        print(f"  {source:10s} {len(errors):3d} configs: max {np.abs(values).max():.1%}, median "
+              f"{np.median(np.abs(values)):.1%}, lowest {values.min():+.1%}")
+    print(outside_target_line({config: error for config, (_, error) in figures.items()
+                               if error is not None}))
+
+
 def family_shape(shape: dict) -> str:
     """A model family's shape in a few words: width, layers, heads:kv, MLP, vocabulary, dtype."""
     bits = f"q{shape['quantize_bits']} " if shape.get("quantize_bits") else ""
@@ -907,6 +958,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --measure ID..: measure these configs again into "
                              "repeats.json (the stored peaks stay); alone: the run-to-run "
                              "spread table")
+    parser.add_argument("--verdict", action="store_true",
+                        help="the figure `plan` gives each config (measured whole, its "
+                             "replica, or the grpo terms held out) and its error")
     parser.add_argument("--attention", action="store_true",
                         help="measure one attention's backward peak, in attention matrices "
                              "(what kept_attention and working_attention stand for)")
@@ -969,6 +1023,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"{result['replica_peak_bytes'] / 2**20:.1f} MiB, predicts "
                   f"{result['estimate_bytes'] / 2**20:.1f} MiB{error} "
                   f"({result['seconds']:.0f} s)", flush=True)
+        return 0
+    if args.verdict:
+        repeats = load_json(repeats_path, {"repeats": {}})
+        print_verdict(verdict_figures(matrix, stored, models,
+                                      load_json(replicas_path, {"replicas": {}})["replicas"]),
+                      run_to_run_spread(stored, repeats) if repeats["repeats"] else None)
         return 0
     if args.replica:
         replicas = load_json(replicas_path, {"replicas": {}})["replicas"]

@@ -569,6 +569,29 @@ def test_every_grpo_family_held_out_is_within_15_percent_as_docs_say():
         assert line in docs, f"docs/memory.md lacks: {line}"
 
 
+def test_the_figure_plan_gives_every_shape_meets_the_target():
+    """bench/calibrate_memory.py --verdict: every config of the main matrix and of the small
+    steps by the figure `plan` gives it: measured whole at 64 MiB or less, else its replica
+    (nothing fitted), else (grpo) the terms with its family held out. None outside +15%/-7%,
+    tiny models and grpo included, and each source used where docs/memory.md says."""
+    calibrate = _calibration_script()
+    for folder in (CALIBRATION, CALIBRATION / "small"):
+        matrix = json.loads((folder / "matrix.json").read_text())
+        stored = json.loads((folder / "measurements.json").read_text())
+        models = json.loads((folder / "models.json").read_text())
+        replicas = json.loads((folder / "replica.json").read_text())["replicas"]
+        figures = calibrate.verdict_figures(matrix, stored, models, replicas)
+        assert set(figures) == set(stored["measurements"]), folder
+        sources = {source for source, _ in figures.values()}
+        assert "terms" not in sources and "whole" in sources, (folder, sources)
+        for config, (source, error) in figures.items():
+            if error is not None:
+                assert -0.07 <= error <= 0.15, (config, source, error)
+        grpo = {source for config, (source, _) in figures.items() if config.startswith("grpo-")}
+        # The main matrix's larger grpo configs by the terms; the sample model's measured whole.
+        assert grpo == ({"grpo terms", "whole"} if folder == CALIBRATION else {"whole"}), grpo
+
+
 def test_core_memory_imports_neither_mlx_nor_textual():
     code = ("import sys, zyquo_tui.core.memory, zyquo_tui.core.memory.budget;"
             "bad = [m for m in ('mlx', 'mlx_lm', 'textual', 'transformers') if m in sys.modules];"

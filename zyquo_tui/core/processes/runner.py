@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 
 from zyquo_tui.core.events import protocol as ev
-from zyquo_tui.core.memory.run_gate import make_exact, measure_small_record
+from zyquo_tui.core.memory.run_gate import make_exact, measure_for_record
 from zyquo_tui.core.processes import distributed_launch
+from zyquo_tui.core.processes.machine_hold import wanted_since
 from zyquo_tui.core.processes.memory_steps import (
     SteppedDown,
     explain_failure,
@@ -219,15 +220,20 @@ class Runner:
         stepped: list[SteppedDown] = []
 
         started = latest_started(run_dir / EVENTS_FILE) or {}
-        if (terminal_event(run_dir / EVENTS_FILE) or {}).get("type") == ev.COMPLETED:
-            # A completed run nobody planned: its small config measured whole now, outside
-            # the store's lock, so that make_exact records that figure (core/memory/run_gate.py).
+        if ((terminal_event(run_dir / EVENTS_FILE) or {}).get("type") == ev.COMPLETED
+                and not self.queue.ids()):
+            # A completed run nobody planned: its config measured now (whole or on a
+            # replica), outside the store's lock, so that make_exact records that figure
+            # (core/memory/run_gate.py). Only in idle time: not while runs wait in the queue,
+            # and stopped at once when a start or the server asks for the machine.
+            since = time.time()
             try:
-                measure_small_record(self.store.get(run_id), self.store.home,
-                                     self.settings.memory_limit_bytes,
-                                     started.get("longest_row_tokens"))
+                measure_for_record(self.store.get(run_id), self.store.home,
+                                   self.settings.memory_limit_bytes,
+                                   started.get("longest_row_tokens"),
+                                   cancelled=lambda: wanted_since(self.store.home, since))
             except Exception as error:  # a figure, never worth a failure of the runner
-                print(f"runner: {run_id}'s config not measured whole: {error}", flush=True)
+                print(f"runner: {run_id}'s config not measured: {error}", flush=True)
 
         def settle(run):
             run.process = {**(run.process or {}), "returncode": returncode,

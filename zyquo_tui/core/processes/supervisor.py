@@ -79,6 +79,8 @@ class Supervisor:
         machine was free (their runner died) came first: they start, and it is not taken."""
         from zyquo_tui.core.processes.machine_hold import write_holder
 
+        self._wait_for_winding_down_runner()  # outside the queue lock: the runner needs it
+
         with self.queue.locked() as order:
             fd = self._try_take_machine()
             if fd is None:
@@ -198,8 +200,9 @@ class Supervisor:
 
     def _wait_for_winding_down_runner(self, timeout: float = 10.0) -> None:
         """A runner whose last run just ended holds the machine for a moment more (it records
-        the exit and looks at the queue); don't call the machine busy because of that."""
-        from zyquo_tui.core.processes.machine_hold import holder
+        the exit, measures the config for the record unless asked for the machine, and looks
+        at the queue); don't call the machine busy because of that."""
+        from zyquo_tui.core.processes.machine_hold import holder, want_machine
 
         deadline = time.monotonic() + timeout
         while self.machine_busy() and time.monotonic() < deadline:
@@ -208,6 +211,9 @@ class Supervisor:
             if any(isinstance(r, Run) and self.refresh(r).state.is_active
                    for r in self.store.iter_runs()):
                 return  # a run really is active
+            # A runner measuring its completed run's config for the record stops for us
+            # (core/processes/machine_hold.py).
+            want_machine(self.store.home)
             time.sleep(0.1)
 
     def _launch(self, run: Run, queue_if_busy: bool) -> Run:
