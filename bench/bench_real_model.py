@@ -237,6 +237,18 @@ def part_plan(env, home, args) -> None:
             for estimate, width in zip(estimates, (9, 10))))
 
 
+def runner_done(home: Path, run_id: str, timeout: float = 900) -> None:
+    """Wait until the run's runner has recorded its end: after a completed run nobody planned
+    it measures the config for the memory record (docs/memory.md, "The gate"), seconds of CPU
+    that must not overlap the next timed run."""
+    deadline = time.monotonic() + timeout
+    run_json = home / "runs" / run_id / "run.json"
+    while "returncode" not in (json.loads(run_json.read_text()).get("process") or {}):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{run_id}: its runner did not record the end in {timeout:.0f} s")
+        time.sleep(0.2)
+
+
 def ours_whole_run(env, home) -> float:
     """Trained tokens over the wall time of `runs start --wait` (the run made beforehand, as
     mlx_lm's config is written beforehand)."""
@@ -245,6 +257,7 @@ def ours_whole_run(env, home) -> float:
     started = time.perf_counter()
     cli(env, "runs", "start", run_id, "--wait")
     wall = time.perf_counter() - started
+    runner_done(home, run_id)  # so mlx_lm's run next does not share the CPU with it
     events = read_events(home / "runs" / run_id / "events.jsonl")
     tokens = max(e["trained_tokens"] for e in events if e["type"] == "train")
     return tokens / wall

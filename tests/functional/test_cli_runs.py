@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import time
 
 from conftest import SAMPLE_DATA, zyquo_cli
 
@@ -38,6 +40,14 @@ def test_start_wait_watch_logs_and_show(tiny_model):
     assert shown["progress"]["rank_peak_memory_bytes"] is None  # one process: no ranks
     text = zyquo_cli("runs", "show", run_id).stdout
     assert "peak mem" in text and "\nranks " not in text and "each rank" not in text
+    # Nobody planned it: its runner measures the config whole for the record, then settles.
+    deadline = time.monotonic() + 120
+    while "returncode" not in (RunStore().get(run_id).process or {}):
+        assert time.monotonic() < deadline, "the runner never recorded the end"
+        time.sleep(0.1)
+    text = zyquo_cli("runs", "show", run_id).stdout
+    assert re.search(r"\nestimated  [\d.]+ MiB measured whole for its longest row: fits\n",
+                     text), text
     assert [c["step"] for c in shown["checkpoints"]] == [10, 20, 30]
     assert sum(c["best"] for c in shown["checkpoints"]) == 1
     best = min((c for c in shown["checkpoints"] if c["val_loss"] is not None),

@@ -298,12 +298,13 @@ def test_a_run_nobody_planned_records_its_config_measured_whole(tiny_model, isol
     assert memory["model_estimate_bytes"] / peak - 1 > replica_module.REPLICA_ERROR
 
 
-def test_a_start_takes_the_machine_from_a_runner_measuring_a_record(tiny_model, isolated_home,
-                                                                    monkeypatch, tmp_path):
+@pytest.mark.parametrize("how", ["start", "enqueue"])
+def test_a_start_or_a_queued_run_takes_the_machine_from_a_runner_measuring_a_record(
+        how, tiny_model, isolated_home, monkeypatch, tmp_path):
     """The record's measurement uses idle time only. With the runner of a completed run held
-    in that measurement (trainer/step_hold.py), another run's start takes the machine at once:
-    the measurement is stopped, its process gone, and the completed run keeps the terms'
-    record, made exact."""
+    in that measurement (trainer/step_hold.py), another run's start takes the machine at once,
+    and a run queued meanwhile starts: the measurement is stopped, its process gone, and the
+    completed run keeps the terms' record, made exact."""
     import psutil
     from helpers import make_run, stop_runs, wait_until_ended
 
@@ -331,8 +332,12 @@ def test_a_start_takes_the_machine_from_a_runner_measuring_a_record(tiny_model, 
             assert time.monotonic() < deadline, "the runner never measured the record"
             time.sleep(0.05)
         measuring = int((tmp_path / MEASURE_HELD_FILE).read_text())
-        started = supervisor.start(second.id)  # refused if the runner kept the machine
-        assert started.state in (RunState.STARTING, RunState.RUNNING), started.state
+        if how == "start":
+            started = supervisor.start(second.id)  # refused if the runner kept the machine
+            assert started.state in (RunState.STARTING, RunState.RUNNING), started.state
+        else:
+            assert supervisor.enqueue(second.id).state is RunState.QUEUED
+            assert wait_until_ended(supervisor, second.id).state is RunState.COMPLETED
         assert not psutil.pid_exists(measuring), "the measurement was not stopped"
         memory = supervisor.get(first.id).memory
         assert memory["exact_sequence"] and memory["replica"] is None, memory

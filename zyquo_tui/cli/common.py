@@ -59,6 +59,8 @@ def show_data(store: RunStore, run: Run) -> dict:
         "checkpoints": checkpoints,
         "process": run.process,
         "failure": run.failure,
+        # the memory verdict its start recorded, made exact when it ended (docs/memory.md)
+        "memory": run.memory,
         # the out-of-memory ladder's steps taken (docs/unattended.md), in order
         "memory_steps": run.memory_steps,
         "stopped": {"reason": stop[0], "message": stop[1]} if stop else None,

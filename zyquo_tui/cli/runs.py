@@ -152,6 +152,22 @@ def _wait_for(supervisor, run_id: str, wanted: RunState) -> int:
     return 0 if run.state is wanted else EXIT_PROBLEMS
 
 
+def memory_record_words(memory: dict) -> str:
+    """The memory verdict a run's start recorded (made exact when it ended: docs/memory.md, "The
+    gate"), in words: its figure, where the figure came from, and the verdict."""
+    replica = memory.get("replica") or {}
+    if replica.get("scale") == 1:
+        source = "measured whole"
+    elif replica:
+        source = f"measured on a replica 1/{replica.get('scale')} as wide"
+    else:
+        source = "by the terms"
+    rows = ("for its longest row" if memory.get("exact_sequence")
+            else "for rows as long as max_seq_length (a bound)")
+    return (f"{fmt_bytes(int(memory['estimate_bytes']))} {source} {rows}: "
+            f"{memory.get('verdict', '?')}")
+
+
 # -- commands -----------------------------------------------------------------------------------
 
 def cmd_new(args) -> int:
@@ -308,6 +324,8 @@ def cmd_show(args) -> int:
         per_rank = (" (rank 0; each rank: " + ", ".join(fmt_bytes(b) for b in each) + " MLX)"
                     if len(each) > 1 else "")
         print(f"peak mem   {fmt_bytes(int(p['peak_memory_bytes']))} MLX{resident}{per_rank}")
+    if run.memory and run.memory.get("estimate_bytes"):
+        print(f"estimated  {memory_record_words(run.memory)}")
     if len(ranks) > 1:
         print(f"ranks      {len(ranks)} processes (mlx.launch): "
               + ", ".join(f"r{r.get('rank')} on {r.get('host')}" for r in ranks))

@@ -55,7 +55,7 @@ def measure_for_record(run: Run, home: Path, memory_limit_bytes: int | None,
     where make_exact would otherwise record the terms' figure. A distributed run (a rank's
     share), a config measured before and one no replica stands for (a distillation, say) are
     left alone; `cancelled()` turning true stops the measurement (nothing kept). Returns
-    whether a measurement was kept. Call it outside the store's lock: it takes seconds."""
+    whether it measured. Call it outside the store's lock: it takes seconds."""
     from zyquo_tui.core.memory.advisor import MemoryAdvisor
     from zyquo_tui.core.memory.estimate import TrainingConfig
     from zyquo_tui.core.memory.facts import ModelFacts
@@ -71,14 +71,12 @@ def measure_for_record(run: Run, home: Path, memory_limit_bytes: int | None,
     estimate = advisor.estimate(model, TrainingConfig.from_run(run, int(longest_row_tokens)))
     if estimate.problems:
         return False
-    if advisor.replica_estimate(model, estimate, hyperparameters=run.hyperparameters,
-                                extra_config=run.extra_config, cached_only=True)[0]:
-        return False  # measured already: plan, the form, or an earlier run of this config
+    # A config measured before (by plan, the form, an earlier run) answers from the cache.
     measured, _why_not = advisor.replica_estimate(model, estimate,
                                                   hyperparameters=run.hyperparameters,
                                                   extra_config=run.extra_config,
                                                   cancelled=cancelled)
-    return measured is not None
+    return measured is not None and not measured.replica.get("measured_at")
 
 
 def make_exact(run: Run, home: Path, memory_limit_bytes: int | None,

@@ -225,13 +225,15 @@ class Runner:
             # A completed run nobody planned: its config measured now (whole or on a
             # replica), outside the store's lock, so that make_exact records that figure
             # (core/memory/run_gate.py). Only in idle time: not while runs wait in the queue,
-            # and stopped at once when a start or the server asks for the machine.
+            # and stopped at once when a run is queued or a start or the server asks for the
+            # machine.
             since = time.time()
             try:
                 measure_for_record(self.store.get(run_id), self.store.home,
                                    self.settings.memory_limit_bytes,
                                    started.get("longest_row_tokens"),
-                                   cancelled=lambda: wanted_since(self.store.home, since))
+                                   cancelled=lambda: (wanted_since(self.store.home, since)
+                                                      or bool(self.queue.ids())))
             except Exception as error:  # a figure, never worth a failure of the runner
                 print(f"runner: {run_id}'s config not measured: {error}", flush=True)
 
