@@ -6,9 +6,10 @@ its runner then measures the config (whole at 64 MiB or less, else on its replic
 makes the record exact (docs/memory.md, "The gate"). The row prints how long that took (the
 measurement's own seconds, and from the run's `completed` event to the record), the record
 against the run's own peak (MLX's, from its train events) and the terms' figure against it.
-The last row starts a second run at once after the first completes, and times that `runs
-start`: the runner stops measuring when a start wants the machine, so the start does not wait
-the measurement out (the first run then keeps the terms' figure).
+The last line starts a second run at once after the first completes, and times that `runs
+start` beside one on a free machine: the runner stops measuring when a start wants the
+machine, so the start does not wait the measurement out (the first run then keeps the terms'
+figure).
 
     python bench/bench_record.py [--home DIR] [--smollm2]
 
@@ -99,8 +100,15 @@ def start_right_after(home: Path) -> None:
     memory = settled(home, first)["memory"]
     settled(home, second)
     kept = "the terms'" if memory.get("replica") is None else "a measured"
-    print(f"\na second run's `runs start` right after the first completed: {took:.2f} s "
-          f"(the CLI's own start included); the first run kept {kept} figure")
+    third = cli(home, "runs", "new", "--model", "zyquo-tiny", "--batch-size", "6",
+                *flags).stdout.strip()
+    started = time.perf_counter()
+    cli(home, "runs", "start", third)
+    free = time.perf_counter() - started
+    settled(home, third)
+    print(f"\n`runs start` right after another run completed: {took:.2f} s, against {free:.2f} s "
+          f"on a free machine (the CLI's own start included); the run before kept {kept} "
+          "figure")
 
 
 def main(argv: list[str] | None = None) -> int:

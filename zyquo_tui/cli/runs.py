@@ -325,7 +325,12 @@ def cmd_show(args) -> int:
                     if len(each) > 1 else "")
         print(f"peak mem   {fmt_bytes(int(p['peak_memory_bytes']))} MLX{resident}{per_rank}")
     if run.memory and run.memory.get("estimate_bytes"):
-        print(f"estimated  {memory_record_words(run.memory)}")
+        # Between the trainer's end and the runner's record (which may measure the config for
+        # it first: seconds), a finished run's record is still the start's.
+        settling = (run.state.is_terminal and not run.memory.get("exact_sequence")
+                    and "returncode" not in (run.process or {}))
+        print(f"estimated  {memory_record_words(run.memory)}"
+              + ("; made exact when its runner records the end, in seconds" if settling else ""))
     if len(ranks) > 1:
         print(f"ranks      {len(ranks)} processes (mlx.launch): "
               + ", ".join(f"r{r.get('rank')} on {r.get('host')}" for r in ranks))
