@@ -344,3 +344,44 @@ def test_a_start_or_a_queued_run_takes_the_machine_from_a_runner_measuring_a_rec
     finally:
         (tmp_path / MEASURE_RELEASE_FILE).touch()  # the second run's own measurement goes on
         stop_runs(store, first.id, second.id)
+
+
+def test_a_resumed_run_nobody_planned_ends_with_its_config_measured(tiny_model, isolated_home,
+                                                                     monkeypatch):
+    """Cancelled, the run's record is made exact by the terms (a cancelled run is not
+    measured); resumed to its end, its runner measures the config and the exact record takes
+    that figure."""
+    from conftest import hold_trainers_at, release, wait_until_held
+    from helpers import make_run, stop_runs, wait_until_ended
+
+    from zyquo_tui.core.processes.supervisor import Supervisor
+    from zyquo_tui.core.runs.run import RunState
+    from zyquo_tui.core.store.store import RunStore
+
+    hold_trainers_at(monkeypatch, 2)
+    fake_machine(isolated_home, 64 * GIB)
+    store, run = make_run(tiny_model, REPO / "sample_data" / "chat",
+                          store=RunStore(isolated_home), iters=4, batch_size=4)
+    supervisor = Supervisor(store)
+
+    def settled():  # the runner has recorded the end of the latest session
+        deadline = time.monotonic() + 120
+        while (supervisor.get(run.id).process or {}).get("returncode") is None:
+            assert time.monotonic() < deadline, "the runner never recorded the end"
+            time.sleep(0.1)
+        return supervisor.get(run.id).memory
+
+    try:
+        supervisor.start(run.id)
+        wait_until_held(store.run_dir(run.id))
+        supervisor.cancel(run.id)
+        assert wait_until_ended(supervisor, run.id).state is RunState.CANCELLED
+        memory = settled()
+        assert memory["exact_sequence"] and memory["replica"] is None, memory
+        release(store.run_dir(run.id))
+        supervisor.resume(run.id)
+        assert wait_until_ended(supervisor, run.id).state is RunState.COMPLETED
+        memory = settled()
+    finally:
+        stop_runs(store, run.id)
+    assert memory["exact_sequence"] and memory["replica"]["scale"] == 1, memory

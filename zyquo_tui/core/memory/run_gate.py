@@ -62,7 +62,7 @@ def measure_for_record(run: Run, home: Path, memory_limit_bytes: int | None,
     from zyquo_tui.core.memory.host_verdicts import placement_of
 
     before = run.memory
-    if not before or before.get("exact_sequence") or longest_row_tokens is None:
+    if not before or longest_row_tokens is None or _exact_and_measured(before):
         return False  # make_exact keeps the record as it is
     if placement_of(run.hyperparameters.zyquo_tui).distribution:
         return False
@@ -83,11 +83,12 @@ def make_exact(run: Run, home: Path, memory_limit_bytes: int | None,
                longest_row_tokens: int | None) -> bool:
     """Judge the run again by the longest row its trainer tokenized, in place of a record
     that assumed max_seq_length. Returns whether run.memory changed. A record that is exact
-    already (the start tokenized the data because the bound did not fit), a run with no
-    record, or a judgement that fails (a UserError: False; anything else is raised) leaves it
-    as it was."""
+    already (the start tokenized the data because the bound did not fit, or an earlier
+    session of the run ended) changes only to take a measurement of the config kept since
+    (measure_for_record); a run with no record, or a judgement that fails (a UserError:
+    False; anything else is raised) leaves it as it was."""
     before = run.memory
-    if not before or before.get("exact_sequence") or longest_row_tokens is None:
+    if not before or longest_row_tokens is None or _exact_and_measured(before):
         return False
     try:
         judge_run_memory(run, home, memory_limit_bytes,
@@ -98,4 +99,12 @@ def make_exact(run: Run, home: Path, memory_limit_bytes: int | None,
         if isinstance(error, UserError):  # the model folder gone, say
             return False
         raise
+    if before.get("exact_sequence") and run.memory.get("replica") is None:
+        run.memory = before  # nothing measured: the start's tokens stand
+        return False
     return True
+
+
+def _exact_and_measured(record: dict) -> bool:
+    """A record for the real rows whose figure was measured: nothing better to judge by."""
+    return bool(record.get("exact_sequence")) and record.get("replica") is not None
