@@ -326,11 +326,12 @@ def cmd_show(args) -> int:
         print(f"peak mem   {fmt_bytes(int(p['peak_memory_bytes']))} MLX{resident}{per_rank}")
     if run.memory and run.memory.get("estimate_bytes"):
         # Between the trainer's end and the runner's record (which may measure the config for
-        # it first: seconds), a finished run's record is still the start's.
-        settling = (run.state.is_terminal and not run.memory.get("exact_sequence")
-                    and "returncode" not in (run.process or {}))
+        # it first: seconds), a finished run's record is still the one it started with.
+        settling = (run.state.is_terminal and "returncode" not in (run.process or {})
+                    and not (run.memory.get("exact_sequence") and run.memory.get("replica")))
         print(f"estimated  {memory_record_words(run.memory)}"
-              + ("; made exact when its runner records the end, in seconds" if settling else ""))
+              + ("; its runner is recording the end, and may measure the config for it "
+                 "(seconds)" if settling else ""))
     if len(ranks) > 1:
         print(f"ranks      {len(ranks)} processes (mlx.launch): "
               + ", ".join(f"r{r.get('rank')} on {r.get('host')}" for r in ranks))
