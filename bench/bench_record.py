@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_duration import DATA, cli, store  # noqa: E402
+from bench_real_model import runner_done  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHORT = ("--steps-per-eval", "1000", "--save-every", "1000", "--steps-per-report", "1")
@@ -53,13 +54,9 @@ def events(home: Path, run_id: str) -> list[dict]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
-def settled(home: Path, run_id: str, timeout: float = 900) -> dict:
+def settled(home: Path, run_id: str) -> dict:
     """run.json once the runner has recorded the end (after its measurement)."""
-    deadline = time.monotonic() + timeout
-    while "returncode" not in (run_json(home, run_id).get("process") or {}):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{run_id}: the runner did not record the end in {timeout:.0f} s")
-        time.sleep(0.1)
+    runner_done(home, run_id)
     return run_json(home, run_id)
 
 

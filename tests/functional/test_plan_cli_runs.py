@@ -214,6 +214,24 @@ def test_plan_by_epochs_counts_the_datasets_rows_and_says_the_steps(capsys, tiny
                                    "iterations.\n")
 
 
+def recorded_memory(supervisor, run_id: str, timeout: float = 120) -> dict:
+    """run.memory once the runner has recorded the run's end (it may measure the config for
+    the record first: core/memory/run_gate.py measure_for_record)."""
+    deadline = time.monotonic() + timeout
+    while (supervisor.get(run_id).process or {}).get("returncode") is None:
+        assert time.monotonic() < deadline, "the runner never recorded the end"
+        time.sleep(0.1)
+    return supervisor.get(run_id).memory
+
+
+def train_peak(store, run_id: str) -> int:
+    """The MLX peak the run's train events reported."""
+    from zyquo_tui.core.events.protocol import read_events
+
+    return max(event["peak_memory_bytes"] for event in read_events(store.events_path(run_id))
+               if event["type"] == "train")
+
+
 def test_a_run_planned_first_records_the_figure_plan_measured(capsys, tiny_model,
                                                               isolated_home):
     """`plan` measured the config whole and kept the measurement (replica_measurements.jsonl):
@@ -221,7 +239,6 @@ def test_a_run_planned_first_records_the_figure_plan_measured(capsys, tiny_model
     ends, holds the figure plan showed, not the terms', with nothing measured again."""
     from helpers import make_run, stop_runs, wait_until_ended
 
-    from zyquo_tui.core.events.protocol import read_events
     from zyquo_tui.core.memory.replica_cache import CACHE_FILE
     from zyquo_tui.core.processes.supervisor import Supervisor
     from zyquo_tui.core.runs.run import RunState
@@ -245,20 +262,16 @@ def test_a_run_planned_first_records_the_figure_plan_measured(capsys, tiny_model
     try:
         supervisor.start(run.id)
         assert wait_until_ended(supervisor, run.id).state is RunState.COMPLETED
-        deadline = time.monotonic() + 60  # the runner settles just after the trainer ends
-        while not supervisor.get(run.id).memory.get("exact_sequence"):
-            assert time.monotonic() < deadline, "the record was never made exact"
-            time.sleep(0.1)
+        memory = recorded_memory(supervisor, run.id)
     finally:
         stop_runs(store, run.id)
-    memory = supervisor.get(run.id).memory
+    assert memory["exact_sequence"]
     assert memory["estimate_bytes"] == planned["estimate_bytes"]
     assert memory["model_estimate_bytes"] == planned["model_estimate_bytes"]
     assert memory["replica"]["measured_at"]
     assert (isolated_home / CACHE_FILE).read_text().splitlines() == kept
     # The figure is this run's: within a replica's margin of the peak the run reached.
-    peak = max(event["peak_memory_bytes"] for event in read_events(store.events_path(run.id))
-               if event["type"] == "train")
+    peak = train_peak(store, run.id)
     assert abs(memory["estimate_bytes"] / peak - 1) <= replica_module.REPLICA_ERROR
 
 
@@ -268,7 +281,6 @@ def test_a_run_nobody_planned_records_its_config_measured_whole(tiny_model, isol
     shown, within a replica's margin of the run's own peak, not the terms' over-statement."""
     from helpers import make_run, stop_runs, wait_until_ended
 
-    from zyquo_tui.core.events.protocol import read_events
     from zyquo_tui.core.memory.replica_cache import CACHE_FILE
     from zyquo_tui.core.processes.supervisor import Supervisor
     from zyquo_tui.core.runs.run import RunState
@@ -279,20 +291,15 @@ def test_a_run_nobody_planned_records_its_config_measured_whole(tiny_model, isol
                           iters=2, batch_size=4)
     supervisor = Supervisor(store)
     try:
-        supervisor.start(run.id)
-        assert supervisor.get(run.id).memory["replica"] is None  # the start judged by the terms
+        started = supervisor.start(run.id)
+        assert started.memory["replica"] is None  # the start judged by the terms
         assert wait_until_ended(supervisor, run.id).state is RunState.COMPLETED
-        deadline = time.monotonic() + 120  # the runner measures, then settles
-        while not supervisor.get(run.id).memory.get("exact_sequence"):
-            assert time.monotonic() < deadline, "the record was never made exact"
-            time.sleep(0.1)
+        memory = recorded_memory(supervisor, run.id)  # the runner measures, then settles
     finally:
         stop_runs(store, run.id)
-    memory = supervisor.get(run.id).memory
-    assert memory["replica"]["scale"] == 1, memory
+    assert memory["exact_sequence"] and memory["replica"]["scale"] == 1, memory
     assert len((isolated_home / CACHE_FILE).read_text().splitlines()) == 1
-    peak = max(event["peak_memory_bytes"] for event in read_events(store.events_path(run.id))
-               if event["type"] == "train")
+    peak = train_peak(store, run.id)
     assert abs(memory["estimate_bytes"] / peak - 1) <= replica_module.REPLICA_ERROR
     # The terms alone over-state this config by more than that.
     assert memory["model_estimate_bytes"] / peak - 1 > replica_module.REPLICA_ERROR
@@ -363,25 +370,17 @@ def test_a_resumed_run_nobody_planned_ends_with_its_config_measured(tiny_model, 
     store, run = make_run(tiny_model, REPO / "sample_data" / "chat",
                           store=RunStore(isolated_home), iters=4, batch_size=4)
     supervisor = Supervisor(store)
-
-    def settled():  # the runner has recorded the end of the latest session
-        deadline = time.monotonic() + 120
-        while (supervisor.get(run.id).process or {}).get("returncode") is None:
-            assert time.monotonic() < deadline, "the runner never recorded the end"
-            time.sleep(0.1)
-        return supervisor.get(run.id).memory
-
     try:
         supervisor.start(run.id)
         wait_until_held(store.run_dir(run.id))
         supervisor.cancel(run.id)
         assert wait_until_ended(supervisor, run.id).state is RunState.CANCELLED
-        memory = settled()
+        memory = recorded_memory(supervisor, run.id)
         assert memory["exact_sequence"] and memory["replica"] is None, memory
         release(store.run_dir(run.id))
         supervisor.resume(run.id)
         assert wait_until_ended(supervisor, run.id).state is RunState.COMPLETED
-        memory = settled()
+        memory = recorded_memory(supervisor, run.id)
     finally:
         stop_runs(store, run.id)
     assert memory["exact_sequence"] and memory["replica"]["scale"] == 1, memory
